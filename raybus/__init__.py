@@ -1,0 +1,45 @@
+"""raybus: a message broker with Azure Service Bus semantics, built as a cluster of Ray actors.
+
+Start with ``raybus.connect()`` (or ``ServiceBusClient(namespace)``) and
+``raybus.management.ServiceBusAdministrationClient``; ``raybus.aio`` has the asyncio twins.
+"""
+
+from __future__ import annotations
+
+from ._sync_client import (
+    AutoLockRenewer,
+    ServiceBusClient,
+    ServiceBusReceiver,
+    ServiceBusSender,
+    connect,
+)
+from .enums import (
+    NEXT_AVAILABLE_SESSION,
+    EntityStatus,
+    ServiceBusMessageState,
+    ServiceBusReceiveMode,
+    ServiceBusSessionFilter,
+    ServiceBusSubQueue,
+)
+from .management import ServiceBusAdministrationClient
+from .message import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NEXT_AVAILABLE_SESSION",
+    "AutoLockRenewer",
+    "EntityStatus",
+    "ServiceBusAdministrationClient",
+    "ServiceBusClient",
+    "ServiceBusMessage",
+    "ServiceBusMessageBatch",
+    "ServiceBusMessageState",
+    "ServiceBusReceiveMode",
+    "ServiceBusReceivedMessage",
+    "ServiceBusReceiver",
+    "ServiceBusSender",
+    "ServiceBusSessionFilter",
+    "ServiceBusSubQueue",
+    "connect",
+]

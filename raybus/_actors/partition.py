@@ -1,0 +1,166 @@
+"""The Ray actor that owns one queue partition: a thin asyncio shell around ``Partition``.
+
+The actor is the only thing that mutates its partition. It adds what the pure core cannot do:
+receivers that wait without polling (an ``asyncio.Event`` is swapped whenever messages may have
+become available, and waiters also wake at the core's next deadline), batched entry points that
+apply many callers' requests in one call, and the idle timer for ``auto_delete_on_idle``.
+
+Every method runs to completion without awaiting between reading and changing the core, so the
+asyncio concurrency of the actor never interleaves two operations on the same state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from .._clock import SystemClock
+from .._core.partition import Partition, PartitionCounts, SettleOp
+from .._core.record import MessageRecord
+from .._models import QueueProperties
+from ..exceptions import ServiceBusError
+
+__all__ = ["PartitionActor"]
+
+_log = logging.getLogger("raybus.partition")
+
+
+class PartitionActor:
+    """One partition of one queue (created by the namespace actor; see ``partition_actor``)."""
+
+    def __init__(
+        self, namespace: str, properties: QueueProperties, partition_id: int, incarnation: int
+    ) -> None:
+        self._core = Partition(properties, SystemClock(), partition_id)
+        self._namespace = namespace
+        self._incarnation = incarnation
+        self._changed = asyncio.Event()
+        self._idle_task: asyncio.Task[None] | None = None
+
+    def _notify(self) -> None:
+        """Wake every waiting receiver: messages may have become available."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def ready(self) -> int:
+        """Answer once constructed; start the idle timer. Returns the partition id."""
+        if self._idle_task is None:
+            self._idle_task = asyncio.get_running_loop().create_task(self._idle_loop())
+        return self._core.partition_id
+
+    # -------------------------------------------------------------- sending
+
+    async def send_groups(
+        self, groups: Sequence[Sequence[MessageRecord]]
+    ) -> list[list[int] | ServiceBusError]:
+        """Accept each group atomically (one caller's batch each); a result or error per group."""
+        results: list[list[int] | ServiceBusError] = []
+        for group in groups:
+            try:
+                results.append(self._core.send(group))
+            except ServiceBusError as exc:
+                results.append(exc)
+        self._notify()
+        return results
+
+    async def cancel_scheduled(self, sequence_numbers: list[int]) -> None:
+        self._core.cancel_scheduled(sequence_numbers)
+
+    # -------------------------------------------------------------- receiving
+
+    async def receive(
+        self, max_count: int, wait_s: float, dead_letter: bool, delete: bool
+    ) -> list[MessageRecord]:
+        """Up to ``max_count`` messages; waits up to ``wait_s`` for the first one.
+
+        Returns as soon as any message is available (never polls): senders, settlements and
+        the core's deadlines (scheduled activations, lock expiries) wake the waiters.
+        """
+        core = self._core
+        deadline = time.monotonic() + wait_s
+        while True:
+            if core.tick():
+                self._notify()
+            got = core.receive(max_count, dead_letter=dead_letter, delete=delete)
+            remaining = deadline - time.monotonic()
+            if got or remaining <= 0:
+                return got
+            due = core.next_deadline()
+            if due is not None:
+                remaining = min(remaining, max(0.0, due - time.time()) + 0.001)
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+
+    async def receive_deferred(
+        self, sequence_numbers: list[int], delete: bool
+    ) -> list[MessageRecord]:
+        return self._core.receive_deferred(sequence_numbers, delete=delete)
+
+    async def peek(
+        self, from_sequence_number: int, max_count: int, dead_letter: bool
+    ) -> list[MessageRecord]:
+        return self._core.peek(from_sequence_number, max_count, dead_letter=dead_letter)
+
+    # -------------------------------------------------------------- settling
+
+    async def settle(self, ops: Sequence[SettleOp]) -> list[ServiceBusError | None]:
+        results = self._core.settle(ops)
+        self._notify()  # abandoned or released messages are available again
+        return results
+
+    async def renew_locks(self, lock_tokens: Sequence[str]) -> list[float | ServiceBusError]:
+        return self._core.renew_locks(lock_tokens)
+
+    # -------------------------------------------------------------- management
+
+    async def update_properties(self, properties: QueueProperties) -> None:
+        self._core.update_properties(properties)
+        self._notify()  # a status change may allow receiving again
+
+    async def counts(self) -> PartitionCounts:
+        return self._core.counts()
+
+    async def _idle_loop(self) -> None:
+        """Ask the namespace to delete the queue once it has been idle long enough."""
+        while True:
+            due = self._core.idle_deadline()
+            if due == float("inf"):
+                await asyncio.sleep(60)
+                continue
+            wait = due - time.time()
+            if wait > 0:
+                await asyncio.sleep(min(wait, 60))
+                continue
+            try:
+                from .namespace import namespace_actor_name
+
+                registry = ray.get_actor(namespace_actor_name(self._namespace), "raybus")
+                await registry.delete_idle_queue.remote(
+                    self._core.entity, self._incarnation, self._core.accessed_at
+                )
+            except Exception:  # the registry may be restarting; try again later
+                _log.warning("auto-delete of idle queue %s failed", self._core.entity)
+            await asyncio.sleep(5)
+
+
+def partition_actor(
+    name: str, namespace: str, properties: QueueProperties, partition_id: int, incarnation: int
+) -> Any:
+    """Create (or find) a named, detached partition actor."""
+    cls = ray.remote(PartitionActor)
+    return cls.options(
+        name=name,
+        namespace="raybus",
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        max_restarts=-1,
+        max_concurrency=10_000,
+    ).remote(namespace, properties, partition_id, incarnation)

@@ -1,0 +1,121 @@
+"""Joining Ray and a raybus namespace; the per-client cache of routes and coalescers.
+
+``ensure_ray`` connects this process to Ray once. ``Connection`` is what every client object
+of one ``ServiceBusClient`` shares: the namespace actor's handle, the routes it resolved, and
+one send/settle coalescer per partition actor, so concurrent calls from one client share
+actor calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from . import _rpc
+from ._actors.namespace import Route, namespace_actor
+from ._batching import Coalescer
+from ._core.partition import SettleOp
+from ._core.record import MessageRecord
+from .exceptions import ServiceBusError
+
+__all__ = ["Connection", "ensure_ray"]
+
+_log = logging.getLogger("raybus.connection")
+_init_lock = threading.Lock()
+
+# Embedded clusters get a small object store: messages are small and live in actor memory.
+EMBEDDED_OBJECT_STORE_BYTES = 256 * 1024 * 1024
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Connect this process to Ray, once.
+
+    ``address`` (or ``RAYBUS_ADDRESS``/``RAY_ADDRESS``) joins that cluster. Without one, join
+    the Ray cluster already running on this machine, or start an embedded single-machine one.
+    An embedded cluster listens on 127.0.0.1 only (it serves this machine alone).
+    """
+    with _init_lock:
+        if ray.is_initialized():
+            return
+        address = address or os.environ.get("RAYBUS_ADDRESS") or os.environ.get("RAY_ADDRESS")
+        common: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+        if address:
+            ray.init(address=address, **common)
+            return
+        try:
+            ray.init(address="auto", **common)
+            return
+        except ConnectionError:
+            pass
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(
+            address="local",
+            include_dashboard=False,
+            object_store_memory=EMBEDDED_OBJECT_STORE_BYTES,
+            **common,
+        )
+
+
+class Connection:
+    """The shared state of one client: namespace actor, routes, coalescers.
+
+    Routes are cached per entity name; ``forget`` drops one after the entity turned out to be
+    deleted, so the next use resolves it again.
+    """
+
+    def __init__(self, namespace: str = "default", address: str | None = None) -> None:
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError("namespace must be a non-empty str")
+        ensure_ray(address)
+        self.namespace = namespace
+        self.registry = namespace_actor(namespace)
+        self._routes: dict[str, Route] = {}
+        self._senders: dict[Any, Coalescer[Sequence[MessageRecord], list[int]]] = {}
+        self._settlers: dict[Any, Coalescer[SettleOp, None]] = {}
+
+    async def route(self, name: str, *, refresh: bool = False) -> Route:
+        key = name.lower() if isinstance(name, str) else name
+        route = None if refresh else self._routes.get(key)
+        if route is None:
+            route = await _rpc.call(name, self.registry.route, name)
+            self._routes[key] = route
+        return route
+
+    def forget(self, name: str) -> None:
+        self._routes.pop(name.lower(), None)
+
+    def sender(self, entity: str, actor: Any) -> Coalescer[Sequence[MessageRecord], list[int]]:
+        """The coalescer of sends to one partition actor."""
+        key = actor._actor_id
+        co = self._senders.get(key)
+        if co is None:
+
+            async def dispatch(
+                groups: list[Sequence[MessageRecord]],
+            ) -> list[list[int] | ServiceBusError]:
+                result: list[list[int] | ServiceBusError] = await _rpc.call(
+                    entity, actor.send_groups, groups
+                )
+                return result
+
+            co = self._senders[key] = Coalescer(dispatch)
+        return co
+
+    def settler(self, entity: str, actor: Any) -> Coalescer[SettleOp, None]:
+        """The coalescer of settlements to one partition actor."""
+        key = actor._actor_id
+        co = self._settlers.get(key)
+        if co is None:
+
+            async def dispatch(ops: list[SettleOp]) -> list[ServiceBusError | None]:
+                result: list[ServiceBusError | None] = await _rpc.call(entity, actor.settle, ops)
+                return result
+
+            co = self._settlers[key] = Coalescer(dispatch)
+        return co

@@ -1,0 +1,547 @@
+"""One queue partition's state machine: messages, locks, schedules, TTL, dead-letters, dedup.
+
+``Partition`` is plain Python with an injected clock; ``raybus._actors.partition`` wraps it in
+a Ray actor (the only place allowed to mutate it) and adds waiting. Every method is a complete,
+synchronous step: it validates everything first and changes nothing when it raises, so a
+rejected send stores nothing and a refused settlement leaves the message where it was.
+
+Time is handled lazily: every public method first calls ``tick()``, which activates due
+scheduled messages, releases expired locks (delivery count + 1, dead-lettering past the
+maximum), expires messages past their time to live and forgets old duplicate-detection ids.
+``next_deadline()`` tells the actor when the next of those is due so waiting receivers wake.
+
+Guarantees:
+
+* Sequence numbers increase by one per accepted message (gap-free) within a partition; the
+  partition id sits in the top 16 bits. A scheduled message gets a new number when it turns
+  active, as in Service Bus.
+* At most one valid lock exists per message; a lock token settles at most once.
+* A batch is all-or-nothing: size, quota and status are checked for the whole batch before any
+  message is stored.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._clock import Clock
+from .._models import QueueProperties
+from ..exceptions import (
+    InvalidArgumentError,
+    MessageLockLostError,
+    MessageNotFoundError,
+    MessageSizeExceededError,
+    MessagingEntityDisabledError,
+    ServiceBusError,
+    ServiceBusQuotaExceededError,
+)
+from .record import ACTIVE, DEFERRED, SCHEDULED, MessageRecord, check_application_properties
+
+__all__ = [
+    "ABANDON",
+    "COMPLETE",
+    "DEAD_LETTER",
+    "DEFER",
+    "RELEASE",
+    "Partition",
+    "PartitionCounts",
+    "SettleOp",
+]
+
+COMPLETE, ABANDON, DEAD_LETTER, DEFER, RELEASE = (
+    "complete",
+    "abandon",
+    "dead_letter",
+    "defer",
+    "release",
+)
+_SETTLE_KINDS = frozenset((COMPLETE, ABANDON, DEAD_LETTER, DEFER, RELEASE))
+
+MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
+TTL_EXPIRED = "TTLExpiredException"
+SEQUENCE_BITS = 48  # the partition id lives above these
+
+
+@dataclass(slots=True)
+class SettleOp:
+    """One settlement: ``kind`` is complete/abandon/dead_letter/defer/release.
+
+    ``properties`` (abandon, dead-letter, defer) are merged into the message's application
+    properties; ``reason``/``description`` are the dead-letter reason and error description.
+    """
+
+    kind: str
+    lock_token: str
+    properties: dict[str, Any] | None = None
+    reason: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionCounts:
+    """Counters of one partition at one moment."""
+
+    active: int
+    dead_letter: int
+    scheduled: int
+    size_in_bytes: int
+    accessed_at: float
+
+
+class _Store:
+    """The messages of one queue or sub-queue and the heap of those ready for delivery."""
+
+    __slots__ = ("available", "messages", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.messages: dict[int, MessageRecord] = {}
+        self.available: list[int] = []  # min-heap of sequence numbers; may hold stale entries
+
+    def is_available(self, seq: int) -> bool:
+        rec = self.messages.get(seq)
+        return rec is not None and rec.lock_token is None and rec.state == ACTIVE
+
+
+class Partition:
+    """The state of one partition of a queue (main queue and dead-letter sub-queue)."""
+
+    def __init__(self, properties: QueueProperties, clock: Clock, partition_id: int = 0) -> None:
+        if not 0 <= partition_id < 2**16:
+            raise InvalidArgumentError(f"partition id {partition_id} out of range", None, "id")
+        self._clock = clock
+        self.partition_id = partition_id
+        self._next_seq = (partition_id << SEQUENCE_BITS) + 1
+        self._props = properties
+        self.entity = properties.name
+        self._main = _Store(properties.name)
+        self._dlq = _Store(f"{properties.name}/$DeadLetterQueue")
+        self._locks: dict[str, tuple[_Store, int]] = {}
+        self._lock_heap: list[tuple[float, str]] = []
+        self._schedule_heap: list[tuple[float, int]] = []
+        self._ttl_heap: list[tuple[float, int]] = []
+        self._dedup: dict[str, tuple[float, int]] = {}  # message id -> (accepted at, seq)
+        self._scheduled_count = 0
+        self._size = 0
+        self.accessed_at = clock.now()
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def properties(self) -> QueueProperties:
+        return self._props
+
+    def update_properties(self, properties: QueueProperties) -> None:
+        """Apply new settings. Existing locks keep their expiry; new ones use the new duration."""
+        self._props = properties
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, records: Sequence[MessageRecord]) -> list[int]:
+        """Accept a batch atomically; return each message's sequence number.
+
+        A message whose ``message_id`` was accepted within the duplicate-detection window is
+        dropped silently and reported with the sequence number of the first copy. Messages with
+        a future ``scheduled_enqueue_time`` are stored as scheduled.
+        """
+        now = self._begin()
+        props = self._props
+        if not props.status.can_send:
+            raise MessagingEntityDisabledError(
+                f"the queue is {props.status.value}; sending is not allowed",
+                self.entity,
+                props.status.value,
+            )
+        limit = props.max_message_size
+        for rec in records:
+            if rec.size > limit:
+                raise MessageSizeExceededError(
+                    f"message of {rec.size} bytes exceeds the queue's limit of {limit} bytes",
+                    self.entity,
+                    rec.size,
+                    limit,
+                )
+        dedup = props.requires_duplicate_detection
+        batch_ids: set[str] = set()
+        is_fresh: list[bool] = []
+        for rec in records:
+            mid = rec.message_id
+            duplicate = dedup and mid is not None and (mid in self._dedup or mid in batch_ids)
+            if dedup and mid is not None:
+                batch_ids.add(mid)
+            is_fresh.append(not duplicate)
+        fresh = [rec for rec, ok in zip(records, is_fresh, strict=True) if ok]
+        incoming = sum(rec.size for rec in fresh)
+        if self._size + incoming > props.max_size:
+            raise ServiceBusQuotaExceededError(
+                f"the queue holds {self._size} bytes; {incoming} more would exceed its "
+                f"max_size_in_megabytes of {props.max_size_in_megabytes}",
+                self.entity,
+                self._size + incoming,
+                props.max_size,
+            )
+        # Validated: from here on nothing raises.
+        default_ttl = props.default_ttl_s
+        for rec in fresh:
+            seq = self._take_seq()
+            rec.sequence_number = rec.enqueued_sequence_number = seq
+            rec.delivery_count = 0
+            rec.lock_token = None
+            rec.locked_until = 0.0
+            rec.dead_letter_reason = rec.dead_letter_error_description = None
+            rec.dead_letter_source = None
+            ttl = default_ttl if rec.time_to_live is None else min(rec.time_to_live, default_ttl)
+            rec.time_to_live = ttl
+            self._main.messages[seq] = rec
+            self._size += rec.size
+            at = rec.scheduled_enqueue_time
+            if at is not None and at > now:
+                rec.state = SCHEDULED
+                rec.enqueued_time = at
+                rec.expires_at = at + ttl
+                self._scheduled_count += 1
+                heapq.heappush(self._schedule_heap, (at, seq))
+            else:
+                rec.enqueued_time = now
+                self._make_active(rec, now)
+            if dedup and rec.message_id is not None:
+                self._dedup[rec.message_id] = (now, seq)
+        return [
+            rec.sequence_number if ok else self._dedup[rec.message_id or ""][1]
+            for rec, ok in zip(records, is_fresh, strict=True)
+        ]
+
+    def cancel_scheduled(self, sequence_numbers: Iterable[int]) -> None:
+        """Remove scheduled messages; all or none (``MessageNotFoundError`` names the missing)."""
+        self._begin()
+        seqs = list(sequence_numbers)
+        missing = [
+            s for s in seqs if (rec := self._main.messages.get(s)) is None or rec.state != SCHEDULED
+        ]
+        if missing:
+            raise MessageNotFoundError(
+                f"no scheduled message has sequence number(s) {missing}", self.entity, missing
+            )
+        for seq in dict.fromkeys(seqs):
+            rec = self._main.messages.pop(seq)
+            self._size -= rec.size
+            self._scheduled_count -= 1
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive(
+        self, max_count: int, *, dead_letter: bool = False, delete: bool = False
+    ) -> list[MessageRecord]:
+        """Hand out up to ``max_count`` available messages in sequence order.
+
+        Peek-lock (``delete=False``) locks each for the entity's lock duration; receive-and-
+        delete removes them. Returns an empty list when nothing is available.
+        """
+        now = self._begin()
+        self._check_receive()
+        store = self._dlq if dead_letter else self._main
+        out: list[MessageRecord] = []
+        heap = store.available
+        while heap and len(out) < max_count:
+            seq = heapq.heappop(heap)
+            if not store.is_available(seq):
+                continue
+            rec = store.messages[seq]
+            if delete:
+                del store.messages[seq]
+                self._size -= rec.size
+                out.append(rec)
+            else:
+                out.append(self._lock(store, rec, now))
+        return out
+
+    def has_available(self, *, dead_letter: bool = False) -> bool:
+        """Whether ``receive`` would return a message now (ticks first)."""
+        self.tick()
+        store = self._dlq if dead_letter else self._main
+        heap = store.available
+        while heap and not store.is_available(heap[0]):
+            heapq.heappop(heap)
+        return bool(heap)
+
+    def receive_deferred(
+        self, sequence_numbers: Sequence[int], *, delete: bool = False
+    ) -> list[MessageRecord]:
+        """Lock (or remove) deferred messages by sequence number; all or none.
+
+        Deferred messages never expire on their own; one found past its time to live here is
+        expired (dead-lettered if the queue says so) and reported as not found.
+        """
+        now = self._begin()
+        self._check_receive()
+        missing: list[int] = []
+        expired: list[MessageRecord] = []
+        found: list[MessageRecord] = []
+        for seq in dict.fromkeys(sequence_numbers):
+            rec = self._main.messages.get(seq)
+            if rec is None or rec.state != DEFERRED or rec.lock_token is not None:
+                missing.append(seq)
+            elif rec.expires_at <= now:
+                expired.append(rec)
+                missing.append(seq)
+            else:
+                found.append(rec)
+        for rec in expired:
+            self._expire(rec)
+        if missing:
+            raise MessageNotFoundError(
+                f"no deferred message is available with sequence number(s) {missing}",
+                self.entity,
+                missing,
+            )
+        if delete:
+            for rec in found:
+                del self._main.messages[rec.sequence_number]
+                self._size -= rec.size
+            return found
+        return [self._lock(self._main, rec, now) for rec in found]
+
+    def peek(
+        self, from_sequence_number: int, max_count: int, *, dead_letter: bool = False
+    ) -> list[MessageRecord]:
+        """Up to ``max_count`` messages from ``from_sequence_number`` on, without locking.
+
+        Includes locked, deferred and scheduled messages. Allowed on disabled queues, so an
+        operator can inspect them.
+        """
+        self._begin()
+        store = self._dlq if dead_letter else self._main
+        seqs = [s for s in store.messages if s >= from_sequence_number]
+        if dead_letter:  # the dead-letter store is in dead-lettering order, not sequence order
+            seqs.sort()
+        out = []
+        for seq in seqs[:max_count]:
+            rec = copy.copy(store.messages[seq])
+            rec.lock_token, rec.locked_until = None, 0.0
+            out.append(rec)
+        return out
+
+    # ------------------------------------------------------------------ settling
+
+    def settle(self, ops: Sequence[SettleOp]) -> list[ServiceBusError | None]:
+        """Apply settlements in order; one result per op (``None`` = done, else the error).
+
+        A refused op changes nothing; the others still apply.
+        """
+        self._begin()
+        results: list[ServiceBusError | None] = []
+        for op in ops:
+            try:
+                self._settle_one(op)
+                results.append(None)
+            except ServiceBusError as exc:
+                results.append(exc)
+        return results
+
+    def renew_locks(self, lock_tokens: Sequence[str]) -> list[float | ServiceBusError]:
+        """Extend each lock by the entity's lock duration; new expiry or the error per token.
+
+        Renewal never changes the delivery count.
+        """
+        now = self._begin()
+        out: list[float | ServiceBusError] = []
+        until = now + self._props.lock_duration_s
+        for token in lock_tokens:
+            try:
+                store, seq = self._locked(token)
+            except ServiceBusError as exc:
+                out.append(exc)
+                continue
+            store.messages[seq].locked_until = until
+            heapq.heappush(self._lock_heap, (until, token))
+            out.append(until)
+        return out
+
+    def _settle_one(self, op: SettleOp) -> None:
+        if op.kind not in _SETTLE_KINDS:
+            raise InvalidArgumentError(f"unknown settlement {op.kind!r}", self.entity, "kind")
+        self._check_receive()
+        store, seq = self._locked(op.lock_token)
+        rec = store.messages[seq]
+        if op.properties:
+            check_application_properties(op.properties)
+        if op.kind == DEAD_LETTER and store is self._dlq:
+            raise InvalidArgumentError(
+                "the message is already in the dead-letter sub-queue", self.entity, "message"
+            )
+        for text, what in ((op.reason, "reason"), (op.description, "error_description")):
+            if text is not None and not isinstance(text, str):
+                raise InvalidArgumentError(f"{what} must be a str", self.entity, what)
+        # Validated: apply.
+        if op.properties:
+            rec.application_properties = {**(rec.application_properties or {}), **op.properties}
+        del self._locks[op.lock_token]
+        rec.lock_token, rec.locked_until = None, 0.0
+        if op.kind == COMPLETE:
+            del store.messages[seq]
+            self._size -= rec.size
+        elif op.kind == ABANDON:
+            self._redeliver(store, rec, self._clock.now())
+        elif op.kind == DEAD_LETTER:
+            self._dead_letter(rec, op.reason, op.description)
+        elif op.kind == DEFER:
+            rec.state = DEFERRED
+        else:  # RELEASE: back to the queue without counting a delivery
+            if rec.state == ACTIVE:
+                heapq.heappush(store.available, seq)
+
+    def _locked(self, token: str) -> tuple[_Store, int]:
+        entry = self._locks.get(token)
+        if entry is None:
+            raise MessageLockLostError(
+                "the lock is not valid: it expired, was already used to settle, or was lost",
+                self.entity,
+                token,
+            )
+        return entry
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self) -> bool:
+        """Apply every time-driven change due now; return whether a message became available."""
+        now = self._clock.now()
+        woke = False
+        heap = self._schedule_heap
+        while heap and heap[0][0] <= now:
+            _, seq = heapq.heappop(heap)
+            rec = self._main.messages.get(seq)
+            if rec is None or rec.state != SCHEDULED:
+                continue  # cancelled
+            del self._main.messages[seq]
+            self._scheduled_count -= 1
+            new_seq = self._take_seq()
+            rec.sequence_number = rec.enqueued_sequence_number = new_seq
+            rec.enqueued_time = now
+            rec.expires_at = now + (rec.time_to_live or float("inf"))
+            self._main.messages[new_seq] = rec
+            self._make_active(rec, now)
+            woke = True
+        heap2 = self._lock_heap
+        while heap2 and heap2[0][0] <= now:
+            _, token = heapq.heappop(heap2)
+            entry = self._locks.get(token)
+            if entry is None:
+                continue
+            store, seq = entry
+            rec = store.messages[seq]
+            if rec.locked_until > now:
+                continue  # renewed; a later heap entry covers it
+            del self._locks[token]
+            rec.lock_token, rec.locked_until = None, 0.0
+            woke |= self._redeliver(store, rec, now)
+        heap3 = self._ttl_heap
+        while heap3 and heap3[0][0] <= now:
+            _, seq = heapq.heappop(heap3)
+            rec = self._main.messages.get(seq)
+            if rec is not None and rec.state == ACTIVE and rec.lock_token is None:
+                self._expire(rec)
+        window = self._props.dedup_window_s
+        dedup = self._dedup
+        while dedup:
+            first = next(iter(dedup))
+            if dedup[first][0] + window > now:
+                break
+            del dedup[first]
+        return woke
+
+    def next_deadline(self) -> float | None:
+        """When the next scheduled activation or lock expiry is due (epoch seconds)."""
+        times = [h[0][0] for h in (self._schedule_heap, self._lock_heap) if h]
+        return min(times) if times else None
+
+    def idle_deadline(self) -> float:
+        """When the queue may be deleted for idleness (``inf`` when never)."""
+        return self.accessed_at + self._props.auto_delete_on_idle_s
+
+    def counts(self) -> PartitionCounts:
+        self.tick()
+        return PartitionCounts(
+            active=len(self._main.messages) - self._scheduled_count,
+            dead_letter=len(self._dlq.messages),
+            scheduled=self._scheduled_count,
+            size_in_bytes=self._size,
+            accessed_at=self.accessed_at,
+        )
+
+    # ------------------------------------------------------------------ internals
+
+    def _begin(self) -> float:
+        self.tick()
+        now = self._clock.now()
+        self.accessed_at = now
+        return now
+
+    def _check_receive(self) -> None:
+        status = self._props.status
+        if not status.can_receive:
+            raise MessagingEntityDisabledError(
+                f"the queue is {status.value}; receiving and settling are not allowed",
+                self.entity,
+                status.value,
+            )
+
+    def _take_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    def _lock(self, store: _Store, rec: MessageRecord, now: float) -> MessageRecord:
+        token = str(uuid.uuid4())
+        rec.lock_token = token
+        rec.locked_until = until = now + self._props.lock_duration_s
+        self._locks[token] = (store, rec.sequence_number)
+        heapq.heappush(self._lock_heap, (until, token))
+        return copy.copy(rec)
+
+    def _make_active(self, rec: MessageRecord, now: float) -> None:
+        rec.state = ACTIVE
+        rec.expires_at = rec.enqueued_time + (rec.time_to_live or float("inf"))
+        heapq.heappush(self._main.available, rec.sequence_number)
+        if rec.expires_at != float("inf"):
+            heapq.heappush(self._ttl_heap, (rec.expires_at, rec.sequence_number))
+
+    def _redeliver(self, store: _Store, rec: MessageRecord, now: float) -> bool:
+        """A lock ended without settlement (abandon or expiry): count it, then requeue,
+        dead-letter or expire. Returns whether the message is available again."""
+        rec.delivery_count += 1
+        if store is self._main:
+            if rec.delivery_count >= self._props.max_delivery_count:
+                self._dead_letter(
+                    rec,
+                    MAX_DELIVERY_COUNT_EXCEEDED,
+                    f"Message could not be consumed after {self._props.max_delivery_count} "
+                    "delivery attempts.",
+                )
+                return False
+            if rec.expires_at <= now and rec.state == ACTIVE:
+                self._expire(rec)
+                return False
+        if rec.state == ACTIVE:
+            heapq.heappush(store.available, rec.sequence_number)
+            return True
+        return False
+
+    def _expire(self, rec: MessageRecord) -> None:
+        if self._props.dead_lettering_on_message_expiration:
+            self._dead_letter(rec, TTL_EXPIRED, "The message expired and was dead lettered.")
+        else:
+            del self._main.messages[rec.sequence_number]
+            self._size -= rec.size
+
+    def _dead_letter(self, rec: MessageRecord, reason: str | None, description: str | None) -> None:
+        del self._main.messages[rec.sequence_number]
+        rec.state = ACTIVE
+        rec.dead_letter_reason = reason
+        rec.dead_letter_error_description = description
+        self._dlq.messages[rec.sequence_number] = rec
+        heapq.heappush(self._dlq.available, rec.sequence_number)

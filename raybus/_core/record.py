@@ -1,0 +1,213 @@
+"""The message as the broker stores it, and the AMQP value rules every message must obey.
+
+A ``MessageRecord`` is what crosses from a sender to a partition actor and back to a receiver:
+one flat, slotted object per message, cheap to pickle in batches. The user-facing classes in
+``raybus.message`` wrap it.
+
+The fields map one to one onto the AMQP 1.0 message format (properties section, application
+properties, message annotations), so an AMQP gateway can translate without loss.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..exceptions import InvalidArgumentError, MessageSizeExceededError
+
+__all__ = [
+    "ACTIVE",
+    "DEFERRED",
+    "MAX_ID_LENGTH",
+    "MAX_PROPERTIES_SIZE",
+    "MAX_PROPERTY_SIZE",
+    "SCHEDULED",
+    "MessageRecord",
+    "check_application_properties",
+    "check_body",
+    "encoded_size",
+]
+
+# ServiceBusMessageState values (see raybus.enums).
+ACTIVE, DEFERRED, SCHEDULED = 0, 1, 2
+
+MAX_ID_LENGTH = 128  # message_id, session_id, partition_key (Service Bus limit)
+MAX_PROPERTIES_SIZE = 64 * 1024  # all system + application properties together
+MAX_PROPERTY_SIZE = 32 * 1024  # any single property
+
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # AMQP long .. ulong
+_FIXED_OVERHEAD = 24  # header + section descriptors of the AMQP encoding, approximately
+
+_SIMPLE_TYPES = (type(None), bool, int, float, str, bytes, uuid.UUID, datetime)
+_STRING_FIELDS = (
+    "message_id",
+    "correlation_id",
+    "session_id",
+    "reply_to",
+    "reply_to_session_id",
+    "to",
+    "subject",
+    "content_type",
+    "partition_key",
+)
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    """One message: what the sender set, and what the broker assigned.
+
+    Times are float seconds since the epoch; ``expires_at`` is ``inf`` when the message never
+    expires. ``size`` is the message's encoded size in bytes, computed once at the sender.
+    """
+
+    body: Any = None
+    application_properties: dict[str, Any] | None = None
+    message_id: str | None = None
+    correlation_id: str | None = None
+    session_id: str | None = None
+    reply_to: str | None = None
+    reply_to_session_id: str | None = None
+    to: str | None = None
+    subject: str | None = None
+    content_type: str | None = None
+    partition_key: str | None = None
+    time_to_live: float | None = None
+    scheduled_enqueue_time: float | None = None
+    size: int = 0
+    # Assigned by the broker.
+    sequence_number: int = 0
+    enqueued_sequence_number: int = 0
+    enqueued_time: float = 0.0
+    expires_at: float = float("inf")
+    delivery_count: int = 0
+    state: int = ACTIVE
+    lock_token: str | None = None
+    locked_until: float = 0.0
+    dead_letter_reason: str | None = None
+    dead_letter_error_description: str | None = None
+    dead_letter_source: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _value_size(value: Any, where: str, *, nested: bool) -> int:
+    """Encoded size of one AMQP value; raises ``InvalidArgumentError`` for non-AMQP values."""
+    if value is None or isinstance(value, bool):
+        return 1
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise InvalidArgumentError(
+                f"{where}: integer {value} does not fit a 64-bit AMQP long/ulong",
+                None,
+                where,
+            )
+        return 9
+    if isinstance(value, float):
+        return 9
+    if isinstance(value, str):
+        return 5 + len(value.encode("utf-8"))
+    if isinstance(value, bytes | bytearray | memoryview):
+        return 5 + len(value)
+    if isinstance(value, uuid.UUID):
+        return 17
+    if isinstance(value, datetime):
+        return 9
+    if nested and isinstance(value, list | tuple):
+        return 9 + sum(_value_size(v, f"{where}[{i}]", nested=True) for i, v in enumerate(value))
+    if nested and isinstance(value, dict):
+        total = 9
+        for k, v in value.items():
+            total += _value_size(k, f"{where} key", nested=True)
+            total += _value_size(v, f"{where}[{k!r}]", nested=True)
+        return total
+    kind = "an AMQP primitive" if not nested else "AMQP-encodable"
+    raise InvalidArgumentError(
+        f"{where}: a value of type {type(value).__name__} is not {kind} "
+        f"(allowed: None, bool, int, float, str, bytes, UUID, datetime"
+        f"{', list, dict' if nested else ''})",
+        None,
+        where,
+    )
+
+
+def check_body(body: Any) -> int:
+    """Validate a message body and return its encoded size in bytes."""
+    return _value_size(body, "body", nested=True)
+
+
+def check_application_properties(props: dict[str, Any] | None) -> int:
+    """Validate application properties (string keys, primitive values); return their size."""
+    if props is None:
+        return 0
+    if not isinstance(props, dict):
+        raise InvalidArgumentError(
+            f"application_properties must be a dict, not {type(props).__name__}",
+            None,
+            "application_properties",
+        )
+    total = 0
+    for key, value in props.items():
+        if not isinstance(key, str):
+            raise InvalidArgumentError(
+                f"application_properties: key {key!r} is a {type(key).__name__}, not a str",
+                None,
+                "application_properties",
+            )
+        size = len(key.encode("utf-8")) + _value_size(
+            value, f"application_properties[{key!r}]", nested=False
+        )
+        if size > MAX_PROPERTY_SIZE:
+            raise MessageSizeExceededError(
+                f"application property {key!r} is {size} bytes; one property may have at most "
+                f"{MAX_PROPERTY_SIZE}",
+                None,
+                size,
+                MAX_PROPERTY_SIZE,
+            )
+        total += size
+    return total
+
+
+def check_string_fields(record: MessageRecord) -> int:
+    """Validate the system string properties; return their encoded size."""
+    total = 0
+    for name in _STRING_FIELDS:
+        value = getattr(record, name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise InvalidArgumentError(
+                f"{name} must be a str, not {type(value).__name__}", None, name
+            )
+        if name in ("message_id", "session_id", "partition_key"):
+            if len(value) > MAX_ID_LENGTH:
+                raise InvalidArgumentError(
+                    f"{name} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed",
+                    None,
+                    name,
+                )
+            if name == "message_id" and not value:
+                raise InvalidArgumentError("message_id must not be empty", None, name)
+        total += 5 + len(value.encode("utf-8"))
+    return total
+
+
+def encoded_size(record: MessageRecord) -> int:
+    """Validate a record's contents and return (and store in ``record.size``) its size.
+
+    Raises ``InvalidArgumentError`` for values AMQP cannot carry and
+    ``MessageSizeExceededError`` when the properties exceed Service Bus's 64 KiB header limit.
+    """
+    props = check_string_fields(record) + check_application_properties(
+        record.application_properties
+    )
+    if props > MAX_PROPERTIES_SIZE:
+        raise MessageSizeExceededError(
+            f"message properties take {props} bytes; at most {MAX_PROPERTIES_SIZE} are allowed",
+            None,
+            props,
+            MAX_PROPERTIES_SIZE,
+        )
+    record.size = _FIXED_OVERHEAD + props + check_body(record.body)
+    return record.size

@@ -1,0 +1,97 @@
+"""The namespace registry: which entities exist, their settings and their partition maps.
+
+Plain Python; ``raybus._actors.namespace`` owns one per namespace. Names are case-insensitive
+(stored under their lower-case form, reported as created). Each creation gets a new
+``incarnation`` number, so actors of a deleted queue can never be mistaken for those of a new
+queue with the same name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .._clock import Clock
+from .._models import IMMUTABLE_QUEUE_FIELDS, QueueProperties
+from ..exceptions import (
+    InvalidArgumentError,
+    MessagingEntityAlreadyExistsError,
+    MessagingEntityNotFoundError,
+)
+
+__all__ = ["EntityEntry", "Registry", "partition_actor_name"]
+
+
+def partition_actor_name(namespace: str, entity: str, incarnation: int, partition: int) -> str:
+    """The Ray actor name of one partition (entity names are case-insensitive)."""
+    return f"raybus/{namespace}/queue/{entity.lower()}/{incarnation}/{partition}"
+
+
+@dataclass(frozen=True)
+class EntityEntry:
+    """One entity as registered: settings, times, and the names of its partition actors."""
+
+    properties: QueueProperties
+    incarnation: int
+    created_at: float
+    updated_at: float
+    partitions: tuple[str, ...]
+
+
+class Registry:
+    """Entities of one namespace."""
+
+    def __init__(self, namespace: str, clock: Clock) -> None:
+        self.namespace = namespace
+        self._clock = clock
+        self._entities: dict[str, EntityEntry] = {}
+        self._incarnations = 0
+
+    def create(self, properties: QueueProperties) -> EntityEntry:
+        key = properties.name.lower()
+        if key in self._entities:
+            raise MessagingEntityAlreadyExistsError(
+                f"an entity named {properties.name!r} already exists", properties.name
+            )
+        for target in (properties.forward_to, properties.forward_dead_lettered_messages_to):
+            if target is not None:
+                self.get(target)  # the destination must exist
+        self._incarnations += 1
+        now = self._clock.now()
+        names = tuple(
+            partition_actor_name(self.namespace, properties.name, self._incarnations, p)
+            for p in range(properties.partition_count)
+        )
+        entry = EntityEntry(properties, self._incarnations, now, now, names)
+        self._entities[key] = entry
+        return entry
+
+    def get(self, name: str) -> EntityEntry:
+        try:
+            return self._entities[name.lower()]
+        except (KeyError, AttributeError):
+            raise MessagingEntityNotFoundError(f"no entity named {name!r}", name) from None
+
+    def update(self, properties: QueueProperties) -> EntityEntry:
+        """Replace an entity's settings; fields fixed at creation must not change."""
+        old = self.get(properties.name)
+        for field in IMMUTABLE_QUEUE_FIELDS:
+            if getattr(old.properties, field) != getattr(properties, field):
+                raise InvalidArgumentError(
+                    f"{field} cannot be changed after the queue is created",
+                    properties.name,
+                    field,
+                )
+        # Keep the name as created: a case-different name refers to the same entity.
+        props = dataclasses.replace(properties, name=old.properties.name)
+        entry = dataclasses.replace(old, properties=props, updated_at=self._clock.now())
+        self._entities[props.name.lower()] = entry
+        return entry
+
+    def delete(self, name: str) -> EntityEntry:
+        entry = self.get(name)
+        del self._entities[name.lower()]
+        return entry
+
+    def list(self) -> list[EntityEntry]:
+        return sorted(self._entities.values(), key=lambda e: e.properties.name.lower())

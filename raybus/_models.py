@@ -1,0 +1,239 @@
+"""Entity properties and runtime counters, with Service Bus field names and defaults.
+
+``QueueProperties`` is a validated snapshot: the namespace registry stores it, pushes it to the
+partition actors, and hands copies to clients. It is deliberately *not* frozen, unlike raybus's
+other snapshots: Azure SDK users change a queue by setting fields on the object ``get_queue``
+returned and passing it to ``update_queue``, which validates it again.
+
+Deviations from Service Bus, each because raybus keeps messages in actor memory and is also
+used for tests with short real durations:
+
+* ``lock_duration`` may be as short as 100 ms (Service Bus: 5 s);
+* ``max_size_in_megabytes`` may be anything from 1 MB (Service Bus: 1,024-5,120 MB);
+* ``max_message_size_in_kilobytes`` defaults to 256 KiB (Service Bus Standard) and may be raised
+  to 102,400 KiB (Premium's AMQP limit) on any queue.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta
+from typing import Any
+
+from .enums import EntityStatus
+from .exceptions import InvalidArgumentError
+
+__all__ = [
+    "MAX_DURATION",
+    "QueueProperties",
+    "QueueRuntimeProperties",
+    "validate_entity_name",
+]
+
+# .NET TimeSpan.MaxValue, which Service Bus uses for "never".
+MAX_DURATION = timedelta(days=10675199, seconds=10085, microseconds=477581)
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._\-/]*[A-Za-z0-9])?$")
+_RESERVED_SUFFIXES = ("$deadletterqueue", "$transfer", "$management")
+
+
+def validate_entity_name(name: Any, *, max_length: int = 260, kind: str = "queue") -> str:
+    """Check a queue/topic name as Service Bus does; return it unchanged.
+
+    Letters, digits, ``.``, ``-``, ``_`` and ``/``; starts and ends with a letter or digit; no
+    empty path segment; at most ``max_length`` characters. Names are case-insensitive.
+    """
+    if not isinstance(name, str):
+        raise InvalidArgumentError(
+            f"{kind} name must be a str, not {type(name).__name__}", None, "name"
+        )
+    if not name or len(name) > max_length:
+        raise InvalidArgumentError(
+            f"{kind} name {name!r} must have 1 to {max_length} characters", name, "name"
+        )
+    if not _NAME_RE.match(name) or "//" in name:
+        raise InvalidArgumentError(
+            f"{kind} name {name!r} may contain only letters, digits, '.', '-', '_' and '/', "
+            "and must start and end with a letter or digit",
+            name,
+            "name",
+        )
+    if name.lower().endswith(_RESERVED_SUFFIXES):
+        raise InvalidArgumentError(f"{kind} name {name!r} uses a reserved suffix", name, "name")
+    return name
+
+
+def _seconds(value: Any, what: str) -> float:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise InvalidArgumentError(
+        f"{what} must be a timedelta (or seconds), not {type(value).__name__}", None, what
+    )
+
+
+def _duration(value: Any, what: str) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    return timedelta(seconds=_seconds(value, what))
+
+
+@dataclass
+class QueueProperties:
+    """A queue's settings (``azure.servicebus.management.QueueProperties`` names).
+
+    Durations are ``timedelta`` (numbers are read as seconds); ``MAX_DURATION`` means never.
+    ``requires_session``, ``requires_duplicate_detection`` and ``partition_count`` are fixed at
+    creation.
+    """
+
+    name: str
+    lock_duration: timedelta = timedelta(seconds=60)
+    max_delivery_count: int = 10
+    default_message_time_to_live: timedelta = MAX_DURATION
+    dead_lettering_on_message_expiration: bool = False
+    requires_duplicate_detection: bool = False
+    duplicate_detection_history_time_window: timedelta = timedelta(minutes=10)
+    max_size_in_megabytes: int = 1024
+    max_message_size_in_kilobytes: int = 256
+    status: EntityStatus = EntityStatus.ACTIVE
+    auto_delete_on_idle: timedelta = MAX_DURATION
+    requires_session: bool = False
+    enable_batched_operations: bool = True
+    forward_to: str | None = None
+    forward_dead_lettered_messages_to: str | None = None
+    user_metadata: str | None = None
+    partition_count: int = 1
+
+    def __post_init__(self) -> None:
+        validate_entity_name(self.name)
+        for name in (
+            "lock_duration",
+            "default_message_time_to_live",
+            "duplicate_detection_history_time_window",
+            "auto_delete_on_idle",
+        ):
+            object.__setattr__(self, name, _duration(getattr(self, name), name))
+        try:
+            object.__setattr__(self, "status", EntityStatus(self.status))
+        except ValueError:
+            raise InvalidArgumentError(
+                f"status {self.status!r} is not one of {', '.join(s.value for s in EntityStatus)}",
+                self.name,
+                "status",
+            ) from None
+        lock = self.lock_duration.total_seconds()
+        if not 0.1 <= lock <= 300:
+            raise InvalidArgumentError(
+                f"lock_duration must be between 100 ms and 5 minutes, not {lock} s",
+                self.name,
+                "lock_duration",
+            )
+        _check_int(self, "max_delivery_count", 1, 2**31 - 1)
+        _check_int(self, "max_size_in_megabytes", 1, 80 * 1024)
+        _check_int(self, "max_message_size_in_kilobytes", 1, 102_400)
+        _check_int(self, "partition_count", 1, 1024)
+        if self.default_message_time_to_live.total_seconds() <= 0:
+            raise InvalidArgumentError(
+                "default_message_time_to_live must be positive",
+                self.name,
+                "default_message_time_to_live",
+            )
+        window = self.duplicate_detection_history_time_window.total_seconds()
+        if not 20 <= window <= 7 * 86400:
+            raise InvalidArgumentError(
+                f"duplicate_detection_history_time_window must be between 20 s and 7 days, "
+                f"not {window} s",
+                self.name,
+                "duplicate_detection_history_time_window",
+            )
+        if self.auto_delete_on_idle.total_seconds() < 300:
+            raise InvalidArgumentError(
+                "auto_delete_on_idle must be at least 5 minutes",
+                self.name,
+                "auto_delete_on_idle",
+            )
+        for flag in (
+            "dead_lettering_on_message_expiration",
+            "requires_duplicate_detection",
+            "requires_session",
+            "enable_batched_operations",
+        ):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidArgumentError(f"{flag} must be a bool", self.name, flag)
+
+    # Seconds, for the broker core.
+    @property
+    def lock_duration_s(self) -> float:
+        return self.lock_duration.total_seconds()
+
+    @property
+    def default_ttl_s(self) -> float:
+        ttl = self.default_message_time_to_live
+        return float("inf") if ttl >= MAX_DURATION else ttl.total_seconds()
+
+    @property
+    def dedup_window_s(self) -> float:
+        return self.duplicate_detection_history_time_window.total_seconds()
+
+    @property
+    def auto_delete_on_idle_s(self) -> float:
+        idle = self.auto_delete_on_idle
+        return float("inf") if idle >= MAX_DURATION else idle.total_seconds()
+
+    @property
+    def max_message_size(self) -> int:
+        return self.max_message_size_in_kilobytes * 1024
+
+    @property
+    def max_size(self) -> int:
+        return self.max_size_in_megabytes * 1024 * 1024
+
+    @classmethod
+    def option_names(cls) -> frozenset[str]:
+        """The keyword options ``create_queue`` accepts (every field but ``name``)."""
+        return frozenset(f.name for f in fields(cls) if f.name != "name")
+
+
+IMMUTABLE_QUEUE_FIELDS = ("requires_session", "requires_duplicate_detection", "partition_count")
+
+
+def _check_int(props: QueueProperties, name: str, low: int, high: int) -> None:
+    value = getattr(props, name)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgumentError(
+            f"{name} must be an integer from {low} to {high}, not {value!r}", props.name, name
+        )
+
+
+@dataclass(frozen=True)
+class QueueRuntimeProperties:
+    """A queue's counters at one moment (``get_queue_runtime_properties``).
+
+    Counts may include expired messages the broker has not collected yet, as in Service Bus.
+    ``active_message_count`` includes locked and deferred messages.
+    """
+
+    name: str
+    active_message_count: int = 0
+    dead_letter_message_count: int = 0
+    scheduled_message_count: int = 0
+    transfer_message_count: int = 0
+    transfer_dead_letter_message_count: int = 0
+    size_in_bytes: int = 0
+    created_at_utc: datetime | None = None
+    updated_at_utc: datetime | None = None
+    accessed_at_utc: datetime | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_message_count(self) -> int:
+        return (
+            self.active_message_count
+            + self.dead_letter_message_count
+            + self.scheduled_message_count
+            + self.transfer_message_count
+            + self.transfer_dead_letter_message_count
+        )

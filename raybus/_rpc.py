@@ -1,0 +1,79 @@
+"""The one place that makes remote calls and turns Ray's errors into raybus's.
+
+Sync and async clients both go through ``call``: the sync API runs the same coroutines on a
+background event loop (``raybus._sync``), so they differ only in how they wait.
+
+Error mapping (why each):
+
+* ``RayTaskError`` wrapping a ``ServiceBusError``/``ValueError``: the broker refused the call
+  on purpose; re-raise the broker's own exception, unchanged.
+* ``ActorDiedError``: the actor is gone for good. Partition and registry actors restart forever
+  (``max_restarts=-1``), so a permanent death means the entity was deleted
+  (``MessagingEntityNotFoundError``).
+* ``ActorUnavailableError`` and other ``RayActorError``: the actor is restarting or its node is
+  unreachable; the call may or may not have happened (``ServiceBusConnectionError``, retryable).
+* ``GetTimeoutError``/``asyncio.TimeoutError``: ``OperationTimeoutError``, outcome unknown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import ray
+from ray import exceptions as rex
+
+from .exceptions import (
+    MessageAlreadySettled,
+    MessagingEntityNotFoundError,
+    OperationTimeoutError,
+    ServiceBusConnectionError,
+    ServiceBusError,
+)
+
+__all__ = ["call", "translate"]
+
+_log = logging.getLogger("raybus.rpc")
+
+
+def translate(exc: BaseException, entity: str | None) -> BaseException:
+    """The raybus exception to raise for ``exc`` (raised while calling ``entity``'s actor)."""
+    if isinstance(exc, rex.RayTaskError):
+        cause = exc.cause
+        if isinstance(cause, ServiceBusError | MessageAlreadySettled | ValueError | TypeError):
+            return cause
+        _log.error("internal error in the broker for %s: %r", entity, cause)
+        return ServiceBusError(f"internal broker error: {cause!r}", entity)
+    if isinstance(exc, rex.ActorDiedError):
+        return MessagingEntityNotFoundError("the entity was deleted (its actor is gone)", entity)
+    if isinstance(exc, rex.RayActorError):
+        return ServiceBusConnectionError(f"the broker is unreachable: {exc}", entity)
+    if isinstance(exc, rex.GetTimeoutError | asyncio.TimeoutError | TimeoutError):
+        return OperationTimeoutError("the operation timed out; its outcome is unknown", entity)
+    if isinstance(exc, rex.RaySystemError):
+        return ServiceBusConnectionError(f"Ray system error: {exc}", entity)
+    return exc
+
+
+async def call(entity: str | None, method: Any, *args: Any, timeout: float | None = None) -> Any:
+    """Call ``method.remote(*args)`` and await its result, translating failures.
+
+    If this raises ``ServiceBusConnectionError`` or ``OperationTimeoutError`` the call may have
+    taken effect; callers that retry must be idempotent.
+    """
+    try:
+        ref = method.remote(*args)
+        if timeout is None:
+            return await ref
+        return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
+    except (rex.RayError, asyncio.TimeoutError, TimeoutError) as exc:
+        raise translate(exc, entity) from None
+
+
+def call_sync(entity: str | None, method: Any, *args: Any, timeout: float | None = None) -> Any:
+    """The blocking twin of ``call``, for code outside any event loop (CLI, set-up)."""
+    try:
+        return ray.get(method.remote(*args), timeout=timeout)
+    except (rex.RayError, TimeoutError) as exc:
+        raise translate(exc, entity) from None

@@ -1,0 +1,227 @@
+"""The sync API: thin blocking facades over ``raybus.aio``.
+
+Each method runs the asyncio implementation on raybus's background event loop
+(``raybus._sync``), so the logic, batching and error handling exist once. Objects of one sync
+client may be used from several threads; their calls are serialised through that loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from . import aio
+from ._sync import run
+from .aio._sender import SendInput
+from .enums import ServiceBusReceiveMode, ServiceBusSubQueue
+from .message import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
+
+__all__ = [
+    "AutoLockRenewer",
+    "ServiceBusClient",
+    "ServiceBusReceiver",
+    "ServiceBusSender",
+    "connect",
+]
+
+
+class ServiceBusSender:
+    """Sends messages to one queue (see ``raybus.aio.ServiceBusSender`` for guarantees)."""
+
+    def __init__(self, inner: aio.ServiceBusSender) -> None:
+        self._aio = inner
+        self.entity_path = inner.entity_path
+
+    def send_messages(self, message: SendInput, *, timeout: float | None = None) -> None:
+        run(self._aio.send_messages(message, timeout=timeout))
+
+    def schedule_messages(
+        self,
+        messages: ServiceBusMessage | Iterable[ServiceBusMessage],
+        schedule_time_utc: datetime,
+        *,
+        timeout: float | None = None,
+    ) -> list[int]:
+        return run(self._aio.schedule_messages(messages, schedule_time_utc, timeout=timeout))
+
+    def cancel_scheduled_messages(
+        self, sequence_numbers: int | Iterable[int], *, timeout: float | None = None
+    ) -> None:
+        run(self._aio.cancel_scheduled_messages(sequence_numbers, timeout=timeout))
+
+    def create_message_batch(self, max_size_in_bytes: int | None = None) -> ServiceBusMessageBatch:
+        return run(self._aio.create_message_batch(max_size_in_bytes))
+
+    def close(self) -> None:
+        run(self._aio.close())
+
+    def __enter__(self) -> ServiceBusSender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ServiceBusReceiver:
+    """Receives from one queue (see ``raybus.aio.ServiceBusReceiver`` for guarantees,
+    including when settlement waits for the broker)."""
+
+    def __init__(self, inner: aio.ServiceBusReceiver) -> None:
+        self._aio = inner
+        self.entity_path = inner.entity_path
+
+    def receive_messages(
+        self, max_message_count: int | None = 1, max_wait_time: float | None = None
+    ) -> list[ServiceBusReceivedMessage]:
+        return run(self._aio.receive_messages(max_message_count, max_wait_time))
+
+    def peek_messages(
+        self, max_message_count: int = 1, *, sequence_number: int = 0, timeout: Any = None
+    ) -> list[ServiceBusReceivedMessage]:
+        return run(self._aio.peek_messages(max_message_count, sequence_number=sequence_number))
+
+    def receive_deferred_messages(
+        self, sequence_numbers: int | Iterable[int], *, timeout: Any = None
+    ) -> list[ServiceBusReceivedMessage]:
+        return run(self._aio.receive_deferred_messages(sequence_numbers))
+
+    def complete_message(self, message: ServiceBusReceivedMessage) -> None:
+        run(self._aio.complete_message(message))
+
+    def complete_messages(self, messages: Sequence[ServiceBusReceivedMessage]) -> None:
+        run(self._aio.complete_messages(messages))
+
+    def abandon_message(
+        self,
+        message: ServiceBusReceivedMessage,
+        properties_to_modify: dict[str, Any] | None = None,
+    ) -> None:
+        run(self._aio.abandon_message(message, properties_to_modify))
+
+    def defer_message(
+        self,
+        message: ServiceBusReceivedMessage,
+        properties_to_modify: dict[str, Any] | None = None,
+    ) -> None:
+        run(self._aio.defer_message(message, properties_to_modify))
+
+    def dead_letter_message(
+        self,
+        message: ServiceBusReceivedMessage,
+        reason: str | None = None,
+        error_description: str | None = None,
+        properties_to_modify: dict[str, Any] | None = None,
+    ) -> None:
+        run(self._aio.dead_letter_message(message, reason, error_description, properties_to_modify))
+
+    def renew_message_lock(
+        self, message: ServiceBusReceivedMessage, *, timeout: Any = None
+    ) -> datetime:
+        return run(self._aio.renew_message_lock(message))
+
+    def __iter__(self) -> Iterator[ServiceBusReceivedMessage]:
+        it = self._aio._iterate()
+
+        async def step() -> ServiceBusReceivedMessage:
+            return await it.__anext__()
+
+        while True:
+            try:
+                yield run(step())
+            except StopAsyncIteration:
+                return
+
+    def close(self) -> None:
+        run(self._aio.close())
+
+    def __enter__(self) -> ServiceBusReceiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AutoLockRenewer:
+    """Renews locks of registered messages (see ``raybus.aio.AutoLockRenewer``).
+
+    ``on_lock_renew_failure`` runs on raybus's background loop thread: it must not call the
+    sync raybus API.
+    """
+
+    def __init__(
+        self, max_lock_renewal_duration: float = 300, on_lock_renew_failure: Any = None
+    ) -> None:
+        self._aio = aio.AutoLockRenewer(max_lock_renewal_duration, on_lock_renew_failure)
+
+    def register(
+        self,
+        receiver: ServiceBusReceiver,
+        renewable: ServiceBusReceivedMessage,
+        max_lock_renewal_duration: float | None = None,
+        on_lock_renew_failure: Any = None,
+    ) -> None:
+        async def _register() -> None:
+            self._aio.register(
+                receiver._aio, renewable, max_lock_renewal_duration, on_lock_renew_failure
+            )
+
+        run(_register())
+
+    def close(self, wait: bool = True) -> None:
+        run(self._aio.close())
+
+    def __enter__(self) -> AutoLockRenewer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ServiceBusClient:
+    """Connects to a raybus namespace (see ``raybus.aio.ServiceBusClient``)."""
+
+    def __init__(self, namespace: str = "default", *, address: str | None = None) -> None:
+        self._aio = aio.ServiceBusClient(namespace, address=address)
+        self.namespace = namespace
+
+    def get_queue_sender(self, queue_name: str, **kwargs: Any) -> ServiceBusSender:
+        return ServiceBusSender(self._aio.get_queue_sender(queue_name, **kwargs))
+
+    def get_queue_receiver(
+        self,
+        queue_name: str,
+        *,
+        session_id: Any = None,
+        sub_queue: ServiceBusSubQueue | str | None = None,
+        receive_mode: ServiceBusReceiveMode | str = ServiceBusReceiveMode.PEEK_LOCK,
+        max_wait_time: float | None = None,
+        auto_lock_renewer: AutoLockRenewer | None = None,
+        prefetch_count: int = 0,
+    ) -> ServiceBusReceiver:
+        return ServiceBusReceiver(
+            self._aio.get_queue_receiver(
+                queue_name,
+                session_id=session_id,
+                sub_queue=sub_queue,
+                receive_mode=receive_mode,
+                max_wait_time=max_wait_time,
+                auto_lock_renewer=None if auto_lock_renewer is None else auto_lock_renewer._aio,
+                prefetch_count=prefetch_count,
+            )
+        )
+
+    def close(self) -> None:
+        run(self._aio.close())
+
+    def __enter__(self) -> ServiceBusClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(namespace: str = "default", address: str | None = None) -> ServiceBusClient:
+    """Join the Ray cluster at ``address`` (default: the local one, started if needed) and
+    the raybus ``namespace`` (its registry actor is created if it does not exist yet)."""
+    return ServiceBusClient(namespace, address=address)

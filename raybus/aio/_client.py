@@ -1,0 +1,63 @@
+"""The asyncio ``ServiceBusClient``: the entry point for sending and receiving."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._connection import Connection
+from .._models import validate_entity_name
+from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
+from ._receiver import ServiceBusReceiver
+from ._sender import ServiceBusSender
+
+__all__ = ["ServiceBusClient"]
+
+
+class ServiceBusClient:
+    """Connects to a raybus namespace on a Ray cluster.
+
+    ``namespace`` names the broker (entities of different namespaces are separate);
+    ``address`` is the Ray cluster (default: ``RAYBUS_ADDRESS``/``RAY_ADDRESS``, else the local
+    cluster already running, else an embedded one). Construction joins Ray if this process has
+    not yet (blocking, once).
+    """
+
+    def __init__(self, namespace: str = "default", *, address: str | None = None) -> None:
+        self._conn = Connection(namespace, address)
+        self.namespace = namespace
+
+    def get_queue_sender(self, queue_name: str, **_ignored: Any) -> ServiceBusSender:
+        """A sender for ``queue_name`` (existence is checked on first use)."""
+        return ServiceBusSender(self._conn, validate_entity_name(queue_name))
+
+    def get_queue_receiver(
+        self,
+        queue_name: str,
+        *,
+        session_id: Any = None,
+        sub_queue: ServiceBusSubQueue | str | None = None,
+        receive_mode: ServiceBusReceiveMode | str = ServiceBusReceiveMode.PEEK_LOCK,
+        max_wait_time: float | None = None,
+        auto_lock_renewer: Any = None,
+        prefetch_count: int = 0,
+    ) -> ServiceBusReceiver:
+        """A receiver for ``queue_name`` or its ``sub_queue`` (DEAD_LETTER)."""
+        return ServiceBusReceiver(
+            self._conn,
+            validate_entity_name(queue_name),
+            receive_mode=receive_mode,
+            sub_queue=sub_queue,
+            max_wait_time=max_wait_time,
+            prefetch_count=prefetch_count,
+            session_id=session_id,
+            auto_lock_renewer=auto_lock_renewer,
+        )
+
+    async def close(self) -> None:
+        """Nothing to release: senders and receivers close themselves."""
+
+    async def __aenter__(self) -> ServiceBusClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

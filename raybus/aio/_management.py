@@ -1,0 +1,100 @@
+"""The asyncio ``ServiceBusAdministrationClient``: create, inspect, change, delete queues."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .. import _rpc
+from .._clock import from_timestamp
+from .._connection import Connection
+from .._models import QueueProperties, QueueRuntimeProperties, validate_entity_name
+from ..exceptions import InvalidArgumentError
+
+__all__ = ["ServiceBusAdministrationClient"]
+
+
+class ServiceBusAdministrationClient:
+    """Manages the entities of one namespace (see ``ServiceBusClient`` for the arguments)."""
+
+    def __init__(self, namespace: str = "default", *, address: str | None = None) -> None:
+        self._conn = Connection(namespace, address)
+        self.namespace = namespace
+
+    async def _call(self, entity: str | None, method: str, *args: Any) -> Any:
+        return await _rpc.call(entity, getattr(self._conn.registry, method), *args)
+
+    async def create_queue(self, queue_name: str, **options: Any) -> QueueProperties:
+        """Create a queue; ``options`` are ``QueueProperties`` fields (durations as
+        ``timedelta``). Raises ``MessagingEntityAlreadyExistsError`` if the name is taken."""
+        unknown = set(options) - QueueProperties.option_names()
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown queue option(s): {', '.join(sorted(unknown))}",
+                queue_name,
+                sorted(unknown)[0],
+            )
+        props = QueueProperties(validate_entity_name(queue_name), **options)
+        route = await self._call(queue_name, "create_queue", props)
+        self._conn.forget(queue_name)
+        result: QueueProperties = dataclasses.replace(route.properties)
+        return result
+
+    async def get_queue(self, queue_name: str) -> QueueProperties:
+        route = await self._call(queue_name, "route", validate_entity_name(queue_name))
+        result: QueueProperties = dataclasses.replace(route.properties)
+        return result
+
+    async def update_queue(self, queue: QueueProperties, **options: Any) -> QueueProperties:
+        """Apply changed settings (``queue`` as returned by ``get_queue``, edited; ``options``
+        override fields). Settings fixed at creation raise ``InvalidArgumentError``."""
+        if not isinstance(queue, QueueProperties):
+            raise InvalidArgumentError(
+                "update_queue takes the QueueProperties that get_queue returned", None, "queue"
+            )
+        unknown = set(options) - QueueProperties.option_names()
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown queue option(s): {', '.join(sorted(unknown))}",
+                queue.name,
+                sorted(unknown)[0],
+            )
+        props = dataclasses.replace(queue, **options)  # validates again
+        route = await self._call(queue.name, "update_queue", props)
+        self._conn.forget(queue.name)
+        result: QueueProperties = dataclasses.replace(route.properties)
+        return result
+
+    async def delete_queue(self, queue_name: str) -> None:
+        """Delete a queue and every message in it."""
+        await self._call(queue_name, "delete_queue", validate_entity_name(queue_name))
+        self._conn.forget(queue_name)
+
+    async def list_queues(self) -> list[QueueProperties]:
+        routes = await self._call(None, "list_queues")
+        return [dataclasses.replace(r.properties) for r in routes]
+
+    async def get_queue_runtime_properties(self, queue_name: str) -> QueueRuntimeProperties:
+        route, counts = await self._call(queue_name, "counts", validate_entity_name(queue_name))
+        return QueueRuntimeProperties(
+            name=route.properties.name,
+            active_message_count=sum(c.active for c in counts),
+            dead_letter_message_count=sum(c.dead_letter for c in counts),
+            scheduled_message_count=sum(c.scheduled for c in counts),
+            size_in_bytes=sum(c.size_in_bytes for c in counts),
+            created_at_utc=from_timestamp(route.created_at),
+            updated_at_utc=from_timestamp(route.updated_at),
+            accessed_at_utc=from_timestamp(max(c.accessed_at for c in counts)),
+        )
+
+    async def list_queues_runtime_properties(self) -> list[QueueRuntimeProperties]:
+        return [await self.get_queue_runtime_properties(q.name) for q in await self.list_queues()]
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+    async def __aenter__(self) -> ServiceBusAdministrationClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

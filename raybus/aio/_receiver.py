@@ -1,0 +1,454 @@
+"""The asyncio receiver: batched receive, prefetch, peek, and fast settlement.
+
+Settlement guarantee (the same as Azure's own Python SDK, which does not wait for the
+broker's disposition acknowledgement either): when a message's lock is comfortably valid
+(more than ``min(5 s, lock_duration / 2)`` left by this process's clock) ``complete_message``,
+``abandon_message``, ``defer_message`` and ``dead_letter_message`` hand the settlement to a
+per-partition batcher and return without waiting for the broker. If the broker refuses it (the
+lock was lost, e.g. to an actor restart) the *next* call on this receiver, or ``close()``,
+raises ``SettlementFailedError`` listing the refused messages; they were not settled and will
+be delivered again. A settlement with little lock time left, and ``complete_messages``, wait
+for the broker's answer. Processing must therefore be idempotent (it must be anyway under
+at-least-once delivery).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from .. import _rpc
+from .._clock import from_timestamp
+from .._connection import Connection
+from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
+from .._core.record import MessageRecord, check_application_properties
+from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
+from ..exceptions import (
+    InvalidArgumentError,
+    MessageAlreadySettled,
+    MessageLockLostError,
+    MessagingEntityNotFoundError,
+    ServiceBusError,
+    SettlementFailedError,
+)
+from ..message import ServiceBusReceivedMessage
+
+__all__ = ["ServiceBusReceiver"]
+
+# A receive with no max_wait_time waits in slices of this length, so a deleted queue or a
+# closed receiver is noticed.
+_WAIT_SLICE_S = 30.0
+
+
+def _check_count(value: Any, name: str, entity: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}", entity, name)
+    return value
+
+
+def _check_wait(value: Any, name: str, entity: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise InvalidArgumentError(
+            f"{name} must be a positive number of seconds or None, not {value!r}", entity, name
+        )
+    return float(value)
+
+
+class ServiceBusReceiver:
+    """Receives from one queue (or its dead-letter sub-queue).
+
+    Get one from ``ServiceBusClient.get_queue_receiver``. Not safe to share across event loops;
+    concurrent tasks of one loop may use it (their settlements share actor calls).
+    """
+
+    def __init__(
+        self,
+        connection: Connection,
+        queue_name: str,
+        *,
+        receive_mode: ServiceBusReceiveMode | str = ServiceBusReceiveMode.PEEK_LOCK,
+        sub_queue: ServiceBusSubQueue | str | None = None,
+        max_wait_time: float | None = None,
+        prefetch_count: int = 0,
+        session_id: Any = None,
+        auto_lock_renewer: Any = None,
+    ) -> None:
+        self._conn = connection
+        self.entity_path = queue_name
+        try:
+            self.receive_mode = ServiceBusReceiveMode(receive_mode)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"receive_mode {receive_mode!r} is not PEEK_LOCK or RECEIVE_AND_DELETE",
+                queue_name,
+                "receive_mode",
+            ) from None
+        try:
+            self.sub_queue = None if sub_queue is None else ServiceBusSubQueue(sub_queue)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"sub_queue {sub_queue!r} is not DEAD_LETTER", queue_name, "sub_queue"
+            ) from None
+        if self.sub_queue is ServiceBusSubQueue.TRANSFER_DEAD_LETTER:
+            raise InvalidArgumentError(
+                "the transfer dead-letter sub-queue needs auto-forwarding, which raybus does "
+                "not have yet",
+                queue_name,
+                "sub_queue",
+            )
+        if session_id is not None:
+            raise InvalidArgumentError(
+                "session receivers need a session-enabled queue; sessions are not available "
+                "in this version of raybus",
+                queue_name,
+                "session_id",
+            )
+        self.max_wait_time = _check_wait(max_wait_time, "max_wait_time", queue_name)
+        if (
+            isinstance(prefetch_count, bool)
+            or not isinstance(prefetch_count, int)
+            or (prefetch_count < 0)
+        ):
+            raise InvalidArgumentError(
+                f"prefetch_count must be an int >= 0, not {prefetch_count!r}",
+                queue_name,
+                "prefetch_count",
+            )
+        self.prefetch_count = prefetch_count
+        self._dead_letter = self.sub_queue is ServiceBusSubQueue.DEAD_LETTER
+        self._delete = self.receive_mode is ServiceBusReceiveMode.RECEIVE_AND_DELETE
+        self._buffer: deque[ServiceBusReceivedMessage] = deque()
+        self._peek_cursor = 0
+        self._pending: set[asyncio.Future[None]] = set()
+        self._failures: list[tuple[int | None, str | None, str]] = []
+        self._closed = False
+        self._renewer = auto_lock_renewer
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _actor(self, partition: int = 0) -> tuple[str, Any, float]:
+        """(entity name, partition actor, lock duration in seconds)."""
+        if self._closed:
+            raise InvalidArgumentError("the receiver is closed", self.entity_path, "receiver")
+        route = await self._conn.route(self.entity_path)
+        return route.properties.name, route.partitions[partition], route.properties.lock_duration_s
+
+    async def _call(self, method_name: str, *args: Any, partition: int = 0) -> Any:
+        entity, actor, _ = await self._actor(partition)
+        try:
+            return await _rpc.call(entity, getattr(actor, method_name), *args)
+        except MessagingEntityNotFoundError:
+            self._conn.forget(self.entity_path)
+            raise
+
+    def _raise_failures(self) -> None:
+        if self._failures:
+            failures, self._failures = self._failures, []
+            raise SettlementFailedError(
+                f"{len(failures)} settlement(s) sent without waiting were refused by the "
+                "broker; those messages were not settled and will be delivered again",
+                self.entity_path,
+                failures,
+            )
+
+    def _wrap(self, records: Iterable[MessageRecord], kind: str) -> list[ServiceBusReceivedMessage]:
+        entity = self.entity_path
+        return [ServiceBusReceivedMessage(r, entity=entity, kind=kind) for r in records]
+
+    # ------------------------------------------------------------------ receiving
+
+    async def receive_messages(
+        self, max_message_count: int | None = 1, max_wait_time: float | None = None
+    ) -> list[ServiceBusReceivedMessage]:
+        """Up to ``max_message_count`` messages, waiting up to ``max_wait_time`` seconds (the
+        receiver's default when None; forever when both are None) for the first one.
+
+        Returns as soon as at least one message is there; may return fewer than asked.
+        """
+        self._raise_failures()
+        count = _check_count(
+            1 if max_message_count is None else max_message_count,
+            "max_message_count",
+            self.entity_path,
+        )
+        wait = _check_wait(max_wait_time, "max_wait_time", self.entity_path)
+        if wait is None:
+            wait = self.max_wait_time
+        out = self._from_buffer(count)
+        if out:
+            return out
+        kind = "deleted" if self._delete else "locked"
+        fetch = max(count, self.prefetch_count)
+        deadline = None if wait is None else time.monotonic() + wait
+        while True:
+            slice_s = _WAIT_SLICE_S if deadline is None else max(0.0, deadline - time.monotonic())
+            slice_s = min(slice_s, _WAIT_SLICE_S)
+            records = await self._call("receive", fetch, slice_s, self._dead_letter, self._delete)
+            if records or (deadline is not None and time.monotonic() >= deadline):
+                break
+        got = self._wrap(records, kind)
+        out, extra = got[:count], got[count:]
+        self._buffer.extend(extra)
+        if self._renewer is not None and not self._delete:
+            for msg in out:
+                self._renewer.register(self, msg)
+        return out
+
+    def _from_buffer(self, count: int) -> list[ServiceBusReceivedMessage]:
+        out: list[ServiceBusReceivedMessage] = []
+        now = time.time()
+        while self._buffer and len(out) < count:
+            msg = self._buffer.popleft()
+            # A prefetched message whose lock ran out is already back in the queue: skip it.
+            if msg._kind == "locked" and msg._record.locked_until <= now:
+                continue
+            out.append(msg)
+        if out and self._renewer is not None and not self._delete:
+            for msg in out:
+                self._renewer.register(self, msg)
+        return out
+
+    async def peek_messages(
+        self, max_message_count: int = 1, *, sequence_number: int = 0, timeout: Any = None
+    ) -> list[ServiceBusReceivedMessage]:
+        """Up to ``max_message_count`` messages without locking them, from ``sequence_number``
+        on (default: after the last one this receiver peeked). Includes locked, deferred and
+        scheduled messages; peeked messages cannot be settled."""
+        self._raise_failures()
+        count = _check_count(max_message_count, "max_message_count", self.entity_path)
+        if (
+            isinstance(sequence_number, bool)
+            or not isinstance(sequence_number, int)
+            or (sequence_number < 0)
+        ):
+            raise InvalidArgumentError(
+                f"sequence_number must be an int >= 0, not {sequence_number!r}",
+                self.entity_path,
+                "sequence_number",
+            )
+        start = sequence_number or self._peek_cursor
+        records = await self._call("peek", start, count, self._dead_letter)
+        if records:
+            self._peek_cursor = records[-1].sequence_number + 1
+        return self._wrap(records, "peeked")
+
+    async def receive_deferred_messages(
+        self, sequence_numbers: int | Iterable[int], *, timeout: Any = None
+    ) -> list[ServiceBusReceivedMessage]:
+        """Receive deferred messages by sequence number (all or none: ``MessageNotFoundError``
+        names the missing ones)."""
+        self._raise_failures()
+        seqs = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
+        if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seqs):
+            raise InvalidArgumentError(
+                f"sequence numbers must be non-negative ints: {seqs!r}",
+                self.entity_path,
+                "sequence_numbers",
+            )
+        if not seqs:
+            return []
+        records = await self._call("receive_deferred", seqs, self._delete)
+        return self._wrap(records, "deleted" if self._delete else "locked")
+
+    def __aiter__(self) -> AsyncIterator[ServiceBusReceivedMessage]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[ServiceBusReceivedMessage]:
+        """Yield messages until none arrives within ``max_wait_time`` (forever when None)."""
+        while True:
+            batch = await self.receive_messages(max(1, self.prefetch_count))
+            if not batch:
+                return
+            for msg in batch:
+                yield msg
+
+    # ------------------------------------------------------------------ settling
+
+    def _settle_op(self, message: ServiceBusReceivedMessage, op: SettleOp) -> SettleOp:
+        if not isinstance(message, ServiceBusReceivedMessage):
+            raise InvalidArgumentError(
+                f"settle a ServiceBusReceivedMessage, not {type(message).__name__}",
+                self.entity_path,
+                "message",
+            )
+        if message._entity.lower() != self.entity_path.lower():
+            raise InvalidArgumentError(
+                f"the message came from {message._entity!r}, not from this receiver's queue",
+                self.entity_path,
+                "message",
+            )
+        if message._kind == "peeked":
+            raise MessageAlreadySettled("a peeked message cannot be settled")
+        if message._kind == "deleted":
+            raise MessageAlreadySettled(
+                "a message received in RECEIVE_AND_DELETE mode is already settled"
+            )
+        if message._settled:
+            raise MessageAlreadySettled()
+        if op.properties is not None:
+            check_application_properties(op.properties)
+        if message._record.locked_until <= time.time():
+            raise MessageLockLostError(
+                "the message's lock has expired; it is being delivered again",
+                self.entity_path,
+                message._record.lock_token,
+                message.sequence_number,
+            )
+        return op
+
+    async def _settle(self, message: ServiceBusReceivedMessage, op: SettleOp) -> None:
+        self._raise_failures()
+        self._settle_op(message, op)
+        entity, actor, lock_s = await self._actor(message.partition_id)
+        fut = self._conn.settler(entity, actor).submit(op)
+        message._settled = True
+        margin = min(5.0, lock_s / 2)
+        if message._record.locked_until - time.time() > margin:
+            self._pending.add(fut)
+            fut.add_done_callback(functools.partial(self._settled_later, message=message))
+            return
+        try:
+            await fut
+        except BaseException:
+            message._settled = False  # not settled: the broker left the message as it was
+            raise
+
+    def _settled_later(
+        self, fut: asyncio.Future[None], *, message: ServiceBusReceivedMessage
+    ) -> None:
+        self._pending.discard(fut)
+        if fut.cancelled():
+            self._failures.append((message.sequence_number, message.lock_token, "cancelled"))
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self._failures.append((message.sequence_number, message.lock_token, str(exc)))
+
+    async def complete_message(self, message: ServiceBusReceivedMessage) -> None:
+        """Remove the message from the queue (see the module's settlement guarantee)."""
+        await self._settle(message, SettleOp(COMPLETE, message.lock_token or ""))
+
+    async def abandon_message(
+        self,
+        message: ServiceBusReceivedMessage,
+        properties_to_modify: dict[str, Any] | None = None,
+    ) -> None:
+        """Release the lock now; the message comes again with ``delivery_count + 1``.
+
+        ``properties_to_modify`` (a raybus and .NET/Java extension) is merged into the
+        message's application properties.
+        """
+        await self._settle(
+            message, SettleOp(ABANDON, message.lock_token or "", properties_to_modify)
+        )
+
+    async def defer_message(
+        self,
+        message: ServiceBusReceivedMessage,
+        properties_to_modify: dict[str, Any] | None = None,
+    ) -> None:
+        """Set the message aside; fetch it later with ``receive_deferred_messages``."""
+        await self._settle(message, SettleOp(DEFER, message.lock_token or "", properties_to_modify))
+
+    async def dead_letter_message(
+        self,
+        message: ServiceBusReceivedMessage,
+        reason: str | None = None,
+        error_description: str | None = None,
+        properties_to_modify: dict[str, Any] | None = None,
+    ) -> None:
+        """Move the message to the dead-letter sub-queue with ``reason``/``error_description``."""
+        for value, name in ((reason, "reason"), (error_description, "error_description")):
+            if value is not None and not isinstance(value, str):
+                raise InvalidArgumentError(f"{name} must be a str", self.entity_path, name)
+        await self._settle(
+            message,
+            SettleOp(
+                DEAD_LETTER,
+                message.lock_token or "",
+                properties_to_modify,
+                reason,
+                error_description,
+            ),
+        )
+
+    async def complete_messages(self, messages: Sequence[ServiceBusReceivedMessage]) -> None:
+        """Complete many messages in one broker call per partition, waiting for the answer.
+
+        Raises ``SettlementFailedError`` listing the messages the broker refused; the others
+        are completed. A raybus extension.
+        """
+        self._raise_failures()
+        by_partition: dict[int, list[tuple[ServiceBusReceivedMessage, SettleOp]]] = {}
+        for msg in messages:
+            op = self._settle_op(msg, SettleOp(COMPLETE, msg.lock_token or ""))
+            by_partition.setdefault(msg.partition_id, []).append((msg, op))
+        failures: list[tuple[int | None, str | None, str]] = []
+        for pid, items in by_partition.items():
+            entity, actor, _ = await self._actor(pid)
+            for msg, _op in items:
+                msg._settled = True
+            results = await _rpc.call(entity, actor.settle, [op for _, op in items])
+            for (msg, _op), err in zip(items, results, strict=True):
+                if err is not None:
+                    failures.append((msg.sequence_number, msg.lock_token, str(err)))
+        if failures:
+            raise SettlementFailedError(
+                f"{len(failures)} of {len(messages)} completions were refused",
+                self.entity_path,
+                failures,
+            )
+
+    async def renew_message_lock(
+        self, message: ServiceBusReceivedMessage, *, timeout: Any = None
+    ) -> datetime:
+        """Extend the message's lock by the queue's lock duration; returns the new expiry."""
+        self._raise_failures()
+        self._settle_op(message, SettleOp(COMPLETE, message.lock_token or ""))
+        (result,) = await self._call(
+            "renew_locks", [message.lock_token], partition=message.partition_id
+        )
+        if isinstance(result, ServiceBusError):
+            raise result
+        message._record.locked_until = result
+        expiry = from_timestamp(result)
+        assert expiry is not None
+        return expiry
+
+    # ------------------------------------------------------------------ closing
+
+    async def close(self) -> None:
+        """Release prefetched messages at once, wait for pending settlements, and raise
+        ``SettlementFailedError`` if the broker refused any of them."""
+        if self._closed:
+            return
+        buffered = [m for m in self._buffer if m._kind == "locked"]
+        self._buffer.clear()
+        if buffered:
+            try:
+                by_partition: dict[int, list[SettleOp]] = {}
+                for m in buffered:
+                    by_partition.setdefault(m.partition_id, []).append(
+                        SettleOp(RELEASE, m._record.lock_token or "")
+                    )
+                for pid, ops in by_partition.items():
+                    await self._call("settle", ops, partition=pid)
+            except ServiceBusError:
+                pass  # their locks will expire and release them anyway
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        self._closed = True
+        self._raise_failures()
+
+    async def __aenter__(self) -> ServiceBusReceiver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

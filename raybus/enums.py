@@ -1,0 +1,63 @@
+"""Enumerations with the azure-servicebus names and values."""
+
+from __future__ import annotations
+
+from enum import Enum, IntEnum
+
+__all__ = [
+    "NEXT_AVAILABLE_SESSION",
+    "EntityStatus",
+    "ServiceBusMessageState",
+    "ServiceBusReceiveMode",
+    "ServiceBusSessionFilter",
+    "ServiceBusSubQueue",
+]
+
+
+class ServiceBusReceiveMode(str, Enum):
+    """PEEK_LOCK (at-least-once, settle explicitly) or RECEIVE_AND_DELETE (at-most-once)."""
+
+    PEEK_LOCK = "peeklock"
+    RECEIVE_AND_DELETE = "receiveanddelete"
+
+
+class ServiceBusSubQueue(str, Enum):
+    """The sub-queues of a queue or subscription."""
+
+    DEAD_LETTER = "deadletter"
+    TRANSFER_DEAD_LETTER = "transferdeadletter"
+
+
+class ServiceBusMessageState(IntEnum):
+    """Where a message stands, as ``peek_messages`` shows it."""
+
+    ACTIVE = 0
+    DEFERRED = 1
+    SCHEDULED = 2
+
+
+class ServiceBusSessionFilter(Enum):
+    """Pass ``NEXT_AVAILABLE_SESSION`` as ``session_id`` to accept whichever session is free."""
+
+    NEXT_AVAILABLE = 0
+
+
+NEXT_AVAILABLE_SESSION = ServiceBusSessionFilter.NEXT_AVAILABLE
+
+
+class EntityStatus(str, Enum):
+    """An entity's status. Messages are kept in every status; operations the status forbids
+    raise ``MessagingEntityDisabledError``."""
+
+    ACTIVE = "Active"
+    DISABLED = "Disabled"
+    SEND_DISABLED = "SendDisabled"
+    RECEIVE_DISABLED = "ReceiveDisabled"
+
+    @property
+    def can_send(self) -> bool:
+        return self in (EntityStatus.ACTIVE, EntityStatus.RECEIVE_DISABLED)
+
+    @property
+    def can_receive(self) -> bool:
+        return self in (EntityStatus.ACTIVE, EntityStatus.SEND_DISABLED)

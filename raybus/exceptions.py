@@ -1,0 +1,239 @@
+"""The errors raybus raises, with the names azure-servicebus users already catch.
+
+Every class here:
+
+* pickles, so it crosses from a partition actor to the client unchanged (constructor
+  arguments are passed positionally to ``super().__init__`` and rebuilt from ``self.args``);
+* carries structured fields (entity path, lock token, sequence number) besides its text;
+* has a class-level ``retryable`` flag: ``True`` means the same call may succeed if repeated
+  later (after a back-off), ``False`` means repeating it unchanged will fail again.
+
+No Ray exception escapes a public raybus method: the one place that makes remote calls
+(``raybus._rpc``) translates them into these classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AutoLockRenewFailed",
+    "AutoLockRenewTimeout",
+    "InvalidArgumentError",
+    "MessageAlreadySettled",
+    "MessageLockLostError",
+    "MessageNotFoundError",
+    "MessageSizeExceededError",
+    "MessagingEntityAlreadyExistsError",
+    "MessagingEntityDisabledError",
+    "MessagingEntityNotFoundError",
+    "OperationTimeoutError",
+    "ServiceBusConnectionError",
+    "ServiceBusError",
+    "ServiceBusQuotaExceededError",
+    "ServiceBusServerBusyError",
+    "SessionCannotBeLockedError",
+    "SessionLockLostError",
+    "SettlementFailedError",
+]
+
+
+class ServiceBusError(Exception):
+    """Base of every raybus error.
+
+    ``message`` is the human text; ``entity`` names the queue (or other entity) involved when
+    there is one. Catch this to handle any broker failure; check ``retryable`` to decide
+    whether to try again.
+    """
+
+    retryable: bool = False
+
+    def __init__(self, message: str, entity: str | None = None, *args: Any) -> None:
+        super().__init__(message, entity, *args)
+        self.message = message
+        self.entity = entity
+
+    def __str__(self) -> str:
+        if self.entity:
+            return f"{self.message} (entity: {self.entity})"
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuild from the positional arguments so subclasses with extra fields survive pickling
+        # across actor boundaries without keyword-only constructors.
+        return (type(self), self.args)
+
+
+class InvalidArgumentError(ServiceBusError, ValueError):
+    """An argument is out of range or of the wrong type; ``argument`` names it.
+
+    Nothing was sent or stored. Fix the argument; retrying unchanged fails again.
+    """
+
+    def __init__(self, message: str, entity: str | None = None, argument: str | None = None):
+        super().__init__(message, entity, argument)
+        self.argument = argument
+
+
+class ServiceBusConnectionError(ServiceBusError):
+    """The broker could not be reached (an actor is restarting or its node is gone).
+
+    The operation may or may not have taken effect. Retry after a short back-off; make the
+    processing idempotent.
+    """
+
+    retryable = True
+
+
+class ServiceBusServerBusyError(ServiceBusError):
+    """The broker is overloaded. Retry after a back-off of a few seconds."""
+
+    retryable = True
+
+
+class OperationTimeoutError(ServiceBusError):
+    """The operation did not finish in time; its outcome is unknown.
+
+    Retry it; sends are safe to retry with duplicate detection on, settlements are idempotent
+    on the lock token.
+    """
+
+    retryable = True
+
+
+class MessageSizeExceededError(ServiceBusError, ValueError):
+    """A message (or batch) is larger than the entity allows. Nothing was stored.
+
+    ``size`` is the size in bytes, ``max_size`` the limit. Send smaller messages, split the
+    batch, or raise the entity's ``max_message_size_in_kilobytes``.
+    """
+
+    def __init__(
+        self, message: str, entity: str | None = None, size: int = 0, max_size: int = 0
+    ) -> None:
+        super().__init__(message, entity, size, max_size)
+        self.size = size
+        self.max_size = max_size
+
+
+class MessageAlreadySettled(ValueError):
+    """The message was already settled by this receiver, was only peeked, or was received
+    in RECEIVE_AND_DELETE mode. Nothing was sent to the broker; do not settle it again.
+    """
+
+    retryable = False
+
+    def __init__(self, message: str = "The message has already been settled.", *args: Any):
+        super().__init__(message, *args)
+        self.message = message
+
+
+class MessageLockLostError(ServiceBusError):
+    """The message's lock expired or was lost (it may already be delivered to another receiver).
+
+    The settlement did not happen and the message was not changed by it. Process idempotently:
+    the message will be (or already was) delivered again. Shorten processing, renew the lock,
+    or raise the entity's ``lock_duration``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        entity: str | None = None,
+        lock_token: str | None = None,
+        sequence_number: int | None = None,
+    ) -> None:
+        super().__init__(message, entity, lock_token, sequence_number)
+        self.lock_token = lock_token
+        self.sequence_number = sequence_number
+
+
+class SettlementFailedError(MessageLockLostError):
+    """A settlement that the client sent without waiting was refused by the broker.
+
+    raybus settles messages whose lock is comfortably valid without waiting for the broker's
+    answer; when the broker refuses one (its lock was lost, e.g. to an actor restart) the next
+    call on the same receiver, or its ``close()``, raises this. ``failures`` lists the
+    (sequence number, lock token, reason) of each refused settlement. The messages were not
+    settled and will be delivered again.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        entity: str | None = None,
+        failures: list[tuple[int | None, str | None, str]] | None = None,
+    ) -> None:
+        first = failures[0] if failures else (None, None, "")
+        super().__init__(message, entity, first[1], first[0])
+        self.args = (message, entity, failures)
+        self.failures = list(failures or [])
+
+
+class SessionLockLostError(ServiceBusError):
+    """The session lock expired or was lost; no message of the session can be settled any
+    more through this receiver. Open a new session receiver."""
+
+
+class SessionCannotBeLockedError(ServiceBusError):
+    """Another receiver holds the session. Retry later or pick another session."""
+
+    retryable = True
+
+
+class MessageNotFoundError(ServiceBusError):
+    """No message has that sequence number (it was completed, expired or never existed).
+
+    ``sequence_numbers`` lists the ones not found. Nothing was locked or received by the call.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        entity: str | None = None,
+        sequence_numbers: list[int] | None = None,
+    ) -> None:
+        super().__init__(message, entity, sequence_numbers)
+        self.sequence_numbers = list(sequence_numbers or [])
+
+
+class MessagingEntityNotFoundError(ServiceBusError):
+    """The queue (or topic, subscription) does not exist, or was deleted. Create it first."""
+
+
+class MessagingEntityDisabledError(ServiceBusError):
+    """The entity's status forbids this operation (Disabled, SendDisabled or ReceiveDisabled).
+
+    Its messages are kept. Retry once an administrator has set the status back to Active.
+    """
+
+    retryable = True
+
+    def __init__(self, message: str, entity: str | None = None, status: str | None = None):
+        super().__init__(message, entity, status)
+        self.status = status
+
+
+class MessagingEntityAlreadyExistsError(ServiceBusError):
+    """An entity with that name (names are case-insensitive) already exists. Use it, or
+    delete it first."""
+
+
+class ServiceBusQuotaExceededError(ServiceBusError):
+    """The entity is full (``max_size_in_megabytes``) or another quota was hit. Nothing was
+    stored. Receive and settle messages to make room, or raise the quota."""
+
+    def __init__(
+        self, message: str, entity: str | None = None, size: int = 0, max_size: int = 0
+    ) -> None:
+        super().__init__(message, entity, size, max_size)
+        self.size = size
+        self.max_size = max_size
+
+
+class AutoLockRenewFailed(ServiceBusError):
+    """Automatic lock renewal failed; the lock will expire. Stop processing the message."""
+
+
+class AutoLockRenewTimeout(ServiceBusError):
+    """Automatic lock renewal stopped because ``max_lock_renewal_duration`` elapsed."""

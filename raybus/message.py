@@ -1,0 +1,255 @@
+"""Messages: what a sender builds, what a receiver gets, and send batches.
+
+``ServiceBusMessage`` validates at construction (AMQP types, id lengths, property sizes) and
+again when sent, so a message changed after construction cannot slip past the rules. Its fields
+map one to one onto the AMQP 1.0 message format.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ._clock import from_timestamp, to_timestamp
+from ._core.record import MessageRecord, encoded_size
+from .enums import ServiceBusMessageState
+from .exceptions import InvalidArgumentError, MessageSizeExceededError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["ServiceBusMessage", "ServiceBusMessageBatch", "ServiceBusReceivedMessage"]
+
+_FIELDS = (
+    "message_id",
+    "correlation_id",
+    "session_id",
+    "reply_to",
+    "reply_to_session_id",
+    "to",
+    "subject",
+    "content_type",
+    "partition_key",
+)
+
+
+class ServiceBusMessage:
+    """A message to send.
+
+    ``body`` is ``bytes``, ``str`` or any AMQP-encodable value (None, bool, int, float, str,
+    bytes, UUID, datetime, and lists/dicts of those). ``application_properties`` values must be
+    AMQP primitives (no lists or dicts). ``time_to_live`` is capped by the entity's default;
+    ``scheduled_enqueue_time_utc`` makes it a scheduled message. Raises
+    ``InvalidArgumentError`` (a ``ValueError``) naming the bad field.
+    """
+
+    def __init__(
+        self,
+        body: Any,
+        *,
+        application_properties: dict[str, Any] | None = None,
+        message_id: str | None = None,
+        correlation_id: str | None = None,
+        session_id: str | None = None,
+        reply_to: str | None = None,
+        reply_to_session_id: str | None = None,
+        to: str | None = None,
+        subject: str | None = None,
+        content_type: str | None = None,
+        time_to_live: timedelta | None = None,
+        scheduled_enqueue_time_utc: datetime | None = None,
+        partition_key: str | None = None,
+    ) -> None:
+        self.body = body
+        self.application_properties = application_properties
+        self.message_id = message_id
+        self.correlation_id = correlation_id
+        self.session_id = session_id
+        self.reply_to = reply_to
+        self.reply_to_session_id = reply_to_session_id
+        self.to = to
+        self.subject = subject
+        self.content_type = content_type
+        self.time_to_live = time_to_live
+        self.scheduled_enqueue_time_utc = scheduled_enqueue_time_utc
+        self.partition_key = partition_key
+        self._to_record()  # validate now: bad input fails where it was written
+
+    def _to_record(self) -> MessageRecord:
+        """Validate and convert to the broker's record (size computed)."""
+        ttl = self.time_to_live
+        if ttl is not None:
+            if not isinstance(ttl, timedelta):
+                raise InvalidArgumentError(
+                    f"time_to_live must be a timedelta, not {type(ttl).__name__}",
+                    None,
+                    "time_to_live",
+                )
+            if ttl.total_seconds() <= 0:
+                raise InvalidArgumentError(
+                    f"time_to_live must be positive, not {ttl}", None, "time_to_live"
+                )
+        at = self.scheduled_enqueue_time_utc
+        if at is not None and not isinstance(at, datetime):
+            raise InvalidArgumentError(
+                "scheduled_enqueue_time_utc must be a datetime", None, "scheduled_enqueue_time_utc"
+            )
+        props = self.application_properties
+        if props is not None and isinstance(props, dict):
+            props = dict(props)  # the broker must not share the caller's dict
+        body = self.body
+        if isinstance(body, bytearray | memoryview):
+            body = bytes(body)
+        rec = MessageRecord(
+            body=body,
+            application_properties=props,
+            message_id=self.message_id,
+            correlation_id=self.correlation_id,
+            session_id=self.session_id,
+            reply_to=self.reply_to,
+            reply_to_session_id=self.reply_to_session_id,
+            to=self.to,
+            subject=self.subject,
+            content_type=self.content_type,
+            partition_key=self.partition_key,
+            time_to_live=None if ttl is None else ttl.total_seconds(),
+            scheduled_enqueue_time=None if at is None else to_timestamp(at),
+        )
+        encoded_size(rec)
+        return rec
+
+    @property
+    def size_in_bytes(self) -> int:
+        """The message's encoded size, as counted against size limits."""
+        return self._to_record().size
+
+    def __str__(self) -> str:
+        body = self.body
+        if isinstance(body, bytes):
+            return body.decode("utf-8", errors="replace")
+        return str(body)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(message_id={self.message_id!r}, body={self.body!r:.60})"
+
+
+class ServiceBusReceivedMessage(ServiceBusMessage):
+    """A message as received (or peeked), with the broker's properties. Settle it through the
+    receiver that received it."""
+
+    def __init__(self, record: MessageRecord, *, entity: str, kind: str) -> None:
+        # Not calling super().__init__: the broker already validated this message.
+        self._record = record
+        self._entity = entity
+        # kind: "locked" (peek-lock), "deleted" (receive-and-delete) or "peeked".
+        self._kind = kind
+        self._settled = kind != "locked"
+        self.auto_renew_error: BaseException | None = None
+        self.body = record.body
+        self.application_properties = record.application_properties
+        for name in _FIELDS:
+            setattr(self, name, getattr(record, name))
+        ttl = record.time_to_live
+        self.time_to_live = None if ttl is None or ttl == float("inf") else timedelta(seconds=ttl)
+        self.scheduled_enqueue_time_utc = from_timestamp(record.scheduled_enqueue_time)
+
+    @property
+    def sequence_number(self) -> int:
+        return self._record.sequence_number
+
+    @property
+    def enqueued_sequence_number(self) -> int:
+        return self._record.enqueued_sequence_number
+
+    @property
+    def enqueued_time_utc(self) -> datetime | None:
+        return from_timestamp(self._record.enqueued_time)
+
+    @property
+    def delivery_count(self) -> int:
+        """Earlier deliveries that ended without settlement (0 on the first delivery)."""
+        return self._record.delivery_count
+
+    @property
+    def lock_token(self) -> str | None:
+        return self._record.lock_token if self._kind == "locked" else None
+
+    @property
+    def locked_until_utc(self) -> datetime | None:
+        if self._kind != "locked":
+            return None
+        return from_timestamp(self._record.locked_until)
+
+    @property
+    def expires_at_utc(self) -> datetime | None:
+        return from_timestamp(self._record.expires_at)
+
+    @property
+    def dead_letter_reason(self) -> str | None:
+        return self._record.dead_letter_reason
+
+    @property
+    def dead_letter_error_description(self) -> str | None:
+        return self._record.dead_letter_error_description
+
+    @property
+    def dead_letter_source(self) -> str | None:
+        return self._record.dead_letter_source
+
+    @property
+    def state(self) -> ServiceBusMessageState:
+        return ServiceBusMessageState(self._record.state)
+
+    @property
+    def partition_id(self) -> int:
+        """The partition that holds the message (top 16 bits of the sequence number)."""
+        return self._record.sequence_number >> 48
+
+    def __repr__(self) -> str:
+        return (
+            f"ServiceBusReceivedMessage(sequence_number={self.sequence_number}, "
+            f"message_id={self.message_id!r}, delivery_count={self.delivery_count}, "
+            f"body={self.body!r:.60})"
+        )
+
+
+class ServiceBusMessageBatch:
+    """Messages that are sent together, all or nothing, within a size limit.
+
+    Create with ``sender.create_message_batch()``; ``add_message`` raises
+    ``MessageSizeExceededError`` when the message would not fit (the batch is unchanged).
+    """
+
+    def __init__(self, max_size_in_bytes: int) -> None:
+        self.max_size_in_bytes = max_size_in_bytes
+        self._records: list[MessageRecord] = []
+        self._size = 0
+
+    def add_message(self, message: ServiceBusMessage) -> None:
+        if not isinstance(message, ServiceBusMessage):
+            raise InvalidArgumentError(
+                f"a batch holds ServiceBusMessage objects, not {type(message).__name__}",
+                None,
+                "message",
+            )
+        rec = message._to_record()
+        if self._size + rec.size > self.max_size_in_bytes:
+            raise MessageSizeExceededError(
+                f"the message ({rec.size} bytes) does not fit the batch "
+                f"({self._size} of {self.max_size_in_bytes} bytes used)",
+                None,
+                self._size + rec.size,
+                self.max_size_in_bytes,
+            )
+        self._records.append(rec)
+        self._size += rec.size
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._size
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[MessageRecord]:
+        return iter(self._records)
