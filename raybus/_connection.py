@@ -20,7 +20,7 @@ from . import _rpc
 from ._actors.namespace import Route, namespace_actor
 from ._batching import Coalescer
 from ._core.partition import SettleOp
-from ._core.record import MessageRecord
+from ._core.record import MessageRecord, to_wire
 from .exceptions import ServiceBusError
 
 __all__ = ["Connection", "ensure_ray"]
@@ -87,6 +87,10 @@ class Connection:
             self._routes[key] = route
         return route
 
+    def cached_route(self, name: str) -> Route | None:
+        """The route if already resolved (safe to call from any thread)."""
+        return self._routes.get(name.lower())
+
     def forget(self, name: str) -> None:
         self._routes.pop(name.lower(), None)
 
@@ -100,7 +104,7 @@ class Connection:
                 groups: list[Sequence[MessageRecord]],
             ) -> list[list[int] | ServiceBusError]:
                 result: list[list[int] | ServiceBusError] = await _rpc.call(
-                    entity, actor.send_groups, groups
+                    entity, actor.send_groups, [to_wire(g) for g in groups]
                 )
                 return result
 
@@ -114,7 +118,9 @@ class Connection:
         if co is None:
 
             async def dispatch(ops: list[SettleOp]) -> list[ServiceBusError | None]:
-                result: list[ServiceBusError | None] = await _rpc.call(entity, actor.settle, ops)
+                result: list[ServiceBusError | None] = await _rpc.call(
+                    entity, actor.settle, [op.to_wire() for op in ops]
+                )
                 return result
 
             co = self._settlers[key] = Coalescer(dispatch)

@@ -15,7 +15,7 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-__all__ = ["run", "submit"]
+__all__ = ["loop", "run", "submit"]
 
 T = TypeVar("T")
 
@@ -43,6 +43,11 @@ def _get_loop() -> asyncio.AbstractEventLoop:
             started.wait()
             _loop, _thread = loop, thread
     return _loop
+
+
+def loop() -> asyncio.AbstractEventLoop:
+    """The background loop (started on first use)."""
+    return _get_loop()
 
 
 def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:

@@ -7,11 +7,12 @@ client may be used from several threads; their calls are serialised through that
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from . import aio
+from . import _sync, aio
+from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ._sync import run
 from .aio._sender import SendInput
 from .enums import ServiceBusReceiveMode, ServiceBusSubQueue
@@ -79,15 +80,34 @@ class ServiceBusReceiver:
     def peek_messages(
         self, max_message_count: int = 1, *, sequence_number: int = 0, timeout: Any = None
     ) -> list[ServiceBusReceivedMessage]:
-        return run(self._aio.peek_messages(max_message_count, sequence_number=sequence_number))
+        return run(
+            self._aio.peek_messages(
+                max_message_count, sequence_number=sequence_number, timeout=timeout
+            )
+        )
 
     def receive_deferred_messages(
         self, sequence_numbers: int | Iterable[int], *, timeout: Any = None
     ) -> list[ServiceBusReceivedMessage]:
-        return run(self._aio.receive_deferred_messages(sequence_numbers))
+        return run(self._aio.receive_deferred_messages(sequence_numbers, timeout=timeout))
+
+    def _settle(
+        self,
+        message: ServiceBusReceivedMessage,
+        op: SettleOp,
+        slow: Callable[[], Coroutine[Any, Any, None]],
+    ) -> None:
+        # Fast path: hand the settlement over without waiting for the loop thread (the
+        # receiver's settlement guarantee applies); otherwise run the waiting coroutine.
+        if not self._aio.settle_from_thread(message, op, _sync.loop()):
+            run(slow())
 
     def complete_message(self, message: ServiceBusReceivedMessage) -> None:
-        run(self._aio.complete_message(message))
+        self._settle(
+            message,
+            SettleOp(COMPLETE, message.lock_token or ""),
+            lambda: self._aio.complete_message(message),
+        )
 
     def complete_messages(self, messages: Sequence[ServiceBusReceivedMessage]) -> None:
         run(self._aio.complete_messages(messages))
@@ -97,14 +117,22 @@ class ServiceBusReceiver:
         message: ServiceBusReceivedMessage,
         properties_to_modify: dict[str, Any] | None = None,
     ) -> None:
-        run(self._aio.abandon_message(message, properties_to_modify))
+        self._settle(
+            message,
+            SettleOp(ABANDON, message.lock_token or "", properties_to_modify),
+            lambda: self._aio.abandon_message(message, properties_to_modify),
+        )
 
     def defer_message(
         self,
         message: ServiceBusReceivedMessage,
         properties_to_modify: dict[str, Any] | None = None,
     ) -> None:
-        run(self._aio.defer_message(message, properties_to_modify))
+        self._settle(
+            message,
+            SettleOp(DEFER, message.lock_token or "", properties_to_modify),
+            lambda: self._aio.defer_message(message, properties_to_modify),
+        )
 
     def dead_letter_message(
         self,
@@ -113,12 +141,24 @@ class ServiceBusReceiver:
         error_description: str | None = None,
         properties_to_modify: dict[str, Any] | None = None,
     ) -> None:
-        run(self._aio.dead_letter_message(message, reason, error_description, properties_to_modify))
+        self._settle(
+            message,
+            SettleOp(
+                DEAD_LETTER,
+                message.lock_token or "",
+                properties_to_modify,
+                reason,
+                error_description,
+            ),
+            lambda: self._aio.dead_letter_message(
+                message, reason, error_description, properties_to_modify
+            ),
+        )
 
     def renew_message_lock(
         self, message: ServiceBusReceivedMessage, *, timeout: Any = None
     ) -> datetime:
-        return run(self._aio.renew_message_lock(message))
+        return run(self._aio.renew_message_lock(message, timeout=timeout))
 
     def __iter__(self) -> Iterator[ServiceBusReceivedMessage]:
         it = self._aio._iterate()
@@ -185,8 +225,8 @@ class ServiceBusClient:
         self._aio = aio.ServiceBusClient(namespace, address=address)
         self.namespace = namespace
 
-    def get_queue_sender(self, queue_name: str, **kwargs: Any) -> ServiceBusSender:
-        return ServiceBusSender(self._aio.get_queue_sender(queue_name, **kwargs))
+    def get_queue_sender(self, queue_name: str) -> ServiceBusSender:
+        return ServiceBusSender(self._aio.get_queue_sender(queue_name))
 
     def get_queue_receiver(
         self,

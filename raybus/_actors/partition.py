@@ -21,7 +21,7 @@ import ray
 
 from .._clock import SystemClock
 from .._core.partition import Partition, PartitionCounts, SettleOp
-from .._core.record import MessageRecord
+from .._core.record import WireRecord, from_wire, to_wire
 from .._models import QueueProperties
 from ..exceptions import ServiceBusError
 
@@ -56,13 +56,16 @@ class PartitionActor:
     # -------------------------------------------------------------- sending
 
     async def send_groups(
-        self, groups: Sequence[Sequence[MessageRecord]]
+        self, groups: Sequence[Sequence[WireRecord]]
     ) -> list[list[int] | ServiceBusError]:
-        """Accept each group atomically (one caller's batch each); a result or error per group."""
+        """Accept each group atomically (one caller's batch each); a result or error per group.
+
+        Records travel as tuples (``raybus._core.record.to_wire``), as in every method here.
+        """
         results: list[list[int] | ServiceBusError] = []
         for group in groups:
             try:
-                results.append(self._core.send(group))
+                results.append(self._core.send(from_wire(group)))
             except ServiceBusError as exc:
                 results.append(exc)
         self._notify()
@@ -75,7 +78,7 @@ class PartitionActor:
 
     async def receive(
         self, max_count: int, wait_s: float, dead_letter: bool, delete: bool
-    ) -> list[MessageRecord]:
+    ) -> list[WireRecord]:
         """Up to ``max_count`` messages; waits up to ``wait_s`` for the first one.
 
         Returns as soon as any message is available (never polls): senders, settlements and
@@ -89,7 +92,7 @@ class PartitionActor:
             got = core.receive(max_count, dead_letter=dead_letter, delete=delete)
             remaining = deadline - time.monotonic()
             if got or remaining <= 0:
-                return got
+                return to_wire(got)
             due = core.next_deadline()
             if due is not None:
                 remaining = min(remaining, max(0.0, due - time.time()) + 0.001)
@@ -98,20 +101,18 @@ class PartitionActor:
             except asyncio.TimeoutError:
                 pass
 
-    async def receive_deferred(
-        self, sequence_numbers: list[int], delete: bool
-    ) -> list[MessageRecord]:
-        return self._core.receive_deferred(sequence_numbers, delete=delete)
+    async def receive_deferred(self, sequence_numbers: list[int], delete: bool) -> list[WireRecord]:
+        return to_wire(self._core.receive_deferred(sequence_numbers, delete=delete))
 
     async def peek(
         self, from_sequence_number: int, max_count: int, dead_letter: bool
-    ) -> list[MessageRecord]:
-        return self._core.peek(from_sequence_number, max_count, dead_letter=dead_letter)
+    ) -> list[WireRecord]:
+        return to_wire(self._core.peek(from_sequence_number, max_count, dead_letter=dead_letter))
 
     # -------------------------------------------------------------- settling
 
-    async def settle(self, ops: Sequence[SettleOp]) -> list[ServiceBusError | None]:
-        results = self._core.settle(ops)
+    async def settle(self, ops: Sequence[tuple[Any, ...]]) -> list[ServiceBusError | None]:
+        results = self._core.settle([SettleOp(*op) for op in ops])
         self._notify()  # abandoned or released messages are available again
         return results
 

@@ -81,6 +81,10 @@ class SettleOp:
     reason: str | None = None
     description: str | None = None
 
+    def to_wire(self) -> tuple[Any, ...]:
+        """As a tuple for a remote call (rebuild with ``SettleOp(*t)``)."""
+        return (self.kind, self.lock_token, self.properties, self.reason, self.description)
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionCounts:
@@ -349,6 +353,7 @@ class Partition:
         Renewal never changes the delivery count.
         """
         now = self._begin()
+        self._check_receive()
         out: list[float | ServiceBusError] = []
         until = now + self._props.lock_duration_s
         for token in lock_tokens:
@@ -387,13 +392,12 @@ class Partition:
             self._size -= rec.size
         elif op.kind == ABANDON:
             self._redeliver(store, rec, self._clock.now())
+        elif op.kind == RELEASE:  # back to the queue without counting a delivery
+            self._redeliver(store, rec, self._clock.now(), count=False)
         elif op.kind == DEAD_LETTER:
             self._dead_letter(rec, op.reason, op.description)
-        elif op.kind == DEFER:
+        else:  # DEFER
             rec.state = DEFERRED
-        else:  # RELEASE: back to the queue without counting a delivery
-            if rec.state == ACTIVE:
-                heapq.heappush(store.available, seq)
 
     def _locked(self, token: str) -> tuple[_Store, int]:
         entry = self._locks.get(token)
@@ -421,10 +425,13 @@ class Partition:
             self._scheduled_count -= 1
             new_seq = self._take_seq()
             rec.sequence_number = rec.enqueued_sequence_number = new_seq
-            rec.enqueued_time = now
-            rec.expires_at = now + (rec.time_to_live or float("inf"))
+            # enqueued_time stays the scheduled time: the time to live counts from there, even
+            # when nothing touched the partition until later (the sweep below expires it then).
             self._main.messages[new_seq] = rec
             self._make_active(rec, now)
+            mid = rec.message_id
+            if mid is not None and self._dedup.get(mid, (0.0, 0))[1] == seq:
+                self._dedup[mid] = (self._dedup[mid][0], new_seq)
             woke = True
         heap2 = self._lock_heap
         while heap2 and heap2[0][0] <= now:
@@ -510,12 +517,15 @@ class Partition:
         if rec.expires_at != float("inf"):
             heapq.heappush(self._ttl_heap, (rec.expires_at, rec.sequence_number))
 
-    def _redeliver(self, store: _Store, rec: MessageRecord, now: float) -> bool:
-        """A lock ended without settlement (abandon or expiry): count it, then requeue,
-        dead-letter or expire. Returns whether the message is available again."""
-        rec.delivery_count += 1
+    def _redeliver(
+        self, store: _Store, rec: MessageRecord, now: float, *, count: bool = True
+    ) -> bool:
+        """A lock ended without settlement (abandon, expiry, or a release that does not
+        ``count``): requeue, dead-letter or expire. Returns whether it is available again."""
+        if count:
+            rec.delivery_count += 1
         if store is self._main:
-            if rec.delivery_count >= self._props.max_delivery_count:
+            if count and rec.delivery_count >= self._props.max_delivery_count:
                 self._dead_letter(
                     rec,
                     MAX_DELIVERY_COUNT_EXCEEDED,

@@ -26,7 +26,7 @@ class ServiceBusClient:
         self._conn = Connection(namespace, address)
         self.namespace = namespace
 
-    def get_queue_sender(self, queue_name: str, **_ignored: Any) -> ServiceBusSender:
+    def get_queue_sender(self, queue_name: str) -> ServiceBusSender:
         """A sender for ``queue_name`` (existence is checked on first use)."""
         return ServiceBusSender(self._conn, validate_entity_name(queue_name))
 

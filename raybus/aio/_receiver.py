@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -26,7 +27,7 @@ from .. import _rpc
 from .._clock import from_timestamp
 from .._connection import Connection
 from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
-from .._core.record import MessageRecord, check_application_properties
+from .._core.record import WireRecord, check_application_properties, from_wire
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import (
     InvalidArgumentError,
@@ -130,6 +131,10 @@ class ServiceBusReceiver:
         self._failures: list[tuple[int | None, str | None, str]] = []
         self._closed = False
         self._renewer = auto_lock_renewer
+        # Settlements handed over by the sync API's threads (see settle_from_thread).
+        self._handoff: list[tuple[ServiceBusReceivedMessage, SettleOp, str, Any]] = []
+        self._handoff_lock = threading.Lock()
+        self._handoff_scheduled = False
 
     # ------------------------------------------------------------------ plumbing
 
@@ -140,10 +145,13 @@ class ServiceBusReceiver:
         route = await self._conn.route(self.entity_path)
         return route.properties.name, route.partitions[partition], route.properties.lock_duration_s
 
-    async def _call(self, method_name: str, *args: Any, partition: int = 0) -> Any:
+    async def _call(
+        self, method_name: str, *args: Any, partition: int = 0, timeout: Any = None
+    ) -> Any:
         entity, actor, _ = await self._actor(partition)
+        timeout = _check_wait(timeout, "timeout", self.entity_path)
         try:
-            return await _rpc.call(entity, getattr(actor, method_name), *args)
+            return await _rpc.call(entity, getattr(actor, method_name), *args, timeout=timeout)
         except MessagingEntityNotFoundError:
             self._conn.forget(self.entity_path)
             raise
@@ -158,9 +166,9 @@ class ServiceBusReceiver:
                 failures,
             )
 
-    def _wrap(self, records: Iterable[MessageRecord], kind: str) -> list[ServiceBusReceivedMessage]:
+    def _wrap(self, rows: Iterable[WireRecord], kind: str) -> list[ServiceBusReceivedMessage]:
         entity = self.entity_path
-        return [ServiceBusReceivedMessage(r, entity=entity, kind=kind) for r in records]
+        return [ServiceBusReceivedMessage(r, entity=entity, kind=kind) for r in from_wire(rows)]
 
     # ------------------------------------------------------------------ receiving
 
@@ -234,7 +242,7 @@ class ServiceBusReceiver:
                 "sequence_number",
             )
         start = sequence_number or self._peek_cursor
-        records = await self._call("peek", start, count, self._dead_letter)
+        records = await self._call("peek", start, count, self._dead_letter, timeout=timeout)
         if records:
             self._peek_cursor = records[-1].sequence_number + 1
         return self._wrap(records, "peeked")
@@ -254,7 +262,7 @@ class ServiceBusReceiver:
             )
         if not seqs:
             return []
-        records = await self._call("receive_deferred", seqs, self._delete)
+        records = await self._call("receive_deferred", seqs, self._delete, timeout=timeout)
         return self._wrap(records, "deleted" if self._delete else "locked")
 
     def __aiter__(self) -> AsyncIterator[ServiceBusReceivedMessage]:
@@ -294,6 +302,9 @@ class ServiceBusReceiver:
             raise MessageAlreadySettled()
         if op.properties is not None:
             check_application_properties(op.properties)
+        for value, name in ((op.reason, "reason"), (op.description, "error_description")):
+            if value is not None and not isinstance(value, str):
+                raise InvalidArgumentError(f"{name} must be a str", self.entity_path, name)
         if message._record.locked_until <= time.time():
             raise MessageLockLostError(
                 "the message's lock has expired; it is being delivered again",
@@ -303,22 +314,67 @@ class ServiceBusReceiver:
             )
         return op
 
+    @staticmethod
+    def _lock_is_comfortable(message: ServiceBusReceivedMessage, lock_s: float) -> bool:
+        """Whether the lock has so much time left that the settlement need not be awaited."""
+        return message._record.locked_until - time.time() > min(5.0, lock_s / 2)
+
     async def _settle(self, message: ServiceBusReceivedMessage, op: SettleOp) -> None:
         self._raise_failures()
         self._settle_op(message, op)
         entity, actor, lock_s = await self._actor(message.partition_id)
-        fut = self._conn.settler(entity, actor).submit(op)
         message._settled = True
-        margin = min(5.0, lock_s / 2)
-        if message._record.locked_until - time.time() > margin:
-            self._pending.add(fut)
-            fut.add_done_callback(functools.partial(self._settled_later, message=message))
+        if self._lock_is_comfortable(message, lock_s):
+            self._submit_nowait(message, op, entity, actor)
             return
         try:
-            await fut
+            await self._conn.settler(entity, actor).submit(op)
         except BaseException:
             message._settled = False  # not settled: the broker left the message as it was
             raise
+
+    def _submit_nowait(
+        self, message: ServiceBusReceivedMessage, op: SettleOp, entity: str, actor: Any
+    ) -> None:
+        fut = self._conn.settler(entity, actor).submit(op)
+        self._pending.add(fut)
+        fut.add_done_callback(functools.partial(self._settled_later, message=message))
+
+    def settle_from_thread(
+        self,
+        message: ServiceBusReceivedMessage,
+        op: SettleOp,
+        loop: asyncio.AbstractEventLoop,
+    ) -> bool:
+        """The sync API's fast path, callable from any thread: validate here and hand the
+        settlement to ``loop`` without waiting for the loop or the broker.
+
+        Returns False (having changed nothing) when the settlement must take the waiting
+        path instead: the route is not cached yet or the lock has little time left.
+        """
+        self._raise_failures()
+        self._settle_op(message, op)
+        route = self._conn.cached_route(self.entity_path)
+        if route is None or self._closed:
+            return False
+        if not self._lock_is_comfortable(message, route.properties.lock_duration_s):
+            return False
+        message._settled = True
+        item = (message, op, route.properties.name, route.partitions[message.partition_id])
+        with self._handoff_lock:
+            self._handoff.append(item)
+            if self._handoff_scheduled:
+                return True
+            self._handoff_scheduled = True
+        loop.call_soon_threadsafe(self._drain_handoff)
+        return True
+
+    def _drain_handoff(self) -> None:
+        with self._handoff_lock:
+            items, self._handoff = self._handoff, []
+            self._handoff_scheduled = False
+        for message, op, entity, actor in items:
+            self._submit_nowait(message, op, entity, actor)
 
     def _settled_later(
         self, fut: asyncio.Future[None], *, message: ServiceBusReceivedMessage
@@ -365,9 +421,6 @@ class ServiceBusReceiver:
         properties_to_modify: dict[str, Any] | None = None,
     ) -> None:
         """Move the message to the dead-letter sub-queue with ``reason``/``error_description``."""
-        for value, name in ((reason, "reason"), (error_description, "error_description")):
-            if value is not None and not isinstance(value, str):
-                raise InvalidArgumentError(f"{name} must be a str", self.entity_path, name)
         await self._settle(
             message,
             SettleOp(
@@ -395,7 +448,7 @@ class ServiceBusReceiver:
             entity, actor, _ = await self._actor(pid)
             for msg, _op in items:
                 msg._settled = True
-            results = await _rpc.call(entity, actor.settle, [op for _, op in items])
+            results = await _rpc.call(entity, actor.settle, [op.to_wire() for _, op in items])
             for (msg, _op), err in zip(items, results, strict=True):
                 if err is not None:
                     failures.append((msg.sequence_number, msg.lock_token, str(err)))
@@ -413,7 +466,7 @@ class ServiceBusReceiver:
         self._raise_failures()
         self._settle_op(message, SettleOp(COMPLETE, message.lock_token or ""))
         (result,) = await self._call(
-            "renew_locks", [message.lock_token], partition=message.partition_id
+            "renew_locks", [message.lock_token], partition=message.partition_id, timeout=timeout
         )
         if isinstance(result, ServiceBusError):
             raise result
@@ -433,10 +486,10 @@ class ServiceBusReceiver:
         self._buffer.clear()
         if buffered:
             try:
-                by_partition: dict[int, list[SettleOp]] = {}
+                by_partition: dict[int, list[tuple[Any, ...]]] = {}
                 for m in buffered:
                     by_partition.setdefault(m.partition_id, []).append(
-                        SettleOp(RELEASE, m._record.lock_token or "")
+                        SettleOp(RELEASE, m._record.lock_token or "").to_wire()
                     )
                 for pid, ops in by_partition.items():
                     await self._call("settle", ops, partition=pid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -10,7 +11,11 @@ from .. import _rpc
 from .._clock import to_timestamp
 from .._connection import Connection
 from .._core.record import MessageRecord
-from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
+from ..exceptions import (
+    InvalidArgumentError,
+    MessagingEntityNotFoundError,
+    OperationTimeoutError,
+)
 from ..message import ServiceBusMessage, ServiceBusMessageBatch
 
 __all__ = ["ServiceBusSender"]
@@ -42,6 +47,18 @@ def _records(messages: SendInput) -> list[MessageRecord]:
     return out
 
 
+def _check_timeout(timeout: Any, entity: str) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise InvalidArgumentError(
+            f"timeout must be a positive number of seconds or None, not {timeout!r}",
+            entity,
+            "timeout",
+        )
+    return float(timeout)
+
+
 class ServiceBusSender:
     """Sends messages to one queue. Get one from ``ServiceBusClient.get_queue_sender``.
 
@@ -63,12 +80,22 @@ class ServiceBusSender:
         # partition selection by key can follow.
         return route.properties.name, route.partitions[0]
 
-    async def _send(self, records: list[MessageRecord]) -> list[int]:
+    async def _send(self, records: list[MessageRecord], timeout: float | None) -> list[int]:
         if not records:
             return []
         entity, actor = await self._partition(records)
         try:
-            return await self._conn.sender(entity, actor).submit(records)
+            fut = self._conn.sender(entity, actor).submit(records)
+            if timeout is None:
+                return await fut
+            try:
+                return await asyncio.wait_for(fut, timeout)
+            except asyncio.TimeoutError:
+                raise OperationTimeoutError(
+                    f"the send did not finish within {timeout} s; it may or may not have "
+                    "been stored",
+                    entity,
+                ) from None
         except MessagingEntityNotFoundError:
             self._conn.forget(self.entity_path)
             raise
@@ -80,7 +107,7 @@ class ServiceBusSender:
         duplicate detection on, repeated message ids are dropped silently.
         """
         records = _records(message)
-        await self._send(records)
+        await self._send(records, _check_timeout(timeout, self.entity_path))
 
     async def schedule_messages(
         self,
@@ -99,7 +126,7 @@ class ServiceBusSender:
         at = to_timestamp(schedule_time_utc)
         for rec in records:
             rec.scheduled_enqueue_time = at
-        return await self._send(records)
+        return await self._send(records, _check_timeout(timeout, self.entity_path))
 
     async def cancel_scheduled_messages(
         self, sequence_numbers: int | Iterable[int], *, timeout: float | None = None
@@ -115,7 +142,9 @@ class ServiceBusSender:
         if not seqs:
             return
         entity, actor = await self._partition([])
-        await _rpc.call(entity, actor.cancel_scheduled, seqs, timeout=timeout)
+        await _rpc.call(
+            entity, actor.cancel_scheduled, seqs, timeout=_check_timeout(timeout, self.entity_path)
+        )
 
     async def create_message_batch(
         self, max_size_in_bytes: int | None = None

@@ -1,0 +1,368 @@
+"""Queue properties and their validation, entity names, AMQP value rules of a record, and the
+exception classes (spec §1.2, §1.12, §2; STYLE principle 4)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import pickle
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import raybus.exceptions as exc_module
+from raybus._core.record import MessageRecord, encoded_size
+from raybus._models import MAX_DURATION, QueueProperties, validate_entity_name
+from raybus.enums import EntityStatus
+from raybus.exceptions import InvalidArgumentError, MessageSizeExceededError, ServiceBusError
+
+# ---------------------------------------------------------------- QueueProperties defaults
+
+
+def test_queue_properties_defaults_match_service_bus():
+    q = QueueProperties(name="orders")
+    assert q.lock_duration == timedelta(seconds=60)
+    assert q.max_delivery_count == 10
+    assert q.duplicate_detection_history_time_window == timedelta(minutes=10)
+    assert q.max_size_in_megabytes == 1024
+    assert q.max_message_size_in_kilobytes == 256
+    assert q.status is EntityStatus.ACTIVE
+    assert q.default_message_time_to_live == MAX_DURATION
+    assert q.auto_delete_on_idle == MAX_DURATION
+    assert q.dead_lettering_on_message_expiration is False
+    assert q.requires_duplicate_detection is False
+    assert q.requires_session is False
+    assert q.enable_batched_operations is True
+
+
+def test_queue_properties_seconds_views():
+    q = QueueProperties(name="orders")
+    assert q.lock_duration_s == 60.0
+    assert q.dedup_window_s == 600.0
+    assert q.default_ttl_s == float("inf")
+    assert q.auto_delete_on_idle_s == float("inf")
+    assert q.max_message_size == 256 * 1024
+    assert q.max_size == 1024 * 1024 * 1024
+
+
+def test_queue_properties_accept_numbers_as_seconds_and_status_strings():
+    q = QueueProperties(name="orders", lock_duration=30, status="SendDisabled")
+    assert q.lock_duration == timedelta(seconds=30)
+    assert q.status is EntityStatus.SEND_DISABLED
+
+
+def test_queue_properties_are_validated_again_on_replace():
+    q = QueueProperties(name="orders")
+    with pytest.raises(InvalidArgumentError):
+        dataclasses.replace(q, max_delivery_count=0)
+
+
+@pytest.mark.parametrize(
+    ("options", "argument"),
+    [
+        ({"lock_duration": timedelta(minutes=5, seconds=1)}, "lock_duration"),
+        ({"lock_duration": timedelta(0)}, "lock_duration"),
+        ({"lock_duration": 0}, "lock_duration"),
+        ({"lock_duration": "60s"}, "lock_duration"),
+        ({"max_delivery_count": 0}, "max_delivery_count"),
+        ({"max_delivery_count": True}, "max_delivery_count"),
+        ({"max_delivery_count": 2.5}, "max_delivery_count"),
+        (
+            {"duplicate_detection_history_time_window": timedelta(seconds=19)},
+            "duplicate_detection_history_time_window",
+        ),
+        (
+            {"duplicate_detection_history_time_window": timedelta(days=8)},
+            "duplicate_detection_history_time_window",
+        ),
+        ({"status": "Paused"}, "status"),
+        ({"auto_delete_on_idle": timedelta(minutes=4, seconds=59)}, "auto_delete_on_idle"),
+        ({"default_message_time_to_live": timedelta(0)}, "default_message_time_to_live"),
+        ({"max_size_in_megabytes": 0}, "max_size_in_megabytes"),
+        ({"max_message_size_in_kilobytes": 102_401}, "max_message_size_in_kilobytes"),
+        ({"requires_duplicate_detection": "yes"}, "requires_duplicate_detection"),
+    ],
+)
+def test_invalid_queue_properties_raise_invalid_argument_naming_it(options, argument):
+    with pytest.raises(InvalidArgumentError) as info:
+        QueueProperties(name="orders", **options)
+    assert info.value.argument == argument
+    assert argument in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"lock_duration": timedelta(minutes=5)},
+        {"lock_duration": timedelta(milliseconds=100)},
+        {"max_delivery_count": 1},
+        {"duplicate_detection_history_time_window": timedelta(seconds=20)},
+        {"duplicate_detection_history_time_window": timedelta(days=7)},
+        {"auto_delete_on_idle": timedelta(minutes=5)},
+        {"max_size_in_megabytes": 1},
+    ],
+)
+def test_boundary_queue_properties_are_accepted(options):
+    QueueProperties(name="orders", **options)
+
+
+def test_queue_properties_reject_bad_name():
+    with pytest.raises(InvalidArgumentError) as info:
+        QueueProperties(name="bad name")
+    assert info.value.argument == "name"
+
+
+# ---------------------------------------------------------------- entity names
+
+
+@pytest.mark.parametrize("name", ["a", "orders-1.v2/sub_x", "A1", "x" * 260, "a.b-c_d/e/f"])
+def test_validate_entity_name_accepts_valid_names(name):
+    assert validate_entity_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "-a", "a-", ".a", "a/", "/a", "a//b", "a b", "a*b", "é", "x" * 261, "q/$DeadLetterQueue"],
+)
+def test_validate_entity_name_rejects_invalid_names(name):
+    with pytest.raises(InvalidArgumentError) as info:
+        validate_entity_name(name)
+    assert info.value.argument == "name"
+
+
+@pytest.mark.parametrize("name", [None, 1, b"orders", ["orders"]])
+def test_validate_entity_name_rejects_non_str(name):
+    with pytest.raises(InvalidArgumentError) as info:
+        validate_entity_name(name)
+    assert info.value.argument == "name"
+
+
+# ---------------------------------------------------------------- record encoding rules
+
+
+@pytest.mark.parametrize(
+    "value", [[1, 2], (1, 2), {"a": 1}, {1, 2}, object(), 1 + 2j, 2**64, -(2**63) - 1]
+)
+def test_encoded_size_rejects_non_primitive_application_property_values(value):
+    rec = MessageRecord(body=b"", application_properties={"k": value})
+    with pytest.raises(InvalidArgumentError):
+        encoded_size(rec)
+
+
+@pytest.mark.parametrize("key", [1, None, b"k", ("k",)])
+def test_encoded_size_rejects_non_str_application_property_keys(key):
+    rec = MessageRecord(body=b"", application_properties={key: 1})
+    with pytest.raises(InvalidArgumentError) as info:
+        encoded_size(rec)
+    assert info.value.argument == "application_properties"
+
+
+def test_encoded_size_rejects_application_properties_that_are_not_a_dict():
+    with pytest.raises(InvalidArgumentError):
+        encoded_size(MessageRecord(body=b"", application_properties=[("k", 1)]))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, True, 0, 2**64 - 1, -(2**63), 1.5, "s", b"b", uuid.uuid4(), datetime.now(timezone.utc)],
+)
+def test_encoded_size_accepts_primitive_application_property_values(value):
+    rec = MessageRecord(body=b"", application_properties={"k": value})
+    assert encoded_size(rec) > 0
+
+
+def test_encoded_size_rejects_message_id_over_128_characters():
+    encoded_size(MessageRecord(message_id="m" * 128))
+    with pytest.raises(InvalidArgumentError) as info:
+        encoded_size(MessageRecord(message_id="m" * 129))
+    assert info.value.argument == "message_id"
+
+
+@pytest.mark.parametrize("field", ["session_id", "partition_key"])
+def test_encoded_size_rejects_session_and_partition_key_over_128_characters(field):
+    with pytest.raises(InvalidArgumentError) as info:
+        encoded_size(MessageRecord(**{field: "s" * 129}))
+    assert info.value.argument == field
+
+
+def test_encoded_size_rejects_non_str_system_properties():
+    with pytest.raises(InvalidArgumentError) as info:
+        encoded_size(MessageRecord(correlation_id=42))  # type: ignore[arg-type]
+    assert info.value.argument == "correlation_id"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [1, "two", b"three", [4.0]],
+        {"a": 1, "nested": {"b": [True, None]}},
+        uuid.uuid4(),
+        datetime(2030, 1, 1, tzinfo=timezone.utc),
+        None,
+        "text",
+        b"bytes",
+    ],
+)
+def test_encoded_size_accepts_amqp_bodies_and_sets_size(body):
+    rec = MessageRecord(body=body)
+    size = encoded_size(rec)
+    assert size > 0
+    assert rec.size == size
+
+
+@pytest.mark.parametrize("body", [object(), {1, 2}, [object()], {"k": object()}])
+def test_encoded_size_rejects_non_amqp_bodies(body):
+    with pytest.raises(InvalidArgumentError):
+        encoded_size(MessageRecord(body=body))
+
+
+def test_encoded_size_grows_with_the_body():
+    small = MessageRecord(body=b"x")
+    big = MessageRecord(body=b"x" * 1001)
+    assert encoded_size(big) - encoded_size(small) == 1000
+
+
+def test_application_properties_over_64_kib_in_total_raise_message_size_exceeded():
+    props = {f"k{i}": "v" * 30_000 for i in range(3)}  # each under 32 KiB, together ~90 KB
+    with pytest.raises(MessageSizeExceededError) as info:
+        encoded_size(MessageRecord(body=b"", application_properties=props))
+    assert info.value.max_size == 64 * 1024
+    assert info.value.size > 64 * 1024
+
+
+def test_single_application_property_over_32_kib_raises_message_size_exceeded():
+    with pytest.raises(MessageSizeExceededError) as info:
+        encoded_size(MessageRecord(application_properties={"k": "v" * (33 * 1024)}))
+    assert info.value.max_size == 32 * 1024
+
+
+# ---------------------------------------------------------------- exceptions
+
+# Constructor arguments and expected fields of the classes with fields of their own. Every other
+# class in __all__ is built as cls("text", "orders").
+EXAMPLES: dict[str, tuple[tuple, dict]] = {
+    "InvalidArgumentError": (("bad arg", "orders", "lock_duration"), {"argument": "lock_duration"}),
+    "MessageSizeExceededError": (("too big", "orders", 300, 256), {"size": 300, "max_size": 256}),
+    "ServiceBusQuotaExceededError": (
+        ("full", "orders", 2048, 1024),
+        {"size": 2048, "max_size": 1024},
+    ),
+    "MessageLockLostError": (
+        ("lock lost", "orders", "tok-1", 42),
+        {"lock_token": "tok-1", "sequence_number": 42},
+    ),
+    "SettlementFailedError": (
+        ("settle failed", "orders", [(7, "tok-7", "lock lost"), (8, "tok-8", "gone")]),
+        {
+            "failures": [(7, "tok-7", "lock lost"), (8, "tok-8", "gone")],
+            "lock_token": "tok-7",
+            "sequence_number": 7,
+        },
+    ),
+    "MessageNotFoundError": (("missing", "orders", [3, 4]), {"sequence_numbers": [3, 4]}),
+    "MessagingEntityDisabledError": (("disabled", "orders", "Disabled"), {"status": "Disabled"}),
+    "MessageAlreadySettled": (("already settled",), {"message": "already settled"}),
+}
+
+ALL_EXCEPTIONS = sorted(exc_module.__all__)
+
+
+def build(name: str) -> BaseException:
+    cls = getattr(exc_module, name)
+    args, _ = EXAMPLES.get(name, (("something failed", "orders"), {}))
+    return cls(*args)
+
+
+def roundtrip(exc: BaseException) -> BaseException:
+    return pickle.loads(pickle.dumps(exc))
+
+
+def test_every_name_in_all_is_an_exception_class():
+    for name in ALL_EXCEPTIONS:
+        cls = getattr(exc_module, name)
+        assert inspect.isclass(cls) and issubclass(cls, Exception), name
+
+
+@pytest.mark.parametrize("name", ALL_EXCEPTIONS)
+def test_exception_round_trips_through_pickle_with_type_str_and_fields(name):
+    exc = build(name)
+    loaded = roundtrip(exc)
+    assert type(loaded) is type(exc)
+    assert str(loaded) == str(exc)
+    assert loaded.args == exc.args
+    assert vars(loaded) == vars(exc)
+    for field, value in EXAMPLES.get(name, ((), {}))[1].items():
+        assert getattr(exc, field) == value, field
+        assert getattr(loaded, field) == value, field
+
+
+@pytest.mark.parametrize("name", ALL_EXCEPTIONS)
+def test_exception_round_trips_through_pickle_after_being_raised(name):
+    exc = build(name)
+    with pytest.raises(type(exc)) as info:
+        raise exc
+    assert info.value.__traceback__ is not None
+    loaded = roundtrip(info.value)
+    assert type(loaded) is type(exc)
+    assert str(loaded) == str(exc)
+
+
+@pytest.mark.parametrize("name", ALL_EXCEPTIONS)
+def test_exception_with_default_fields_round_trips_through_pickle(name):
+    cls = getattr(exc_module, name)
+    exc = cls("minimal")
+    loaded = roundtrip(exc)
+    assert type(loaded) is type(exc)
+    assert str(loaded) == str(exc) == "minimal"
+    assert vars(loaded) == vars(exc)
+
+
+@pytest.mark.parametrize("name", ALL_EXCEPTIONS)
+def test_exception_has_a_bool_class_attribute_retryable(name):
+    cls = getattr(exc_module, name)
+    assert "retryable" in dir(cls)
+    assert type(cls.retryable) is bool
+
+
+# azure-servicebus's retryable flags (spec §2); raybus-only classes are not retryable.
+RETRYABLE = {
+    "ServiceBusError": False,
+    "ServiceBusConnectionError": True,
+    "OperationTimeoutError": True,
+    "ServiceBusServerBusyError": True,
+    "MessageSizeExceededError": False,
+    "MessageAlreadySettled": False,
+    "MessageLockLostError": False,
+    "SessionLockLostError": False,
+    "SessionCannotBeLockedError": True,
+    "MessageNotFoundError": False,
+    "MessagingEntityNotFoundError": False,
+    "MessagingEntityDisabledError": True,
+    "MessagingEntityAlreadyExistsError": False,
+    "ServiceBusQuotaExceededError": False,
+    "AutoLockRenewFailed": False,
+    "AutoLockRenewTimeout": False,
+    "InvalidArgumentError": False,
+    "SettlementFailedError": False,
+}
+
+
+@pytest.mark.parametrize("name", sorted(RETRYABLE))
+def test_retryable_flag_matches_service_bus(name):
+    assert getattr(exc_module, name).retryable is RETRYABLE[name]
+
+
+def test_exception_hierarchy_matches_azure_servicebus():
+    assert issubclass(exc_module.MessageSizeExceededError, ValueError)
+    assert issubclass(exc_module.MessageAlreadySettled, ValueError)
+    assert not issubclass(exc_module.MessageAlreadySettled, ServiceBusError)
+    assert issubclass(exc_module.SettlementFailedError, exc_module.MessageLockLostError)
+    for name in ALL_EXCEPTIONS:
+        if name != "MessageAlreadySettled":
+            assert issubclass(getattr(exc_module, name), ServiceBusError), name
+
+
+def test_service_bus_error_str_names_the_entity():
+    assert str(ServiceBusError("boom", "orders")) == "boom (entity: orders)"
+    assert str(ServiceBusError("boom")) == "boom"
