@@ -31,6 +31,7 @@ __all__ = [
     "check_body",
     "encoded_size",
     "from_wire",
+    "snapshot",
     "to_wire",
 ]
 
@@ -105,6 +106,11 @@ _to_wire = operator.attrgetter(*_WIRE_FIELDS)
 def to_wire(records: Iterable[MessageRecord]) -> list[WireRecord]:
     """Records as tuples, for a remote call."""
     return [_to_wire(r) for r in records]
+
+
+def snapshot(record: MessageRecord) -> MessageRecord:
+    """A shallow copy (several times faster than ``copy.copy`` for a slotted dataclass)."""
+    return MessageRecord(*_to_wire(record))
 
 
 def from_wire(rows: Iterable[WireRecord]) -> list[MessageRecord]:
