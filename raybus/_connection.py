@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -21,12 +22,13 @@ from ._actors.namespace import Route, namespace_actor
 from ._batching import Coalescer
 from ._core.partition import SettleOp
 from ._core.record import MessageRecord, to_wire
-from .exceptions import ServiceBusError
+from .exceptions import InvalidArgumentError, ServiceBusConnectionError, ServiceBusError
 
 __all__ = ["Connection", "ensure_ray"]
 
 _log = logging.getLogger("raybus.connection")
 _init_lock = threading.Lock()
+_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,49}$")
 
 # Embedded clusters get a small object store: messages are small and live in actor memory.
 EMBEDDED_OBJECT_STORE_BYTES = 256 * 1024 * 1024
@@ -37,8 +39,18 @@ def ensure_ray(address: str | None = None) -> None:
 
     ``address`` (or ``RAYBUS_ADDRESS``/``RAY_ADDRESS``) joins that cluster. Without one, join
     the Ray cluster already running on this machine, or start an embedded single-machine one.
-    An embedded cluster listens on 127.0.0.1 only (it serves this machine alone).
+    An embedded cluster listens on 127.0.0.1 only (it serves this machine alone). Raises
+    ``ServiceBusConnectionError`` when Ray cannot be joined or started.
     """
+    try:
+        _ensure_ray(address)
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+        raise ServiceBusConnectionError(
+            f"could not join or start Ray ({address or 'local'}): {exc}"
+        ) from None
+
+
+def _ensure_ray(address: str | None) -> None:
     with _init_lock:
         if ray.is_initialized():
             return
@@ -70,8 +82,13 @@ class Connection:
     """
 
     def __init__(self, namespace: str = "default", address: str | None = None) -> None:
-        if not isinstance(namespace, str) or not namespace:
-            raise ValueError("namespace must be a non-empty str")
+        if not isinstance(namespace, str) or not _NAMESPACE_RE.match(namespace):
+            raise InvalidArgumentError(
+                f"namespace {namespace!r} must be 1-50 letters, digits, '-' or '_', starting "
+                "with a letter or digit",
+                None,
+                "namespace",
+            )
         ensure_ray(address)
         self.namespace = namespace
         self.registry = namespace_actor(namespace)

@@ -38,6 +38,32 @@ class EntityEntry:
     partitions: tuple[str, ...]
 
 
+# Settings whose features have not landed yet: refused rather than silently ignored.
+_NOT_YET = {
+    "requires_session": (True, "sessions"),
+    "forward_to": (None, "auto-forwarding"),
+    "forward_dead_lettered_messages_to": (None, "auto-forwarding"),
+}
+
+
+def _check_supported(properties: QueueProperties) -> None:
+    for name, (default, feature) in _NOT_YET.items():
+        value = getattr(properties, name)
+        if (value is True) if default is True else (value != default):
+            raise InvalidArgumentError(
+                f"{name} needs {feature}, which this version of raybus does not have yet",
+                properties.name,
+                name,
+            )
+    if properties.partition_count != 1:
+        raise InvalidArgumentError(
+            "partition_count must be 1 in this version of raybus (more partitions per queue "
+            "are coming)",
+            properties.name,
+            "partition_count",
+        )
+
+
 class Registry:
     """Entities of one namespace."""
 
@@ -48,14 +74,12 @@ class Registry:
         self._incarnations = 0
 
     def create(self, properties: QueueProperties) -> EntityEntry:
+        _check_supported(properties)
         key = properties.name.lower()
         if key in self._entities:
             raise MessagingEntityAlreadyExistsError(
                 f"an entity named {properties.name!r} already exists", properties.name
             )
-        for target in (properties.forward_to, properties.forward_dead_lettered_messages_to):
-            if target is not None:
-                self.get(target)  # the destination must exist
         self._incarnations += 1
         now = self._clock.now()
         names = tuple(
@@ -75,6 +99,7 @@ class Registry:
     def update(self, properties: QueueProperties) -> EntityEntry:
         """Replace an entity's settings; fields fixed at creation must not change."""
         old = self.get(properties.name)
+        _check_supported(properties)
         for field in IMMUTABLE_QUEUE_FIELDS:
             if getattr(old.properties, field) != getattr(properties, field):
                 raise InvalidArgumentError(

@@ -1,0 +1,96 @@
+"""The namespace registry: names are case-insensitive, incarnations never repeat."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from raybus._core.registry import Registry
+from raybus._models import QueueProperties
+from raybus.exceptions import (
+    InvalidArgumentError,
+    MessagingEntityAlreadyExistsError,
+    MessagingEntityNotFoundError,
+)
+from raybus.testing import FakeClock
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return Registry("ns", FakeClock())
+
+
+def test_create_then_get_is_case_insensitive(registry: Registry) -> None:
+    registry.create(QueueProperties("Orders"))
+    assert registry.get("orders").properties.name == "Orders"
+
+
+def test_create_twice_with_other_case_raises_already_exists(registry: Registry) -> None:
+    registry.create(QueueProperties("orders"))
+    with pytest.raises(MessagingEntityAlreadyExistsError):
+        registry.create(QueueProperties("ORDERS"))
+
+
+def test_recreated_entity_gets_new_incarnation_and_partition_names(registry: Registry) -> None:
+    first = registry.create(QueueProperties("q"))
+    registry.delete("q")
+    second = registry.create(QueueProperties("q"))
+    assert second.incarnation != first.incarnation
+    assert not set(first.partitions) & set(second.partitions)
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"requires_session": True},
+        {"forward_to": "other"},
+        {"forward_dead_lettered_messages_to": "other"},
+        {"partition_count": 2},
+    ],
+)
+def test_settings_of_features_not_built_yet_are_refused(registry: Registry, option: dict) -> None:
+    registry.create(QueueProperties("other"))
+    with pytest.raises(InvalidArgumentError) as err:
+        registry.create(QueueProperties("q", **option))
+    assert err.value.argument == next(iter(option))
+    assert [e.properties.name for e in registry.list()] == ["other"]
+
+
+def test_update_changes_settings_and_time_but_not_created_name() -> None:
+    clock = FakeClock()
+    registry = Registry("ns", clock)
+    registry.create(QueueProperties("Orders"))
+    clock.advance(5)
+    entry = registry.update(QueueProperties("orders", max_delivery_count=3))
+    assert entry.properties.max_delivery_count == 3
+    assert entry.properties.name == "Orders"
+    assert entry.updated_at == entry.created_at + 5
+
+
+def test_update_of_field_fixed_at_creation_raises_and_changes_nothing(registry: Registry) -> None:
+    registry.create(QueueProperties("q"))
+    with pytest.raises(InvalidArgumentError) as err:
+        registry.update(QueueProperties("q", requires_duplicate_detection=True))
+    assert err.value.argument == "requires_duplicate_detection"
+    assert registry.get("q").properties.requires_duplicate_detection is False
+
+
+def test_unknown_entity_raises_not_found(registry: Registry) -> None:
+    for op in (registry.get, registry.delete):
+        with pytest.raises(MessagingEntityNotFoundError):
+            op("missing")
+    with pytest.raises(MessagingEntityNotFoundError):
+        registry.update(QueueProperties("missing"))
+
+
+def test_list_is_sorted_by_name(registry: Registry) -> None:
+    for name in ("b", "A", "c"):
+        registry.create(QueueProperties(name))
+    assert [e.properties.name for e in registry.list()] == ["A", "b", "c"]
+
+
+def test_entries_are_snapshots(registry: Registry) -> None:
+    entry = registry.create(QueueProperties("q"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.incarnation = 99  # type: ignore[misc]
