@@ -14,7 +14,8 @@ from typing import Any
 from . import _sync, aio
 from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ._sync import run
-from .aio._sender import SendInput
+from .aio._receiver import _past
+from .aio._sender import SendInput, _records
 from .enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from .message import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
 
@@ -35,7 +36,10 @@ class ServiceBusSender:
         self.entity_path = inner.entity_path
 
     def send_messages(self, message: SendInput, *, timeout: float | None = None) -> None:
-        run(self._aio.send_messages(message, timeout=timeout))
+        # Without a timeout, send from this thread (no hop through the loop); one thread's
+        # sends cannot be coalesced with each other anyway.
+        if timeout is not None or not self._aio.send_blocking(_records(message)):
+            run(self._aio.send_messages(message, timeout=timeout))
 
     def schedule_messages(
         self,
@@ -75,7 +79,19 @@ class ServiceBusReceiver:
     def receive_messages(
         self, max_message_count: int | None = 1, max_wait_time: float | None = None
     ) -> list[ServiceBusReceivedMessage]:
-        return run(self._aio.receive_messages(max_message_count, max_wait_time))
+        inner = self._aio
+        if inner._renewer is not None or inner._conn.cached_route(inner.entity_path) is None:
+            return run(inner.receive_messages(max_message_count, max_wait_time))
+        # The same steps as the coroutine, waiting in this thread: no hop through the loop.
+        ready, count, fetch, deadline = inner._receive_start(max_message_count, max_wait_time)
+        if ready:
+            return ready
+        while True:
+            rows = inner.call_blocking("receive", *inner._receive_args(fetch, deadline))
+            if rows is None:
+                return run(inner.receive_messages(max_message_count, max_wait_time))
+            if rows or _past(deadline):
+                return inner._receive_done(rows, count)
 
     def peek_messages(
         self, max_message_count: int = 1, *, sequence_number: int = 0, timeout: Any = None

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ServiceBusMessage", "ServiceBusMessageBatch", "ServiceBusReceivedMessage"]
 
+_IMMUTABLE_BODIES = (bytes, str, int, float, type(None))
+
 _FIELDS = (
     "message_id",
     "correlation_id",
@@ -43,6 +45,20 @@ class ServiceBusMessage:
     ``InvalidArgumentError`` (a ``ValueError``) naming the bad field.
     """
 
+    body: Any
+    application_properties: dict[str, Any] | None
+    message_id: str | None
+    correlation_id: str | None
+    session_id: str | None
+    reply_to: str | None
+    reply_to_session_id: str | None
+    to: str | None
+    subject: str | None
+    content_type: str | None
+    time_to_live: timedelta | None
+    scheduled_enqueue_time_utc: datetime | None
+    partition_key: str | None
+
     def __init__(
         self,
         body: Any,
@@ -60,23 +76,47 @@ class ServiceBusMessage:
         scheduled_enqueue_time_utc: datetime | None = None,
         partition_key: str | None = None,
     ) -> None:
-        self.body = body
-        self.application_properties = application_properties
-        self.message_id = message_id
-        self.correlation_id = correlation_id
-        self.session_id = session_id
-        self.reply_to = reply_to
-        self.reply_to_session_id = reply_to_session_id
-        self.to = to
-        self.subject = subject
-        self.content_type = content_type
-        self.time_to_live = time_to_live
-        self.scheduled_enqueue_time_utc = scheduled_enqueue_time_utc
-        self.partition_key = partition_key
+        # Written to __dict__ directly: __setattr__ below would drop the cache each time.
+        self.__dict__.update(
+            body=body,
+            application_properties=application_properties,
+            message_id=message_id,
+            correlation_id=correlation_id,
+            session_id=session_id,
+            reply_to=reply_to,
+            reply_to_session_id=reply_to_session_id,
+            to=to,
+            subject=subject,
+            content_type=content_type,
+            time_to_live=time_to_live,
+            scheduled_enqueue_time_utc=scheduled_enqueue_time_utc,
+            partition_key=partition_key,
+        )
         self._to_record()  # validate now: bad input fails where it was written
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Any change invalidates the validated record, so the next send validates again.
+        self.__dict__.pop("_record_cache", None)
+        object.__setattr__(self, name, value)
+
     def _to_record(self) -> MessageRecord:
-        """Validate and convert to the broker's record (size computed)."""
+        """The validated broker record (size computed), cached until a field changes.
+
+        The record is shared by every send of this message; callers must not change it.
+        """
+        state = self.__dict__
+        props = self.application_properties
+        cached: MessageRecord | None = state.get("_record_cache")
+        # The properties dict can change in place, without __setattr__: compare it too.
+        if cached is not None and state["_cached_props"] == props:
+            return cached
+        rec = self._build_record()
+        if isinstance(self.body, _IMMUTABLE_BODIES):  # a list body could change in place
+            state["_record_cache"] = rec
+            state["_cached_props"] = dict(props) if isinstance(props, dict) else props
+        return rec
+
+    def _build_record(self) -> MessageRecord:
         ttl = self.time_to_live
         if ttl is not None:
             if not isinstance(ttl, timedelta):
@@ -137,21 +177,30 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
     """A message as received (or peeked), with the broker's properties. Settle it through the
     receiver that received it."""
 
+    _record: MessageRecord
+    _entity: str
+    _kind: str  # "locked" (peek-lock), "deleted" (receive-and-delete) or "peeked"
+    _settled: bool
+    auto_renew_error: BaseException | None
+
     def __init__(self, record: MessageRecord, *, entity: str, kind: str) -> None:
-        # Not calling super().__init__: the broker already validated this message.
-        self._record = record
-        self._entity = entity
-        # kind: "locked" (peek-lock), "deleted" (receive-and-delete) or "peeked".
-        self._kind = kind
-        self._settled = kind != "locked"
-        self.auto_renew_error: BaseException | None = None
-        self.body = record.body
-        self.application_properties = record.application_properties
-        for name in _FIELDS:
-            setattr(self, name, getattr(record, name))
+        # Not calling super().__init__: the broker already validated this message. Fields go
+        # straight into __dict__ (this runs for every received message).
         ttl = record.time_to_live
-        self.time_to_live = None if ttl is None or ttl == float("inf") else timedelta(seconds=ttl)
-        self.scheduled_enqueue_time_utc = from_timestamp(record.scheduled_enqueue_time)
+        state = self.__dict__
+        state.update(
+            _record=record,
+            _entity=entity,
+            _kind=kind,
+            _settled=kind != "locked",
+            auto_renew_error=None,
+            body=record.body,
+            application_properties=record.application_properties,
+            time_to_live=None if ttl is None or ttl == float("inf") else timedelta(seconds=ttl),
+            scheduled_enqueue_time_utc=from_timestamp(record.scheduled_enqueue_time),
+        )
+        for name in _FIELDS:
+            state[name] = getattr(record, name)
 
     @property
     def sequence_number(self) -> int:

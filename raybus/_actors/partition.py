@@ -21,7 +21,7 @@ import ray
 
 from .._clock import SystemClock
 from .._core.partition import Partition, PartitionCounts, SettleOp
-from .._core.record import WireRecord, from_wire, to_wire
+from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
 from .._models import QueueProperties
 from ..exceptions import ServiceBusError
 
@@ -30,13 +30,18 @@ __all__ = ["PartitionActor"]
 _log = logging.getLogger("raybus.partition")
 
 
+def _same(record: MessageRecord) -> MessageRecord:
+    return record
+
+
 class PartitionActor:
     """One partition of one queue (created by the namespace actor; see ``partition_actor``)."""
 
     def __init__(
         self, namespace: str, properties: QueueProperties, partition_id: int, incarnation: int
     ) -> None:
-        self._core = Partition(properties, SystemClock(), partition_id)
+        # Results are turned into tuples before the next await, so no defensive copies.
+        self._core = Partition(properties, SystemClock(), partition_id, export=_same)
         self._namespace = namespace
         self._incarnation = incarnation
         self._changed = asyncio.Event()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,10 +140,20 @@ class _Store:
 class Partition:
     """The state of one partition of a queue (main queue and dead-letter sub-queue)."""
 
-    def __init__(self, properties: QueueProperties, clock: Clock, partition_id: int = 0) -> None:
+    def __init__(
+        self,
+        properties: QueueProperties,
+        clock: Clock,
+        partition_id: int = 0,
+        *,
+        export: Callable[[MessageRecord], MessageRecord] = snapshot,
+    ) -> None:
+        """``export`` makes the copy of a locked record that ``receive`` returns; an owner that
+        serialises the result at once (the actor) passes the identity to skip the copy."""
         if not 0 <= partition_id < 2**16:
             raise InvalidArgumentError(f"partition id {partition_id} out of range", None, "id")
         self._clock = clock
+        self._export = export
         self.partition_id = partition_id
         self._next_seq = (partition_id << SEQUENCE_BITS) + 1
         self._props = properties
@@ -534,7 +544,7 @@ class Partition:
         rec.locked_until = until = now + self._props.lock_duration_s
         self._locks[token] = (store, rec.sequence_number)
         heapq.heappush(self._lock_heap, (until, token))
-        return snapshot(rec)
+        return self._export(rec)
 
     def _make_active(self, rec: MessageRecord, now: float) -> None:
         rec.state = ACTIVE

@@ -46,6 +46,10 @@ __all__ = ["ServiceBusReceiver"]
 _WAIT_SLICE_S = 30.0
 
 
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
 def _check_count(value: Any, name: str, entity: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}", entity, name)
@@ -180,6 +184,22 @@ class ServiceBusReceiver:
 
         Returns as soon as at least one message is there; may return fewer than asked.
         """
+        ready, count, fetch, deadline = self._receive_start(max_message_count, max_wait_time)
+        if ready:
+            return ready
+        while True:
+            args = self._receive_args(fetch, deadline)
+            rows = await self._call("receive", *args)
+            if rows or _past(deadline):
+                return self._receive_done(rows, count)
+
+    # receive_messages in three steps, so the sync API can run the same steps with a blocking
+    # call in between (it differs only in how it waits).
+
+    def _receive_start(
+        self, max_message_count: int | None, max_wait_time: float | None
+    ) -> tuple[list[ServiceBusReceivedMessage], int, int, float | None]:
+        """Validate; serve from the prefetch buffer. Returns (ready, count, fetch, deadline)."""
         self._raise_failures()
         count = _check_count(
             1 if max_message_count is None else max_message_count,
@@ -189,25 +209,38 @@ class ServiceBusReceiver:
         wait = _check_wait(max_wait_time, "max_wait_time", self.entity_path)
         if wait is None:
             wait = self.max_wait_time
-        out = self._from_buffer(count)
-        if out:
-            return out
-        kind = "deleted" if self._delete else "locked"
-        fetch = max(count, self.prefetch_count)
         deadline = None if wait is None else time.monotonic() + wait
-        while True:
-            slice_s = _WAIT_SLICE_S if deadline is None else max(0.0, deadline - time.monotonic())
-            slice_s = min(slice_s, _WAIT_SLICE_S)
-            records = await self._call("receive", fetch, slice_s, self._dead_letter, self._delete)
-            if records or (deadline is not None and time.monotonic() >= deadline):
-                break
-        got = self._wrap(records, kind)
+        return self._from_buffer(count), count, max(count, self.prefetch_count), deadline
+
+    def _receive_args(self, fetch: int, deadline: float | None) -> tuple[Any, ...]:
+        slice_s = _WAIT_SLICE_S if deadline is None else max(0.0, deadline - time.monotonic())
+        return (fetch, min(slice_s, _WAIT_SLICE_S), self._dead_letter, self._delete)
+
+    def _receive_done(self, rows: list[WireRecord], count: int) -> list[ServiceBusReceivedMessage]:
+        got = self._wrap(rows, "deleted" if self._delete else "locked")
         out, extra = got[:count], got[count:]
         self._buffer.extend(extra)
         if self._renewer is not None and not self._delete:
             for msg in out:
                 self._renewer.register(self, msg)
         return out
+
+    def call_blocking(self, method_name: str, *args: Any) -> Any | None:
+        """For the sync API: call the partition actor from the caller's thread, blocking.
+
+        Returns None without calling when the route is not cached yet (the caller then takes
+        the event-loop path, which resolves it).
+        """
+        self._raise_failures()
+        route = self._conn.cached_route(self.entity_path)
+        if route is None or self._closed:
+            return None
+        entity = route.properties.name
+        try:
+            return _rpc.call_sync(entity, getattr(route.partitions[0], method_name), *args)
+        except MessagingEntityNotFoundError:
+            self._conn.forget(self.entity_path)
+            raise
 
     def _from_buffer(self, count: int) -> list[ServiceBusReceivedMessage]:
         out: list[ServiceBusReceivedMessage] = []

@@ -10,7 +10,7 @@ from typing import Any
 from .. import _rpc
 from .._clock import to_timestamp
 from .._connection import Connection
-from .._core.record import MessageRecord
+from .._core.record import MessageRecord, snapshot, to_wire
 from ..exceptions import (
     InvalidArgumentError,
     MessagingEntityNotFoundError,
@@ -100,6 +100,28 @@ class ServiceBusSender:
             self._conn.forget(self.entity_path)
             raise
 
+    def send_blocking(self, records: list[MessageRecord]) -> bool:
+        """For the sync API: send from the caller's thread, blocking until accepted.
+
+        Returns False without sending when the route is not cached yet (the caller then takes
+        the event-loop path, which resolves it).
+        """
+        route = self._conn.cached_route(self.entity_path)
+        if route is None or self._closed:
+            return False
+        if records:
+            entity = route.properties.name
+            try:
+                (result,) = _rpc.call_sync(
+                    entity, route.partitions[0].send_groups, [to_wire(records)]
+                )
+            except MessagingEntityNotFoundError:
+                self._conn.forget(self.entity_path)
+                raise
+            if isinstance(result, BaseException):
+                raise result
+        return True
+
     async def send_messages(self, message: SendInput, *, timeout: float | None = None) -> None:
         """Send one message, a list, or a batch. Returns once the broker accepted all of it.
 
@@ -122,8 +144,8 @@ class ServiceBusSender:
             raise InvalidArgumentError(
                 "schedule_time_utc must be a datetime", self.entity_path, "schedule_time_utc"
             )
-        records = _records(messages)
         at = to_timestamp(schedule_time_utc)
+        records = [snapshot(rec) for rec in _records(messages)]  # not the messages' own
         for rec in records:
             rec.scheduled_enqueue_time = at
         return await self._send(records, _check_timeout(timeout, self.entity_path))
