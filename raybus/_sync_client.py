@@ -86,12 +86,19 @@ class ServiceBusReceiver:
         ready, count, fetch, deadline = inner._receive_start(max_message_count, max_wait_time)
         if ready:
             return ready
+        handed_before = inner._handed
         while True:
             rows = inner.call_blocking("receive", *inner._receive_args(fetch, deadline))
             if rows is None:
                 return run(inner.receive_messages(max_message_count, max_wait_time))
             if rows or _past(deadline):
-                return inner._receive_done(rows, count)
+                break
+        # Settlements sent before this call ran alongside it; report a refusal now, giving
+        # back what this call received.
+        inner.wait_answers_blocking(handed_before)
+        if inner._failures and rows:
+            inner.call_blocking("settle", inner._release_ops(rows))
+        return inner._receive_done(rows, count)
 
     def peek_messages(
         self, max_message_count: int = 1, *, sequence_number: int = 0, timeout: Any = None

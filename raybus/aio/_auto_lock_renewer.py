@@ -134,7 +134,7 @@ class AutoLockRenewer:
 
     async def _renew(self, entry: _Entry) -> None:
         try:
-            await entry.receiver.renew_message_lock(entry.message)
+            await entry.receiver._renew(entry.message)
         except Exception as exc:
             if entry.message._settled:
                 return  # settled while we renewed: nothing lost

@@ -5,11 +5,15 @@ broker's disposition acknowledgement either): when a message's lock is comfortab
 (more than ``min(5 s, lock_duration / 2)`` left by this process's clock) ``complete_message``,
 ``abandon_message``, ``defer_message`` and ``dead_letter_message`` hand the settlement to a
 per-partition batcher and return without waiting for the broker. If the broker refuses it (the
-lock was lost, e.g. to an actor restart) the *next* call on this receiver, or ``close()``,
-raises ``SettlementFailedError`` listing the refused messages; they were not settled and will
-be delivered again. A settlement with little lock time left, and ``complete_messages``, wait
-for the broker's answer. Processing must therefore be idempotent (it must be anyway under
-at-least-once delivery).
+lock was lost, e.g. to an actor restart) the next call on this receiver that reaches the broker
+(``receive_messages``, ``peek_messages``, ``receive_deferred_messages``, ``renew_message_lock``,
+``complete_messages``) or ``close()`` raises ``SettlementFailedError``
+listing the refused messages; they were not settled and will be delivered again. Such a call
+waits for the settlements sent before it (a receive runs alongside them, so this costs no extra
+round trip) and, when it raises, gives back any messages it had received. A receive served
+entirely from the prefetch buffer does not reach the broker and reports nothing. A settlement
+with little lock time left, and ``complete_messages``, wait for the broker's answer. Processing
+must therefore be idempotent (it must be anyway under at-least-once delivery).
 """
 
 from __future__ import annotations
@@ -132,6 +136,11 @@ class ServiceBusReceiver:
         self._buffer: deque[ServiceBusReceivedMessage] = deque()
         self._peek_cursor = 0
         self._pending: set[asyncio.Future[None]] = set()
+        # Settlements sent without waiting (from any thread) and how many the broker has
+        # answered (loop thread), so a sync call can wait for those sent before it.
+        self._answers = threading.Condition()
+        self._handed = 0
+        self._answered = 0
         self._failures: list[tuple[int | None, str | None, str]] = []
         self._closed = False
         self._renewer = auto_lock_renewer
@@ -160,6 +169,12 @@ class ServiceBusReceiver:
             self._conn.forget(self.entity_path)
             raise
 
+    async def _settle_pending(self) -> None:
+        """Wait for the settlements sent without waiting; raise if the broker refused any."""
+        if self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+        self._raise_failures()
+
     def _raise_failures(self) -> None:
         if self._failures:
             failures, self._failures = self._failures, []
@@ -187,11 +202,17 @@ class ServiceBusReceiver:
         ready, count, fetch, deadline = self._receive_start(max_message_count, max_wait_time)
         if ready:
             return ready
+        sent_before = list(self._pending)
         while True:
-            args = self._receive_args(fetch, deadline)
-            rows = await self._call("receive", *args)
+            rows = await self._call("receive", *self._receive_args(fetch, deadline))
             if rows or _past(deadline):
-                return self._receive_done(rows, count)
+                break
+        # The settlements sent before this call ran alongside it; report a refusal now.
+        if sent_before:
+            await asyncio.gather(*sent_before, return_exceptions=True)
+        if self._failures and rows:
+            await self._call("settle", self._release_ops(rows))
+        return self._receive_done(rows, count)
 
     # receive_messages in three steps, so the sync API can run the same steps with a blocking
     # call in between (it differs only in how it waits).
@@ -216,7 +237,13 @@ class ServiceBusReceiver:
         slice_s = _WAIT_SLICE_S if deadline is None else max(0.0, deadline - time.monotonic())
         return (fetch, min(slice_s, _WAIT_SLICE_S), self._dead_letter, self._delete)
 
+    def _release_ops(self, rows: list[WireRecord]) -> list[tuple[Any, ...]]:
+        """Ops that give back messages received by a call that must raise instead."""
+        return [SettleOp(RELEASE, r.lock_token or "").to_wire() for r in from_wire(rows)]
+
     def _receive_done(self, rows: list[WireRecord], count: int) -> list[ServiceBusReceivedMessage]:
+        """Raise refused settlements (the caller released ``rows`` first), else wrap."""
+        self._raise_failures()
         got = self._wrap(rows, "deleted" if self._delete else "locked")
         out, extra = got[:count], got[count:]
         self._buffer.extend(extra)
@@ -225,13 +252,18 @@ class ServiceBusReceiver:
                 self._renewer.register(self, msg)
         return out
 
+    def wait_answers_blocking(self, handed_before: int) -> None:
+        """For the sync API: block until the broker answered the first ``handed_before``
+        settlements sent without waiting (they run alongside the caller's own call)."""
+        with self._answers:
+            self._answers.wait_for(lambda: self._answered >= handed_before, timeout=120)
+
     def call_blocking(self, method_name: str, *args: Any) -> Any | None:
         """For the sync API: call the partition actor from the caller's thread, blocking.
 
         Returns None without calling when the route is not cached yet (the caller then takes
         the event-loop path, which resolves it).
         """
-        self._raise_failures()
         route = self._conn.cached_route(self.entity_path)
         if route is None or self._closed:
             return None
@@ -262,7 +294,7 @@ class ServiceBusReceiver:
         """Up to ``max_message_count`` messages without locking them, from ``sequence_number``
         on (default: after the last one this receiver peeked). Includes locked, deferred and
         scheduled messages; peeked messages cannot be settled."""
-        self._raise_failures()
+        await self._settle_pending()
         count = _check_count(max_message_count, "max_message_count", self.entity_path)
         if (
             isinstance(sequence_number, bool)
@@ -275,17 +307,18 @@ class ServiceBusReceiver:
                 "sequence_number",
             )
         start = sequence_number or self._peek_cursor
-        records = await self._call("peek", start, count, self._dead_letter, timeout=timeout)
-        if records:
-            self._peek_cursor = records[-1].sequence_number + 1
-        return self._wrap(records, "peeked")
+        rows = await self._call("peek", start, count, self._dead_letter, timeout=timeout)
+        peeked = self._wrap(rows, "peeked")
+        if peeked:
+            self._peek_cursor = peeked[-1].sequence_number + 1
+        return peeked
 
     async def receive_deferred_messages(
         self, sequence_numbers: int | Iterable[int], *, timeout: Any = None
     ) -> list[ServiceBusReceivedMessage]:
         """Receive deferred messages by sequence number (all or none: ``MessageNotFoundError``
         names the missing ones)."""
-        self._raise_failures()
+        await self._settle_pending()
         seqs = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
         if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seqs):
             raise InvalidArgumentError(
@@ -358,6 +391,8 @@ class ServiceBusReceiver:
         entity, actor, lock_s = await self._actor(message.partition_id)
         message._settled = True
         if self._lock_is_comfortable(message, lock_s):
+            with self._answers:
+                self._handed += 1
             self._submit_nowait(message, op, entity, actor)
             return
         try:
@@ -394,6 +429,8 @@ class ServiceBusReceiver:
             return False
         message._settled = True
         item = (message, op, route.properties.name, route.partitions[message.partition_id])
+        with self._answers:
+            self._handed += 1
         with self._handoff_lock:
             self._handoff.append(item)
             if self._handoff_scheduled:
@@ -415,10 +452,11 @@ class ServiceBusReceiver:
         self._pending.discard(fut)
         if fut.cancelled():
             self._failures.append((message.sequence_number, message.lock_token, "cancelled"))
-            return
-        exc = fut.exception()
-        if exc is not None:
+        elif (exc := fut.exception()) is not None:
             self._failures.append((message.sequence_number, message.lock_token, str(exc)))
+        with self._answers:
+            self._answered += 1
+            self._answers.notify_all()
 
     async def complete_message(self, message: ServiceBusReceivedMessage) -> None:
         """Remove the message from the queue (see the module's settlement guarantee)."""
@@ -471,7 +509,7 @@ class ServiceBusReceiver:
         Raises ``SettlementFailedError`` listing the messages the broker refused; the others
         are completed. A raybus extension.
         """
-        self._raise_failures()
+        await self._settle_pending()
         by_partition: dict[int, list[tuple[ServiceBusReceivedMessage, SettleOp]]] = {}
         for msg in messages:
             op = self._settle_op(msg, SettleOp(COMPLETE, msg.lock_token or ""))
@@ -496,7 +534,11 @@ class ServiceBusReceiver:
         self, message: ServiceBusReceivedMessage, *, timeout: Any = None
     ) -> datetime:
         """Extend the message's lock by the queue's lock duration; returns the new expiry."""
-        self._raise_failures()
+        await self._settle_pending()
+        return await self._renew(message, timeout)
+
+    async def _renew(self, message: ServiceBusReceivedMessage, timeout: Any = None) -> datetime:
+        """Renew without reporting other messages' refused settlements (for the renewer)."""
         self._settle_op(message, SettleOp(COMPLETE, message.lock_token or ""))
         (result,) = await self._call(
             "renew_locks", [message.lock_token], partition=message.partition_id, timeout=timeout

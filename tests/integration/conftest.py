@@ -6,8 +6,12 @@ using their own raybus namespace (and so their own registry and queues).
 
 from __future__ import annotations
 
+import asyncio
+import queue as queue_module
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Set
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import ray
@@ -68,3 +72,184 @@ def queue(admin: ServiceBusAdministrationClient) -> str:
     name = f"q-{uuid.uuid4().hex[:8]}"
     admin.create_queue(name)
     return name
+
+
+# ---------------------------------------------------------------------------------------------
+# Added for the admin / send-receive / settlement / processes suites.
+#
+# Every raybus actor is its own worker process and Ray needs ~0.8 s to start one, so a fresh
+# namespace per test (registry actor + partition actors) dominates the suite's run time. Modules
+# whose tests each use their own uniquely named queues may opt into one namespace per module
+# (override ``namespace`` with ``module_namespace``, and ``queue`` with ``pooled_queue``); their
+# tests stay independent because no two tests touch the same queue. Whatever the scope, the
+# queues a test created are deleted after it (their actors, i.e. processes, go away), so the
+# session's memory does not grow with the number of tests.
+
+_SHARED_NAMESPACES: set[str] = set()
+
+
+def _kill_namespace_actor(namespace: str) -> None:
+    from raybus._actors.namespace import namespace_actor_name
+
+    try:
+        actor = ray.get_actor(namespace_actor_name(namespace), namespace="raybus")
+        ray.kill(actor, no_restart=True)
+    except Exception:  # never created, or already gone
+        pass
+
+
+def _queue_names(namespace: str) -> set[str]:
+    from raybus.exceptions import ServiceBusError
+
+    try:
+        return {q.name for q in ServiceBusAdministrationClient(namespace).list_queues()}
+    except ServiceBusError:
+        return set()
+
+
+def _delete_queues(namespace: str, keep: Set[str] = frozenset()) -> None:
+    """Delete the namespace's queues except ``keep``."""
+    from raybus.exceptions import ServiceBusError
+
+    admin = ServiceBusAdministrationClient(namespace)
+    for name in _queue_names(namespace) - keep:
+        try:
+            admin.delete_queue(name)
+        except ServiceBusError:
+            pass
+
+
+@pytest.fixture(scope="module")
+def module_namespace(ray_cluster: str) -> Iterator[str]:
+    """One raybus namespace shared by the tests of a module (each uses its own queues)."""
+    name = f"test-mod-{uuid.uuid4().hex[:10]}"
+    _SHARED_NAMESPACES.add(name)
+    try:
+        yield name
+    finally:
+        _SHARED_NAMESPACES.discard(name)
+        _delete_queues(name)
+        _kill_namespace_actor(name)
+
+
+@pytest.fixture(autouse=True)
+def _release_raybus_actors(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used a raybus namespace, delete the queues it created (and the
+    registry actor when the namespace was the test's own). Queues that existed before the test
+    (module fixtures of a shared namespace) are kept."""
+    if "namespace" not in request.fixturenames:
+        yield
+        return
+    ns = request.getfixturevalue("namespace")
+    shared = ns in _SHARED_NAMESPACES
+    before = _queue_names(ns) if shared else set()
+    yield
+    # Queues the pool made meanwhile are not the test's: ``pooled_queue`` deletes its own.
+    _delete_queues(ns, keep=before | {q for q in _queue_names(ns) if q.startswith(_POOL_PREFIX)})
+    if not shared:
+        _kill_namespace_actor(ns)
+
+
+_POOL_PREFIX = "pooled-"
+
+
+class QueuePool:
+    """Fresh default-settings queues, created ahead of use on background threads.
+
+    A queue's partition actor is a new Ray worker process (~0.8 s of CPU to start); the pool
+    starts the next ones while the current test waits on locks and timers. Each queue is handed
+    out once, unused, and is deleted after the test that took it.
+    """
+
+    def __init__(self, namespace: str, depth: int = 2) -> None:
+        self._admin = ServiceBusAdministrationClient(namespace)
+        self._ready: queue_module.Queue[str | BaseException] = queue_module.Queue()
+        self._workers = ThreadPoolExecutor(max_workers=depth, thread_name_prefix="queue-pool")
+        for _ in range(depth):
+            self._workers.submit(self._create)
+
+    def _create(self) -> None:
+        name = f"{_POOL_PREFIX}{uuid.uuid4().hex[:8]}"
+        try:
+            self._admin.create_queue(name)
+        except BaseException as exc:  # handed to the test that takes it
+            self._ready.put(exc)
+        else:
+            self._ready.put(name)
+
+    def take(self) -> str:
+        item = self._ready.get(timeout=120)
+        self._workers.submit(self._create)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def delete(self, name: str) -> None:
+        from raybus.exceptions import MessagingEntityNotFoundError
+
+        try:
+            self._admin.delete_queue(name)
+        except MessagingEntityNotFoundError:
+            pass  # the test deleted it itself
+
+    def close(self) -> None:
+        self._workers.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def queue_pool(module_namespace: str) -> Iterator[QueuePool]:
+    pool = QueuePool(module_namespace)
+    try:
+        yield pool
+    finally:
+        pool.close()  # module_namespace then deletes what is left
+
+
+@pytest.fixture
+def pooled_queue(queue_pool: QueuePool) -> Iterator[str]:
+    """Like ``queue`` (a fresh queue with default settings) but taken from ``queue_pool``;
+    for modules whose ``namespace`` is ``module_namespace``."""
+    name = queue_pool.take()
+    try:
+        yield name
+    finally:
+        queue_pool.delete(name)
+
+
+@pytest.fixture
+def eventually() -> Callable[..., None]:
+    """``eventually(check, timeout=10)``: call ``check`` until it stops raising
+    ``AssertionError`` (for effects that raybus applies asynchronously by design, such as
+    settlements sent without waiting); re-raise its last failure after ``timeout`` seconds."""
+
+    def _eventually(check: Callable[[], object], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                check()
+                return
+            except AssertionError:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.05)
+
+    return _eventually
+
+
+@pytest.fixture
+def aeventually() -> Callable[..., Awaitable[None]]:
+    """The asyncio twin of ``eventually``: ``await aeventually(check)`` where ``check`` is a
+    coroutine function; waits with ``asyncio.sleep`` so the test's own loop keeps running."""
+
+    async def _aeventually(check: Callable[[], Awaitable[object]], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                await check()
+                return
+            except AssertionError:
+                if time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(0.05)
+
+    return _aeventually

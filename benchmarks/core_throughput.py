@@ -1,0 +1,1081 @@
+#!/usr/bin/env python
+"""Core throughput of raybus against its peers, in one run on one local Ray cluster.
+
+Every scenario moves N messages with 1 KiB bodies from a sender in a *separate process* (this
+script started again with ``--role sender``) to a receiver in this process, in lists of B:
+
+* A  raybus: ``send_messages(list of B)``; ``receive_messages(max_message_count=B)`` and
+  A1 ``complete_message`` one by one in a plain sync loop, A2 ``complete_messages(list)``,
+  A3 RECEIVE_AND_DELETE mode.
+* B  the bare-Ray peer: a minimal async actor holding a deque; ``put(batch)`` per batch, a
+  ``get(B)`` call per batch and, for peek-lock's peer, an ``ack(ids)`` call per batch: the
+  round trips raybus needs in A2.
+* C  ``ray.util.queue.Queue`` with ``put_nowait_batch``/``get_nowait_batch`` (the receiver
+  polls: that queue has no blocking batch get).
+
+Each (system, mode) runs twice per round: end to end (sender and receiver concurrently; time
+from the sender's first send to the receiver's last settlement) and split (the sender fills a
+fresh queue alone: the send-only figure; then the receiver drains it: the receive+settle-only
+figure). Every run checks that each message arrived exactly once with its body intact and that
+the queue is empty afterwards, and fails loudly otherwise. Numbers are medians over rounds;
+ratios are medians of per-round ratios (the machine may be shared and noisy).
+
+Run: ``python benchmarks/core_throughput.py [--quick] [--messages N] [--batch B]``.
+Writes a Markdown table to stdout and JSON to ``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before Ray is imported: listen on 127.0.0.1 only, send no usage stats.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import argparse
+import asyncio
+import contextlib
+import faulthandler
+import gc
+import json
+import logging
+import platform
+import queue as stdqueue
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+# Ray workers (raybus's actors) and the sender process must import raybus from this checkout.
+# (This directory too, for BareQueue when this file is imported rather than run.)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")) if p
+)
+
+import ray  # noqa: E402
+
+import raybus  # noqa: E402
+from raybus import ServiceBusMessage, ServiceBusReceiveMode  # noqa: E402
+from raybus.management import ServiceBusAdministrationClient  # noqa: E402
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+PROTO = "BENCH "  # prefix of protocol lines on the sender's stdout
+RAY_NAMESPACE_PREFIX = "raybus-bench"
+
+# (system, mode): label, description. Order = run order within a round (interleaved).
+UNITS: list[tuple[str, str]] = [
+    ("raybus", "each"),
+    ("actor", "ack"),
+    ("raybus", "batch"),
+    ("raybus", "delete"),
+    ("actor", "delete"),
+    ("rayqueue", "delete"),
+]
+LABELS = {
+    ("raybus", "each"): "A1 raybus peek-lock, complete_message one by one",
+    ("raybus", "batch"): "A2 raybus peek-lock, complete_messages(batch)",
+    ("raybus", "delete"): "A3 raybus receive-and-delete",
+    ("actor", "ack"): "B  bare actor get + ack(ids)",
+    ("actor", "delete"): "B  bare actor get (no ack)",
+    ("rayqueue", "delete"): "C  ray.util.queue get_nowait_batch",
+}
+# The bare-actor row each raybus row is compared with.
+PEER = {"each": ("actor", "ack"), "batch": ("actor", "ack"), "delete": ("actor", "delete")}
+
+
+class BenchError(RuntimeError):
+    """A scenario failed (timeout, lost or duplicated message, sender error)."""
+
+
+class RpcCounter:
+    """Counts raybus's actor calls by method name, in this process only (a diagnostic: it
+    shows whether settlements were coalesced). Wraps ``raybus._rpc.call`` if it exists."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.installed = False
+        try:
+            from raybus import _rpc
+        except ImportError:
+            return
+        orig = getattr(_rpc, "call", None)
+        if orig is None or not asyncio.iscoroutinefunction(orig):
+            return
+        counts = self.counts
+
+        async def call(entity: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+            name = getattr(method, "_method_name", "?")
+            counts[name] = counts.get(name, 0) + 1
+            return await orig(entity, method, *args, **kwargs)
+
+        _rpc.call = call
+        self.installed = True
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.counts)
+
+    def since(self, before: dict[str, int]) -> dict[str, int] | None:
+        if not self.installed:
+            return None
+        return {k: v - before.get(k, 0) for k, v in self.counts.items() if v - before.get(k, 0)}
+
+
+# ---------------------------------------------------------------------------- payload
+
+
+def make_body(i: int, size: int) -> bytes:
+    """A distinct ``size``-byte body per message (pickle must not share one object)."""
+    return i.to_bytes(8, "big") + b"\xa5" * (size - 8)
+
+
+def check_body(i: int, body: Any, size: int) -> bool:
+    return isinstance(body, bytes) and len(body) == size and int.from_bytes(body[:8], "big") == i
+
+
+def verify(ids: list[int], bodies: list[Any], n: int, size: int, what: str) -> None:
+    """Every id in range(n) exactly once, each with its own intact body."""
+    if len(ids) != n:
+        raise BenchError(f"{what}: received {len(ids)} messages, expected {n}")
+    seen = set(ids)
+    if len(seen) != n or seen != set(range(n)):
+        dup = len(ids) - len(seen)
+        missing = n - len(seen & set(range(n)))
+        raise BenchError(f"{what}: {dup} duplicates, {missing} missing of {n}")
+    bad = [i for i, b in zip(ids, bodies, strict=True) if not check_body(i, b, size)]
+    if bad:
+        raise BenchError(f"{what}: {len(bad)} corrupted bodies (first ids {bad[:5]})")
+
+
+# ---------------------------------------------------------------------------- bare peers
+
+
+class BareQueue:
+    """The bare-Ray peer: a deque in an async actor; receivers wait without polling."""
+
+    def __init__(self) -> None:
+        self.items: deque[tuple[int, bytes]] = deque()
+        self.inflight: dict[int, bytes] = {}
+        self.changed = asyncio.Event()
+
+    async def ping(self) -> bool:
+        return True
+
+    async def put(self, batch: list[tuple[int, bytes]]) -> int:
+        self.items.extend(batch)
+        self.changed.set()
+        self.changed = asyncio.Event()
+        return len(batch)
+
+    async def get(self, n: int, wait_s: float, delete: bool) -> list[tuple[int, bytes]]:
+        deadline = time.monotonic() + wait_s
+        while not self.items:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            try:
+                await asyncio.wait_for(self.changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+        out = [self.items.popleft() for _ in range(min(n, len(self.items)))]
+        if not delete:
+            for i, body in out:
+                self.inflight[i] = body
+        return out
+
+    async def ack(self, ids: list[int]) -> int:
+        """Settle; returns how many ids were not in flight (0 when all is well)."""
+        return sum(self.inflight.pop(i, None) is None for i in ids)
+
+    async def counts(self) -> tuple[int, int]:
+        return len(self.items), len(self.inflight)
+
+
+# ---------------------------------------------------------------------------- sender role
+
+
+def sender_main(args: argparse.Namespace) -> int:
+    """The sender process: joins the cluster, then obeys JSON commands on stdin."""
+
+    def emit(**obj: Any) -> None:
+        sys.stdout.write(PROTO + json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    ray.init(address=args.address, logging_level=logging.WARNING, log_to_driver=False)
+    clients: dict[str, raybus.ServiceBusClient] = {}
+    rpc = RpcCounter()
+    emit(event="ready", pid=os.getpid())
+    try:
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if cmd["op"] == "exit":
+                break
+            try:
+                send_one(cmd, clients, emit, rpc)
+            except Exception:
+                emit(event="error", error=traceback.format_exc())
+    finally:
+        for c in clients.values():
+            c.close()
+        ray.shutdown()
+    return 0
+
+
+def send_one(
+    cmd: dict[str, Any],
+    clients: dict[str, raybus.ServiceBusClient],
+    emit: Callable[..., None],
+    rpc: RpcCounter,
+) -> None:
+    system, target, n, b, size = cmd["system"], cmd["target"], cmd["n"], cmd["batch"], cmd["size"]
+    send: Callable[[int, int], None]
+    if system == "raybus":
+        ns = cmd["namespace"]
+        client = clients.get(ns) or clients.setdefault(ns, raybus.connect(ns))
+        sender = client.get_queue_sender(target)
+        sender.create_message_batch()  # resolves the queue's route before timing starts
+
+        def send(lo: int, hi: int) -> None:
+            sender.send_messages(
+                [ServiceBusMessage(make_body(i, size), message_id=str(i)) for i in range(lo, hi)]
+            )
+
+    else:
+        actor = ray.get_actor(target, namespace=cmd["ray_namespace"])
+        if system == "actor":
+            ray.get(actor.ping.remote())
+
+            def send(lo: int, hi: int) -> None:
+                ray.get(actor.put.remote([(i, make_body(i, size)) for i in range(lo, hi)]))
+
+        else:  # rayqueue: what ray.util.queue.Queue.put_nowait_batch does
+            ray.get(actor.qsize.remote())
+
+            def send(lo: int, hi: int) -> None:
+                ray.get(
+                    actor.put_nowait_batch.remote([(i, make_body(i, size)) for i in range(lo, hi)])
+                )
+
+    emit(event="prepared")
+    go = sys.stdin.readline()
+    if json.loads(go)["op"] != "go":
+        raise RuntimeError(f"expected go, got {go!r}")
+    before = rpc.snapshot()
+    t0 = time.time()
+    for lo in range(0, n, b):
+        send(lo, min(n, lo + b))
+    t1 = time.time()
+    calls = rpc.since(before) if system == "raybus" else None
+    if calls is None:
+        calls = {"put" if system == "actor" else "put_nowait_batch": -(-n // b)}
+    emit(event="done", t_start=t0, t_end=t1, sent=n, calls=calls)
+
+
+class SenderProcess:
+    """Handle on the sender subprocess: JSON lines in, ``BENCH {json}`` lines out."""
+
+    def __init__(self, address: str, startup_timeout: float) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--role",
+                "sender",
+                "--address",
+                address,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        self.lines: stdqueue.Queue[dict[str, Any] | None] = stdqueue.Queue()
+        self.stderr_tail: deque[str] = deque(maxlen=40)
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+        self.expect("ready", startup_timeout)
+
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(PROTO):
+                self.lines.put(json.loads(line[len(PROTO) :]))
+        self.lines.put(None)  # EOF: the process ended
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr_tail.append(line.rstrip())
+
+    def command(self, **cmd: Any) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise BenchError(f"sender process is gone: {exc}\n{self.tail()}") from None
+
+    def tail(self) -> str:
+        return "\n".join(self.stderr_tail)
+
+    def poll(self) -> dict[str, Any] | None:
+        """A pending message, if any (raises if the sender failed or ended)."""
+        try:
+            msg = self.lines.get_nowait()
+        except stdqueue.Empty:
+            return None
+        return self._check(msg)
+
+    def _check(self, msg: dict[str, Any] | None) -> dict[str, Any]:
+        if msg is None:
+            raise BenchError(f"sender process ended (rc={self.proc.poll()})\n{self.tail()}")
+        if msg.get("event") == "error":
+            raise BenchError(f"sender failed:\n{msg['error']}")
+        return msg
+
+    def expect(self, event: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BenchError(f"timed out after {timeout:g} s waiting for sender {event!r}")
+            try:
+                msg = self._check(self.lines.get(timeout=remaining))
+            except stdqueue.Empty:
+                continue
+            if msg.get("event") == event:
+                return msg
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.command(op="exit")
+                self.proc.wait(timeout=20)
+            except (BenchError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+class Watchdog:
+    """Last resort when a call without a timeout hangs (a stuck actor): dump every thread's
+    stack, kill this process's children (the sender, the Ray cluster it started) and exit."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: float | None = None
+        self._what = ""
+        threading.Thread(target=self._run, name="bench-watchdog", daemon=True).start()
+
+    @contextlib.contextmanager
+    def armed(self, seconds: float, what: str) -> Iterator[None]:
+        with self._cond:
+            self._due, self._what = time.monotonic() + seconds, what
+            self._cond.notify()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._due = None
+                self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                if self._due is None:
+                    self._cond.wait()
+                    continue
+                left = self._due - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                break
+        print(f"\nWATCHDOG: {self._what} is stuck; stacks follow, then exit", file=sys.stderr)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        kill_children()
+        os._exit(3)
+
+
+def kill_children() -> None:
+    """SIGKILL the processes this process started (by pid, via /proc; Linux only)."""
+    me = os.getpid()
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == me:
+            with contextlib.suppress(OSError):
+                os.kill(int(entry), 9)
+
+
+# ---------------------------------------------------------------------------- receivers
+
+
+class Deadline:
+    def __init__(self, seconds: float, what: str) -> None:
+        self.at = time.monotonic() + seconds
+        self.seconds = seconds
+        self.what = what
+
+    def remaining(self) -> float:
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise BenchError(f"{self.what}: no result within {self.seconds:g} s")
+        return left
+
+
+def receive_raybus(
+    client: raybus.ServiceBusClient,
+    queue: str,
+    mode: str,
+    n: int,
+    b: int,
+    deadline: Deadline,
+    idle: Callable[[], None],
+) -> tuple[float, float, list[int], list[Any], dict[str, int]]:
+    """Drain n messages; returns (t_first_call, t_last_settled, ids, bodies, calls by kind)."""
+    rmode = (
+        ServiceBusReceiveMode.RECEIVE_AND_DELETE
+        if mode == "delete"
+        else ServiceBusReceiveMode.PEEK_LOCK
+    )
+    receiver = client.get_queue_receiver(queue, receive_mode=rmode, prefetch_count=0)
+    got: list[Any] = []
+    calls = 0
+    t0 = time.time()
+    try:
+        while len(got) < n:
+            wait = max(0.05, min(2.0, deadline.remaining()))
+            msgs = receiver.receive_messages(max_message_count=b, max_wait_time=wait)
+            calls += 1
+            if not msgs:
+                idle()
+                continue
+            got.extend(msgs)
+            if mode == "each":
+                for m in msgs:
+                    receiver.complete_message(m)
+            elif mode == "batch":
+                receiver.complete_messages(msgs)
+    finally:
+        receiver.close()  # waits for settlements sent without waiting (A1)
+    t1 = time.time()
+    ids = [int(m.message_id) for m in got]
+    return t0, t1, ids, [m.body for m in got], {"receive_messages": calls}
+
+
+def receive_actor(
+    actor: Any, mode: str, n: int, b: int, deadline: Deadline, idle: Callable[[], None]
+) -> tuple[float, float, list[int], list[Any], dict[str, int]]:
+    delete = mode == "delete"
+    got: list[tuple[int, bytes]] = []
+    calls = acks = 0
+    t0 = time.time()
+    while len(got) < n:
+        wait = max(0.05, min(2.0, deadline.remaining()))
+        items = ray.get(actor.get.remote(b, wait, delete))
+        calls += 1
+        if not items:
+            idle()
+            continue
+        got.extend(items)
+        if not delete:
+            acks += 1
+            unknown = ray.get(actor.ack.remote([i for i, _ in items]))
+            if unknown:
+                raise BenchError(f"bare actor: {unknown} acks of unknown ids")
+    t1 = time.time()
+    counts = {"get": calls, "ack": acks} if acks else {"get": calls}
+    return t0, t1, [i for i, _ in got], [body for _, body in got], counts
+
+
+def receive_rayqueue(
+    q: Any, mode: str, n: int, b: int, deadline: Deadline, idle: Callable[[], None]
+) -> tuple[float, float, list[int], list[Any], dict[str, int]]:
+    from ray.util.queue import Empty
+
+    got: list[tuple[int, bytes]] = []
+    calls = 0
+    t0 = time.time()
+    while len(got) < n:
+        calls += 1
+        try:
+            items = q.get_nowait_batch(min(b, n - len(got)))
+        except Empty:
+            deadline.remaining()
+            idle()
+            time.sleep(0.0005)  # no blocking batch get: poll
+            continue
+        got.extend(items)
+    t1 = time.time()
+    return t0, t1, [i for i, _ in got], [body for _, body in got], {"get_nowait_batch": calls}
+
+
+# ---------------------------------------------------------------------------- one run
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, gcs: str) -> None:
+        self.args = args
+        self.gcs = gcs
+        run_id = uuid.uuid4().hex[:8]
+        self.namespace = f"bench-{run_id}"  # raybus namespace, unique per run
+        self.ray_namespace = f"{RAY_NAMESPACE_PREFIX}-{run_id}"
+        self.client = raybus.connect(self.namespace)
+        self.admin = ServiceBusAdministrationClient(self.namespace)
+        self.sender: SenderProcess | None = None
+        self.counter = 0
+        self.rpc = RpcCounter()
+        self.watchdog = Watchdog()
+
+    def sender_proc(self) -> SenderProcess:
+        if self.sender is None or self.sender.proc.poll() is not None:
+            self.sender = SenderProcess(self.gcs, self.args.timeout)
+        return self.sender
+
+    def restart_sender(self) -> None:
+        if self.sender is not None:
+            self.sender.close()
+            self.sender = None
+
+    def close(self) -> None:
+        self.restart_sender()
+        self.client.close()
+
+    # -- targets: create, receive from, check empty, delete
+
+    def _create(self, system: str) -> tuple[str, Any]:
+        self.counter += 1
+        name = f"q{self.counter}-{system}"
+        if system == "raybus":
+            self.admin.create_queue(name)
+            return name, None
+        opts = {"name": name, "namespace": self.ray_namespace, "num_cpus": 0}
+        if system == "actor":
+            cls: Any = ray.remote(BareQueue)
+            handle = cls.options(max_concurrency=1000, **opts).remote()
+            ray.get(handle.ping.remote())
+            return name, handle
+        from ray.util.queue import Queue
+
+        q = Queue(actor_options=opts)
+        q.qsize()
+        return name, q
+
+    def _receive(
+        self,
+        system: str,
+        name: str,
+        handle: Any,
+        mode: str,
+        deadline: Deadline,
+        idle: Callable[[], None],
+    ) -> tuple[float, float, list[int], list[Any], dict[str, int]]:
+        n, b = self.args.messages, self.args.batch
+        if system == "raybus":
+            return receive_raybus(self.client, name, mode, n, b, deadline, idle)
+        if system == "actor":
+            return receive_actor(handle, mode, n, b, deadline, idle)
+        return receive_rayqueue(handle, mode, n, b, deadline, idle)
+
+    def _check_empty(self, system: str, name: str, handle: Any) -> None:
+        if system == "raybus":
+            rt = self.admin.get_queue_runtime_properties(name)
+            if rt.active_message_count or rt.dead_letter_message_count:
+                raise BenchError(
+                    f"raybus queue {name} not empty after the run: {rt.active_message_count} "
+                    f"active, {rt.dead_letter_message_count} dead-lettered"
+                )
+            with self.client.get_queue_receiver(name, max_wait_time=0.2) as r:
+                extra = r.receive_messages(max_message_count=10)
+            if extra:
+                raise BenchError(f"raybus queue {name}: {len(extra)} messages delivered again")
+        elif system == "actor":
+            left, inflight = ray.get(handle.counts.remote())
+            if left or inflight:
+                raise BenchError(f"bare actor: {left} left, {inflight} unacknowledged")
+        elif handle.qsize():
+            raise BenchError(f"ray queue: {handle.qsize()} left")
+
+    def _delete(self, system: str, name: str, handle: Any) -> None:
+        if system == "raybus":
+            self.admin.delete_queue(name)
+        elif system == "actor":
+            ray.kill(handle, no_restart=True)
+        else:
+            handle.shutdown(force=True)
+
+    def _start_send(self, system: str, name: str, n: int) -> SenderProcess:
+        sp = self.sender_proc()
+        sp.command(
+            op="send",
+            system=system,
+            target=name,
+            n=n,
+            batch=self.args.batch,
+            size=self.args.body_size,
+            namespace=self.namespace,
+            ray_namespace=self.ray_namespace,
+        )
+        sp.expect("prepared", self.args.timeout)
+        return sp
+
+    # -- the two phases
+
+    def run_unit(self, system: str, mode: str, phase: str) -> dict[str, Any]:
+        """phase "e2e": concurrent; "split": send-only, then receive-only."""
+        what = f"{LABELS[(system, mode)]} [{phase}]"
+        # Phases time out by themselves; the watchdog covers calls that cannot (no timeout).
+        with self.watchdog.armed(3 * self.args.timeout + 60, what):
+            return self._run_unit(system, mode, phase)
+
+    def _run_unit(self, system: str, mode: str, phase: str) -> dict[str, Any]:
+        n, size = self.args.messages, self.args.body_size
+        what = f"{LABELS[(system, mode)]} [{phase}]"
+        name, handle = self._create(system)
+        try:
+            gc.collect()
+            sp = self._start_send(system, name, n)
+            deadline = Deadline(self.args.timeout, what)
+            result: dict[str, Any] = {}
+            if phase == "e2e":
+                done: list[dict[str, Any]] = []
+
+                def idle() -> None:
+                    msg = sp.poll()
+                    if msg is not None and msg.get("event") == "done":
+                        done.append(msg)
+
+                sp.command(op="go")
+                before = self.rpc.snapshot()
+                _t0, t1, ids, bodies, calls = self._receive(
+                    system, name, handle, mode, deadline, idle
+                )
+                rpc_calls = self.rpc.since(before)
+                sent = done[0] if done else sp.expect("done", deadline.remaining())
+                result["e2e_s"] = t1 - sent["t_start"]
+                result["send_contended_s"] = sent["t_end"] - sent["t_start"]
+            else:
+                sp.command(op="go")
+                sent = sp.expect("done", deadline.remaining())
+                result["send_s"] = sent["t_end"] - sent["t_start"]
+                gc.collect()
+                before = self.rpc.snapshot()
+                t0, t1, ids, bodies, calls = self._receive(
+                    system, name, handle, mode, deadline, lambda: None
+                )
+                rpc_calls = self.rpc.since(before)
+                result["recv_s"] = t1 - t0
+            verify(ids, bodies, n, size, what)
+            self._check_empty(system, name, handle)
+            if system == "raybus" and rpc_calls is not None:  # actor calls raybus made
+                calls = {k: v for k, v in rpc_calls.items() if k != "route"}
+            result["receive_calls"] = calls
+            result["send_calls"] = {k: v for k, v in sent["calls"].items() if k != "route"}
+            return result
+        except BenchError:
+            self.restart_sender()  # it may be stuck mid-send
+            raise
+        except Exception as exc:  # a raybus or Ray error: record it as this scenario's failure
+            self.restart_sender()
+            tb = traceback.format_exc(limit=-6)
+            raise BenchError(f"{what}: {type(exc).__name__}: {exc}\n{tb}") from exc
+        finally:
+            try:
+                self._delete(system, name, handle)
+            except Exception as exc:  # cleanup must not hide the scenario's own error
+                print(f"warning: could not delete {name}: {exc!r}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def machine_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "python": sys.version.split()[0],
+        "python_impl": platform.python_implementation(),
+        "ray": ray.__version__,
+        "raybus": raybus.__version__,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            models = {ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")}
+        facts["cpu_model"] = sorted(models)
+    except OSError:
+        pass
+    try:  # read-only git facts
+        facts["git_commit"] = (
+            subprocess.run(
+                ["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            or None
+        )
+        # Uncommitted changes to the package make the commit alone an incomplete description.
+        facts["git_modified"] = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "raybus"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        facts["git_commit"] = None
+    return facts
+
+
+def summarise(runs: list[dict[str, Any]], n: int, size: int) -> list[dict[str, Any]]:
+    """Table rows: medians over rounds, ratios as medians of per-round ratios."""
+    by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        by.setdefault((r["system"], r["mode"], r["phase"]), []).append(r)
+
+    def series(system: str, mode: str | None, phase: str, key: str) -> dict[int, float]:
+        """round -> seconds (median over the modes when mode is None)."""
+        per_round: dict[int, list[float]] = {}
+        for (s, m, p), rs in by.items():
+            if s != system or p != phase or (mode is not None and m != mode):
+                continue
+            for r in rs:
+                if r.get("ok") and key in r:
+                    per_round.setdefault(r["round"], []).append(r[key])
+        return {k: statistics.median(v) for k, v in per_round.items()}
+
+    def calls(system: str, mode: str | None, phase: str, key: str) -> dict[str, float]:
+        """Median actor calls per run, by method."""
+        seen: dict[str, list[int]] = {}
+        for (s, m, p), rs in by.items():
+            if s != system or p != phase or (mode is not None and m != mode):
+                continue
+            for r in rs:
+                for k, v in (r.get(key) or {}).items() if r.get("ok") else ():
+                    seen.setdefault(k, []).append(v)
+        return {k: statistics.median(v) for k, v in seen.items()}
+
+    failed = {(r["system"], r["mode"], r["phase"]) for r in runs if not r.get("ok")}
+    rows: list[dict[str, Any]] = []
+
+    def add(
+        label: str,
+        secs: dict[int, float],
+        peer: dict[int, float] | None,
+        broken: bool,
+        kind: str,
+        actor_calls: dict[str, float],
+    ) -> None:
+        s = median(list(secs.values()))
+        ratios = (
+            [n / secs[k] / (n / peer[k]) for k in secs if k in peer and secs[k] and peer[k]]
+            if peer
+            else []
+        )
+        rates = sorted(n / v for v in secs.values() if v)
+        rows.append(
+            {
+                "scenario": label,
+                "kind": kind,
+                "messages": n,
+                "seconds": s,
+                "msgs_per_s": n / s if s else None,
+                "mb_per_s": n * size / s / 1e6 if s else None,
+                "msgs_per_s_range": [rates[0], rates[-1]] if rates else None,
+                "ratio_vs_bare_actor": median(ratios),
+                "ratio_range": [min(ratios), max(ratios)] if ratios else None,
+                "failed": broken or s is None,
+                "actor_calls": actor_calls,
+            }
+        )
+
+    systems = sorted({r["system"] for r in runs}, key=["raybus", "actor", "rayqueue"].index)
+    send_label = {
+        "raybus": "A  raybus send only (send_messages(list))",
+        "actor": "B  bare actor send only (put per batch)",
+        "rayqueue": "C  ray.util.queue send only (put_nowait_batch)",
+    }
+    actor_send = series("actor", None, "split", "send_s")
+    for system in systems:
+        add(
+            send_label[system],
+            series(system, None, "split", "send_s"),
+            actor_send if system == "raybus" else None,
+            any(k[0] == system and k[2] == "split" for k in failed),
+            "send",
+            calls(system, None, "split", "send_calls"),
+        )
+    for phase, key, suffix in (
+        ("e2e", "e2e_s", "end to end"),
+        ("split", "recv_s", "receive+settle only"),
+    ):
+        for system, mode in UNITS:
+            if system not in systems:
+                continue
+            peer = None
+            if system == "raybus":
+                ps, pm = PEER[mode]
+                peer = series(ps, pm, phase, key)
+            add(
+                f"{LABELS[(system, mode)]}: {suffix}",
+                series(system, mode, phase, key),
+                peer,
+                (system, mode, phase) in failed,
+                phase,
+                calls(system, mode, phase, "receive_calls"),
+            )
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    def f(x: float | None, fmt: str) -> str:
+        return "FAILED" if x is None else format(x, fmt)
+
+    out = [
+        "| scenario | messages | seconds | msgs/s | MB/s | raybus ÷ bare actor "
+        "| actor calls (median) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        ratio = "" if r["ratio_vs_bare_actor"] is None else f"{r['ratio_vs_bare_actor']:.2f}"
+        if r["failed"] and r["seconds"] is not None:
+            ratio += " (some rounds FAILED)"
+        out.append(
+            f"| {r['scenario']} | {r['messages']} | {f(r['seconds'], '.3f')} | "
+            f"{f(r['msgs_per_s'], ',.0f')} | {f(r['mb_per_s'], '.1f')} | {ratio} | "
+            + ", ".join(f"{k} {v:g}" for k, v in r["actor_calls"].items())
+            + " |"
+        )
+    return "\n".join(out)
+
+
+def settlement_notes(runs: list[dict[str, Any]], n: int) -> list[str]:
+    """What the design promises for A1: one-by-one completion costs about what batched
+    completion costs, because settlements are coalesced instead of paying a round trip each."""
+    notes = []
+    for phase, key in (("split", "recv_s"), ("e2e", "e2e_s")):
+        each = {
+            r["round"]: r
+            for r in runs
+            if r.get("ok")
+            and r["mode"] == "each"
+            and r["system"] == "raybus"
+            and r["phase"] == phase
+        }
+        batch = {
+            r["round"]: r
+            for r in runs
+            if r.get("ok")
+            and r["mode"] == "batch"
+            and r["system"] == "raybus"
+            and r["phase"] == phase
+        }
+        ratios = [batch[k][key] / each[k][key] for k in each if k in batch and each[k][key]]
+        settles = [r["receive_calls"].get("settle") for r in each.values()]
+        settles = [x for x in settles if x is not None]
+        if not ratios:
+            continue
+        what = "receive+settle only" if phase == "split" else "end to end"
+        line = (
+            f"A1 ÷ A2 msgs/s ({what}): {statistics.median(ratios):.2f}"
+            f" (complete_message one by one vs complete_messages)"
+        )
+        if settles:
+            per_msg = statistics.median(settles) / n
+            line += (
+                f"; A1 made {statistics.median(settles):g} settle calls for {n} messages"
+                f" ({per_msg:.3f} per message)"
+            )
+            if per_msg > 0.5:
+                line += " -- PROBLEM: close to a round trip per message"
+        notes.append(line)
+    return notes
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small run (< 90 s)")
+    p.add_argument("--messages", type=int, help="messages per scenario (default 30000; quick 5000)")
+    p.add_argument("--batch", type=int, default=100, help="messages per send/receive list")
+    p.add_argument("--rounds", type=int, help="repetitions of every scenario (default 3; quick 2)")
+    p.add_argument("--body-size", type=int, default=1024, help="body bytes (>= 8)")
+    p.add_argument("--timeout", type=float, help="seconds allowed per scenario phase")
+    p.add_argument(
+        "--budget",
+        type=float,
+        help="seconds; further rounds are skipped once one more would exceed it "
+        "(default 270; quick 75)",
+    )
+    p.add_argument("--no-rayqueue", action="store_true", help="skip scenario C")
+    p.add_argument("--output", type=Path, help="JSON file (default benchmarks/results/...)")
+    p.add_argument("--role", choices=["main", "sender"], default="main", help=argparse.SUPPRESS)
+    p.add_argument("--address", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.messages is None:
+        args.messages = 5000 if args.quick else 30000
+    if args.rounds is None:
+        args.rounds = 2 if args.quick else 3
+    if args.budget is None:
+        args.budget = 75.0 if args.quick else 270.0
+    args.rounds_skipped = 0
+    if args.timeout is None:
+        args.timeout = 60.0 if args.quick else 120.0
+    if args.messages < 1 or args.batch < 1 or args.rounds < 1 or args.body_size < 8:
+        p.error("--messages, --batch, --rounds must be >= 1 and --body-size >= 8")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.role == "sender":
+        return sender_main(args)
+
+    started = time.time()
+    facts = machine_facts()
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=300 * 1024 * 1024,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+    )
+    runs: list[dict[str, Any]] = []
+    errors: list[str] = []
+    bench: Bench | None = None
+    try:
+        gcs = ray.get_runtime_context().gcs_address
+        bench = Bench(args, gcs)
+        units = [u for u in UNITS if not (args.no_rayqueue and u[0] == "rayqueue")]
+        print(
+            f"raybus core throughput: {args.messages} messages x {args.body_size} B in lists of "
+            f"{args.batch}, {args.rounds} round(s), {len(units)} scenarios x 2 phases; "
+            f"raybus namespace {bench.namespace}",
+            file=sys.stderr,
+        )
+        bench.sender_proc()
+        # Warm-up (not recorded): worker start-up, imports, first calls of each system.
+        saved = args.messages
+        args.messages = min(saved, 5 * args.batch)
+        for system in dict.fromkeys(s for s, _ in units):
+            mode = "delete"
+            try:
+                bench.run_unit(system, mode, "e2e")
+            except BenchError as exc:
+                errors.append(f"warm-up {system}: {exc}")
+                print(f"FAILED warm-up {system}: {exc}", file=sys.stderr)
+        args.messages = saved
+        round_s = 0.0
+        for rnd in range(args.rounds):
+            elapsed = time.time() - started
+            if rnd and elapsed + round_s > args.budget:
+                skipped = args.rounds - rnd
+                print(
+                    f"time budget of {args.budget:g} s: skipping the last {skipped} round(s)",
+                    file=sys.stderr,
+                )
+                args.rounds_skipped = skipped
+                break
+            round_start = time.time()
+            for system, mode in units:
+                for phase in ("e2e", "split"):
+                    rec: dict[str, Any] = {
+                        "round": rnd,
+                        "system": system,
+                        "mode": mode,
+                        "phase": phase,
+                    }
+                    t = time.monotonic()
+                    try:
+                        rec.update(bench.run_unit(system, mode, phase))
+                        rec["ok"] = True
+                    except BenchError as exc:
+                        rec["ok"] = False
+                        rec["error"] = str(exc)
+                        errors.append(f"{LABELS[(system, mode)]} [{phase}] round {rnd}: {exc}")
+                        print(f"FAILED {errors[-1]}", file=sys.stderr)
+                    rec["wall_s"] = time.monotonic() - t
+                    runs.append(rec)
+                    shown = {
+                        k: round(v, 4) if isinstance(v, float) else v
+                        for k, v in rec.items()
+                        if k != "error"
+                    }
+                    print(f"  {shown}", file=sys.stderr)
+            round_s = time.time() - round_start
+    finally:
+        if bench is not None:
+            try:
+                bench.close()
+            except Exception as exc:
+                print(f"warning: closing the benchmark failed: {exc!r}", file=sys.stderr)
+        ray.shutdown()
+
+    rows = summarise(runs, args.messages, args.body_size)
+    notes = settlement_notes(runs, args.messages)
+    table = markdown(rows) + ("\n\n" + "\n".join(f"- {n}" for n in notes) if notes else "")
+    facts["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
+    out = args.output or RESULTS_DIR / f"core_throughput-{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "benchmark": "core_throughput",
+                "started_at": started,
+                "duration_s": time.time() - started,
+                "settings": {
+                    k: (str(v) if isinstance(v, Path) else v)
+                    for k, v in vars(args).items()
+                    if k not in ("role", "address")
+                },
+                "machine": facts,
+                "rows": rows,
+                "runs": runs,
+                "errors": errors,
+                "notes": notes,
+                "table_markdown": table,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(table)
+    done_rounds = len({r["round"] for r in runs})
+    print(
+        f"\n{len(runs)} runs ({done_rounds} of {args.rounds} rounds) in "
+        f"{time.time() - started:.0f} s; JSON: {out}"
+    )
+    if errors:
+        print(f"\n{len(errors)} FAILURE(S):", file=sys.stderr)
+        for e in errors:
+            print(f"  - {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

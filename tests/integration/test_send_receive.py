@@ -1,0 +1,689 @@
+"""Sending and receiving against a real local Ray cluster: what arrives, in which order, what is
+refused (and that a refused send stores nothing), waiting receives, duplicate detection, entity
+status, deletion and concurrency (sync and asyncio clients)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import raybus
+from raybus import (
+    EntityStatus,
+    ServiceBusMessage,
+    ServiceBusMessageBatch,
+    ServiceBusMessageState,
+    aio,
+)
+from raybus.exceptions import (
+    InvalidArgumentError,
+    MessageSizeExceededError,
+    MessagingEntityDisabledError,
+    MessagingEntityNotFoundError,
+    ServiceBusQuotaExceededError,
+)
+from raybus.management import ServiceBusAdministrationClient
+
+
+@pytest.fixture(scope="module")
+def namespace(module_namespace: str) -> str:
+    # Each test uses its own uniquely named queues; see ``module_namespace`` in conftest.
+    return module_namespace
+
+
+@pytest.fixture
+def queue(pooled_queue: str) -> str:
+    # A fresh default queue, started ahead of time; see ``QueuePool`` in conftest.
+    return pooled_queue
+
+
+@pytest.fixture(scope="module")
+def idle_queue(module_namespace: str) -> str:
+    """A queue that only argument-validation tests use: they must leave it empty. (It goes
+    with the module's namespace.)"""
+    name = f"idle-{uuid.uuid4().hex[:8]}"
+    ServiceBusAdministrationClient(module_namespace).create_queue(name)
+    return name
+
+
+def _name(prefix: str = "q") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _active(admin: ServiceBusAdministrationClient, queue: str) -> int:
+    return admin.get_queue_runtime_properties(queue).active_message_count
+
+
+TEST_UUID = uuid.UUID("12345678-1234-5678-1234-567812345678")
+TEST_TIME = datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=timezone.utc)
+ALL_PROPERTY_TYPES = {
+    "int": -42,
+    "big": 2**63 - 1,
+    "float": 2.5,
+    "str": "text ü",
+    "bytes": b"\x00\xff",
+    "bool": True,
+    "none": None,
+    "uuid": TEST_UUID,
+    "datetime": TEST_TIME,
+}
+
+
+# ------------------------------------------------------------------------------ round trips
+
+
+def test_sent_message_arrives_with_body_and_all_properties_intact(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    sent = ServiceBusMessage(
+        "hello",
+        application_properties=dict(ALL_PROPERTY_TYPES),
+        message_id="id-1",
+        correlation_id="corr-1",
+        subject="greeting",
+        content_type="text/plain",
+        reply_to="replies",
+        reply_to_session_id="reply-session",
+        to="someone",
+        partition_key="pk",
+    )
+    before = datetime.now(timezone.utc)
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages(sent)
+    # Changing the caller's dict after sending must not change the stored message.
+    sent.application_properties["int"] = 0  # type: ignore[index]
+    with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        (msg,) = receiver.receive_messages()
+        assert msg.body == "hello"
+        assert str(msg) == "hello"
+        assert msg.application_properties == ALL_PROPERTY_TYPES
+        assert msg.message_id == "id-1"
+        assert msg.correlation_id == "corr-1"
+        assert msg.subject == "greeting"
+        assert msg.content_type == "text/plain"
+        assert msg.reply_to == "replies"
+        assert msg.reply_to_session_id == "reply-session"
+        assert msg.to == "someone"
+        assert msg.partition_key == "pk"
+        # Broker-assigned properties of a first peek-lock delivery.
+        assert msg.sequence_number >= 1
+        assert msg.enqueued_sequence_number == msg.sequence_number
+        assert msg.delivery_count == 0
+        assert msg.state is ServiceBusMessageState.ACTIVE
+        assert msg.enqueued_time_utc is not None
+        assert before - timedelta(seconds=5) <= msg.enqueued_time_utc
+        assert msg.enqueued_time_utc <= datetime.now(timezone.utc) + timedelta(seconds=5)
+        assert isinstance(msg.lock_token, str) and msg.lock_token
+        assert msg.locked_until_utc is not None
+        assert msg.locked_until_utc > datetime.now(timezone.utc)
+        assert msg.expires_at_utc is None  # no time to live: never expires
+        assert msg.time_to_live is None
+        assert msg.dead_letter_reason is None
+        receiver.complete_message(msg)
+
+
+async def test_aio_bodies_of_every_amqp_type_arrive_in_send_order(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    bodies = [
+        b"raw \x00 bytes",
+        "text",
+        123,
+        4.5,
+        None,
+        True,
+        TEST_UUID,
+        TEST_TIME,
+        [1, "two", b"3"],
+        {"nested": {"list": [1, 2]}, "n": None},
+    ]
+    async with aclient.get_queue_sender(queue) as sender:
+        await sender.send_messages([ServiceBusMessage(b) for b in bodies])
+    async with aclient.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        got: list[raybus.ServiceBusReceivedMessage] = []
+        while len(got) < len(bodies):
+            batch = await receiver.receive_messages(len(bodies))
+            assert batch, "messages went missing"
+            got.extend(batch)
+        assert [m.body for m in got] == bodies
+        await receiver.complete_messages(got)
+
+
+def test_list_is_received_in_order_with_sequence_numbers_increasing_by_one(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(5)])
+        sender.send_messages(ServiceBusMessage("m5", message_id="same"))
+        # Without duplicate detection a repeated message id is just another message.
+        sender.send_messages([ServiceBusMessage("m6", message_id="same"), ServiceBusMessage("m7")])
+    with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        first = receiver.receive_messages(max_message_count=3)
+        assert 1 <= len(first) <= 3
+        one = receiver.receive_messages(max_message_count=None)  # None means one
+        assert len(one) == 1
+        got = first + one
+        while len(got) < 8:
+            batch = receiver.receive_messages(max_message_count=8)
+            assert batch, "messages went missing"
+            got.extend(batch)
+        receiver.complete_messages(got)
+    assert [m.body for m in got] == [f"m{i}" for i in range(8)]
+    seqs = [m.sequence_number for m in got]
+    assert seqs == list(range(seqs[0], seqs[0] + 8))
+
+
+def test_message_time_to_live_is_capped_at_the_queue_default(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    name = _name()
+    admin.create_queue(name, default_message_time_to_live=timedelta(minutes=1))
+    with client.get_queue_sender(name) as sender:
+        sender.send_messages(
+            [
+                ServiceBusMessage("long", time_to_live=timedelta(hours=1)),
+                ServiceBusMessage("short", time_to_live=timedelta(seconds=30)),
+                ServiceBusMessage("default"),
+            ]
+        )
+    with client.get_queue_receiver(name, max_wait_time=5) as receiver:
+        got = []
+        while len(got) < 3:
+            got.extend(receiver.receive_messages(3))
+        ttls = {m.body: m.time_to_live for m in got}
+        assert ttls == {
+            "long": timedelta(minutes=1),
+            "short": timedelta(seconds=30),
+            "default": timedelta(minutes=1),
+        }
+        for m in got:
+            assert m.expires_at_utc == m.enqueued_time_utc + m.time_to_live  # type: ignore[operator]
+        receiver.complete_messages(got)
+
+
+# ------------------------------------------------------------------------------ batches
+
+
+def test_batch_refuses_a_message_that_does_not_fit_and_stays_unchanged(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    with client.get_queue_sender(queue) as sender:
+        batch = sender.create_message_batch(max_size_in_bytes=1000)
+        assert isinstance(batch, ServiceBusMessageBatch)
+        assert batch.max_size_in_bytes == 1000
+        added = 0
+        while True:
+            size, count = batch.size_in_bytes, len(batch)
+            msg = ServiceBusMessage(b"x" * 200, message_id=f"m{added}")
+            try:
+                batch.add_message(msg)
+            except MessageSizeExceededError as exc:
+                assert exc.max_size == 1000
+                assert exc.size > 1000
+                break
+            added += 1
+            assert len(batch) == added
+            assert batch.size_in_bytes == size + msg.size_in_bytes
+        assert added >= 2
+        assert (batch.size_in_bytes, len(batch)) == (size, count)
+        assert batch.size_in_bytes <= 1000
+        sender.send_messages(batch)
+    with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        got = []
+        while len(got) < added:
+            got.extend(receiver.receive_messages(added))
+        assert [m.message_id for m in got] == [f"m{i}" for i in range(added)]
+        receiver.complete_messages(got)
+
+
+async def test_aio_batch_is_sent_as_a_whole_and_defaults_to_the_queue_message_limit(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    async with aclient.get_queue_sender(queue) as sender:
+        batch = await sender.create_message_batch()
+        assert batch.max_size_in_bytes == 256 * 1024
+        for i in range(10):
+            batch.add_message(ServiceBusMessage(f"b{i}"))
+        with pytest.raises(MessageSizeExceededError):
+            batch.add_message(ServiceBusMessage(b"x" * (256 * 1024)))
+        assert len(batch) == 10
+        await sender.send_messages(batch)
+    async with aclient.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        got: list[raybus.ServiceBusReceivedMessage] = []
+        while len(got) < 10:
+            got.extend(await receiver.receive_messages(10))
+        assert [m.body for m in got] == [f"b{i}" for i in range(10)]
+        await receiver.complete_messages(got)
+
+
+@pytest.mark.parametrize("size", [0, -1, 256 * 1024 + 1])
+async def test_aio_create_message_batch_outside_the_queue_limit_raises_invalid_argument(
+    aclient: aio.ServiceBusClient, idle_queue: str, size: int
+) -> None:
+    async with aclient.get_queue_sender(idle_queue) as sender:
+        with pytest.raises(InvalidArgumentError):
+            await sender.create_message_batch(max_size_in_bytes=size)
+
+
+# ------------------------------------------------------------------------------ size and quota
+
+
+def test_list_with_one_message_over_the_queue_limit_raises_and_stores_nothing(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    name = _name()
+    admin.create_queue(name, max_message_size_in_kilobytes=1)
+    small = ServiceBusMessage("small")
+    big = ServiceBusMessage(b"x" * 2000)
+    with client.get_queue_sender(name) as sender:
+        with pytest.raises(MessageSizeExceededError) as info:
+            sender.send_messages([small, big])
+        assert info.value.max_size == 1024
+        assert info.value.size > 1024
+        with pytest.raises(MessageSizeExceededError):
+            sender.send_messages(big)
+        assert _active(admin, name) == 0
+        # A batch from this sender is limited to the queue's size too.
+        assert sender.create_message_batch().max_size_in_bytes == 1024
+        sender.send_messages(small)
+    assert _active(admin, name) == 1
+
+
+def test_send_over_the_queue_quota_raises_and_stores_nothing_of_that_batch(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    name = _name()
+    admin.create_queue(name, max_size_in_megabytes=1)
+    chunk = b"x" * 200_000
+    with client.get_queue_sender(name) as sender:
+        sender.send_messages([ServiceBusMessage(chunk) for _ in range(4)])  # ~800 kB of 1 MiB
+        with pytest.raises(ServiceBusQuotaExceededError) as info:
+            sender.send_messages([ServiceBusMessage(chunk) for _ in range(2)])
+        assert info.value.max_size == 1024 * 1024
+        assert _active(admin, name) == 4
+        sender.send_messages(ServiceBusMessage("still fits"))
+    assert _active(admin, name) == 5
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [{"list": [1, 2]}, {"dict": {"a": 1}}, {"set": {1}}, {1: "non-str key"}, {"big": 2**64}],
+    ids=["list", "dict", "set", "int-key", "too-big-int"],
+)
+def test_message_with_non_primitive_application_property_raises_invalid_argument(
+    properties: dict[object, object],
+) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        ServiceBusMessage("x", application_properties=properties)  # type: ignore[arg-type]
+    assert isinstance(info.value, ValueError)
+
+
+def test_message_id_longer_than_128_characters_raises_invalid_argument() -> None:
+    assert ServiceBusMessage("x", message_id="i" * 128).message_id == "i" * 128
+    with pytest.raises(InvalidArgumentError) as info:
+        ServiceBusMessage("x", message_id="i" * 129)
+    assert info.value.argument == "message_id"
+
+
+def test_message_changed_after_construction_is_validated_again_when_sent(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, idle_queue: str
+) -> None:
+    msg = ServiceBusMessage("x")
+    msg.application_properties = {"list": [1]}
+    with client.get_queue_sender(idle_queue) as sender, pytest.raises(InvalidArgumentError):
+        sender.send_messages([ServiceBusMessage("fine"), msg])
+    assert _active(admin, idle_queue) == 0
+
+
+@pytest.mark.parametrize(
+    "payload",
+    ["a str", b"bytes", {"a": 1}, 42, [ServiceBusMessage("ok"), "not a message"]],
+    ids=["str", "bytes", "dict", "int", "list-with-str"],
+)
+def test_send_of_something_other_than_messages_raises_invalid_argument(
+    client: raybus.ServiceBusClient, idle_queue: str, payload: object
+) -> None:
+    with client.get_queue_sender(idle_queue) as sender, pytest.raises(InvalidArgumentError):
+        sender.send_messages(payload)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_message_count": 0},
+        {"max_message_count": -1},
+        {"max_wait_time": 0},
+        {"max_wait_time": -1},
+    ],
+    ids=["count-0", "count-neg", "wait-0", "wait-neg"],
+)
+def test_receive_with_non_positive_count_or_wait_raises_invalid_argument(
+    client: raybus.ServiceBusClient, idle_queue: str, kwargs: dict[str, int]
+) -> None:
+    with client.get_queue_receiver(idle_queue) as receiver, pytest.raises(InvalidArgumentError):
+        receiver.receive_messages(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_message_count": 0},
+        {"max_message_count": -1},
+        {"max_wait_time": 0},
+        {"max_wait_time": -1},
+    ],
+    ids=["count-0", "count-neg", "wait-0", "wait-neg"],
+)
+async def test_aio_receive_with_non_positive_count_or_wait_raises_invalid_argument(
+    aclient: aio.ServiceBusClient, idle_queue: str, kwargs: dict[str, int]
+) -> None:
+    async with aclient.get_queue_receiver(idle_queue) as receiver:
+        with pytest.raises(InvalidArgumentError):
+            await receiver.receive_messages(**kwargs)
+
+
+def test_peek_of_zero_messages_raises_invalid_argument(
+    client: raybus.ServiceBusClient, idle_queue: str
+) -> None:
+    with client.get_queue_receiver(idle_queue) as receiver:
+        with pytest.raises(InvalidArgumentError):
+            receiver.peek_messages(0)
+        with pytest.raises(InvalidArgumentError):
+            receiver.peek_messages(1, sequence_number=-1)
+
+
+async def test_aio_peek_of_zero_messages_raises_invalid_argument(
+    aclient: aio.ServiceBusClient, idle_queue: str
+) -> None:
+    async with aclient.get_queue_receiver(idle_queue) as receiver:
+        with pytest.raises(InvalidArgumentError):
+            await receiver.peek_messages(0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"prefetch_count": -1},
+        {"max_wait_time": 0},
+        {"receive_mode": "bogus"},
+        {"sub_queue": "bogus"},
+    ],
+    ids=["prefetch-neg", "wait-0", "mode", "sub-queue"],
+)
+def test_get_queue_receiver_with_bad_option_raises_invalid_argument(
+    client: raybus.ServiceBusClient,
+    aclient: aio.ServiceBusClient,
+    idle_queue: str,
+    kwargs: dict[str, object],
+) -> None:
+    with pytest.raises(InvalidArgumentError):
+        client.get_queue_receiver(idle_queue, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        aclient.get_queue_receiver(idle_queue, **kwargs)
+
+
+@pytest.mark.parametrize("bad_name", ["-bad", "a//b", "x" * 300])
+def test_sender_or_receiver_for_an_invalid_queue_name_raises_invalid_argument(
+    client: raybus.ServiceBusClient, bad_name: str
+) -> None:
+    with pytest.raises(InvalidArgumentError):
+        client.get_queue_sender(bad_name)
+    with pytest.raises(InvalidArgumentError):
+        client.get_queue_receiver(bad_name)
+
+
+# ------------------------------------------------------------------------------ unknown / deleted
+
+
+def test_send_or_receive_on_an_unknown_queue_raises_not_found(
+    client: raybus.ServiceBusClient,
+) -> None:
+    name = _name("missing")
+    with client.get_queue_sender(name) as sender, pytest.raises(MessagingEntityNotFoundError):
+        sender.send_messages(ServiceBusMessage("x"))
+    with client.get_queue_receiver(name, max_wait_time=0.5) as receiver:
+        with pytest.raises(MessagingEntityNotFoundError):
+            receiver.receive_messages()
+        with pytest.raises(MessagingEntityNotFoundError):
+            receiver.peek_messages()
+
+
+async def test_aio_send_or_receive_on_an_unknown_queue_raises_not_found(
+    aclient: aio.ServiceBusClient,
+) -> None:
+    name = _name("missing")
+    async with aclient.get_queue_sender(name) as sender:
+        with pytest.raises(MessagingEntityNotFoundError):
+            await sender.send_messages(ServiceBusMessage("x"))
+    async with aclient.get_queue_receiver(name, max_wait_time=0.5) as receiver:
+        with pytest.raises(MessagingEntityNotFoundError):
+            await receiver.receive_messages()
+
+
+def test_deleting_a_queue_makes_its_sender_and_receiver_raise_not_found(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    name = _name()
+    admin.create_queue(name)
+    with (
+        client.get_queue_sender(name) as sender,
+        client.get_queue_receiver(name, max_wait_time=0.5) as receiver,
+    ):
+        sender.send_messages(ServiceBusMessage("before"))
+        assert receiver.peek_messages()[0].body == "before"
+        admin.delete_queue(name)
+        with pytest.raises(MessagingEntityNotFoundError):
+            sender.send_messages(ServiceBusMessage("after"))
+        with pytest.raises(MessagingEntityNotFoundError):
+            receiver.receive_messages()
+        # A queue created again under the name is a new, empty queue that the same sender
+        # reaches.
+        admin.create_queue(name)
+        sender.send_messages(ServiceBusMessage("new"))
+        (msg,) = receiver.receive_messages(max_wait_time=5)
+        assert msg.body == "new"
+        receiver.complete_message(msg)
+
+
+def test_closed_sender_refuses_to_send(client: raybus.ServiceBusClient, idle_queue: str) -> None:
+    sender = client.get_queue_sender(idle_queue)
+    sender.close()
+    with pytest.raises(InvalidArgumentError):
+        sender.send_messages(ServiceBusMessage("x"))
+
+
+# ------------------------------------------------------------------------------ waiting
+
+
+async def test_aio_receive_returns_as_soon_as_a_message_is_sent(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    async with (
+        aclient.get_queue_sender(queue) as sender,
+        aclient.get_queue_receiver(queue) as receiver,
+    ):
+        await sender.send_messages(ServiceBusMessage("warm-up"))  # resolve routes first
+        (warm,) = await receiver.receive_messages(max_wait_time=5)
+        await receiver.complete_message(warm)
+
+        async def send_later() -> None:
+            await asyncio.sleep(0.3)
+            await sender.send_messages(ServiceBusMessage("wake up"))
+
+        task = asyncio.ensure_future(send_later())
+        started = time.monotonic()
+        msgs = await receiver.receive_messages(max_wait_time=10)
+        elapsed = time.monotonic() - started
+        await task
+        assert [m.body for m in msgs] == ["wake up"]
+        assert elapsed < 5
+        await receiver.complete_message(msgs[0])
+
+
+def test_receive_on_an_empty_queue_returns_nothing_after_max_wait_time(
+    client: raybus.ServiceBusClient, idle_queue: str
+) -> None:
+    with client.get_queue_receiver(idle_queue, max_wait_time=10) as receiver:
+        assert receiver.receive_messages(max_wait_time=0.5) == []
+
+
+async def test_aio_receive_on_an_empty_queue_returns_nothing_after_max_wait_time(
+    aclient: aio.ServiceBusClient, idle_queue: str
+) -> None:
+    async with aclient.get_queue_receiver(idle_queue, max_wait_time=0.5) as receiver:
+        assert await receiver.receive_messages() == []
+
+
+# ------------------------------------------------------------------------------ duplicate detection
+
+
+def test_duplicate_detection_keeps_one_message_per_message_id(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    name = _name()
+    admin.create_queue(name, requires_duplicate_detection=True)
+    with client.get_queue_sender(name) as sender:
+        sender.send_messages(ServiceBusMessage("first", message_id="same"))
+        sender.send_messages(ServiceBusMessage("second", message_id="same"))  # dropped silently
+        sender.send_messages(
+            [
+                ServiceBusMessage("a", message_id="pair"),
+                ServiceBusMessage("b", message_id="pair"),  # duplicate within one list
+                ServiceBusMessage("no id"),
+                ServiceBusMessage("no id"),  # no message id: never a duplicate
+            ]
+        )
+    with client.get_queue_receiver(name, max_wait_time=5) as receiver:
+        got = []
+        while len(got) < 4:
+            got.extend(receiver.receive_messages(10))
+        assert receiver.receive_messages(10, max_wait_time=0.3) == []
+        assert [m.body for m in got] == ["first", "a", "no id", "no id"]
+        receiver.complete_messages(got)
+
+
+# ------------------------------------------------------------------------------ entity status
+
+
+def test_entity_status_controls_sending_and_receiving_and_keeps_messages(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
+) -> None:
+    def set_status(status: EntityStatus) -> None:
+        admin.update_queue(admin.get_queue(queue), status=status)
+
+    with (
+        client.get_queue_sender(queue) as sender,
+        client.get_queue_receiver(queue, max_wait_time=5) as receiver,
+    ):
+        sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(3)])
+
+        set_status(EntityStatus.SEND_DISABLED)
+        with pytest.raises(MessagingEntityDisabledError) as info:
+            sender.send_messages(ServiceBusMessage("refused"))
+        assert info.value.status == "SendDisabled"
+        assert info.value.retryable
+        (m0,) = receiver.receive_messages()  # receiving still works
+        assert m0.body == "m0"
+        receiver.complete_messages([m0])
+
+        set_status(EntityStatus.DISABLED)
+        with pytest.raises(MessagingEntityDisabledError):
+            sender.send_messages(ServiceBusMessage("refused"))
+        with pytest.raises(MessagingEntityDisabledError):
+            receiver.receive_messages()
+        assert _active(admin, queue) == 2  # messages are kept
+
+        set_status(EntityStatus.RECEIVE_DISABLED)
+        sender.send_messages(ServiceBusMessage("m3"))
+        with pytest.raises(MessagingEntityDisabledError):
+            receiver.receive_messages()
+
+        set_status(EntityStatus.ACTIVE)
+        sender.send_messages(ServiceBusMessage("m4"))
+        got = []
+        while len(got) < 4:
+            got.extend(receiver.receive_messages(10))
+        assert [m.body for m in got] == ["m1", "m2", "m3", "m4"]
+        receiver.complete_messages(got)
+
+
+async def test_aio_send_to_a_send_disabled_queue_raises_disabled(
+    aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    await aadmin.update_queue(await aadmin.get_queue(queue), status=EntityStatus.SEND_DISABLED)
+    async with aclient.get_queue_sender(queue) as sender:
+        with pytest.raises(MessagingEntityDisabledError):
+            await sender.send_messages(ServiceBusMessage("refused"))
+    await aadmin.update_queue(await aadmin.get_queue(queue), status=EntityStatus.ACTIVE)
+    async with aclient.get_queue_sender(queue) as sender:
+        await sender.send_messages(ServiceBusMessage("accepted"))
+    assert (await aadmin.get_queue_runtime_properties(queue)).active_message_count == 1
+
+
+# ------------------------------------------------------------------------------ concurrency
+
+
+async def test_aio_concurrent_senders_deliver_every_message_exactly_once_in_order(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    senders, per_sender = 32, 20
+
+    async def produce(i: int) -> None:
+        async with aclient.get_queue_sender(queue) as sender:
+            for j in range(per_sender):
+                await sender.send_messages(ServiceBusMessage(f"{i}:{j}", message_id=f"{i}:{j}"))
+
+    await asyncio.gather(*(produce(i) for i in range(senders)))
+
+    got: list[raybus.ServiceBusReceivedMessage] = []
+    async with aclient.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        while len(got) < senders * per_sender:
+            batch = await receiver.receive_messages(200)
+            assert batch, f"only {len(got)} messages arrived"
+            await receiver.complete_messages(batch)
+            got.extend(batch)
+        assert await receiver.receive_messages(max_wait_time=0.3) == []
+    counts = Counter(m.body for m in got)
+    assert set(counts) == {f"{i}:{j}" for i in range(senders) for j in range(per_sender)}
+    assert set(counts.values()) == {1}
+    # Each sender awaited its sends one by one, so its messages are in its order.
+    for i in range(senders):
+        mine = [int(m.body.split(":")[1]) for m in got if m.body.startswith(f"{i}:")]
+        assert mine == list(range(per_sender))
+
+
+# ------------------------------------------------------------------------------ iteration
+
+
+def test_sync_receiver_iteration_yields_every_message_then_stops(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(5)])
+    bodies = []
+    with client.get_queue_receiver(queue, max_wait_time=1) as receiver:
+        for msg in receiver:
+            bodies.append(msg.body)
+            receiver.complete_message(msg)
+    assert bodies == [f"m{i}" for i in range(5)]
+
+
+async def test_aio_receiver_iteration_yields_every_message_then_stops(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    async with aclient.get_queue_sender(queue) as sender:
+        await sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(5)])
+    bodies = []
+    async with aclient.get_queue_receiver(queue, max_wait_time=1, prefetch_count=2) as receiver:
+        async for msg in receiver:
+            bodies.append(msg.body)
+            await receiver.complete_message(msg)
+    assert bodies == [f"m{i}" for i in range(5)]
