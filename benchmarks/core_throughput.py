@@ -99,7 +99,7 @@ class BenchError(RuntimeError):
 
 class RpcCounter:
     """Counts raybus's actor calls by method name, in this process only (a diagnostic: it
-    shows whether settlements were coalesced). Wraps ``raybus._rpc.call`` if it exists."""
+    shows whether settlements were coalesced). Wraps ``raybus._rpc.call`` and ``call_sync``."""
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
@@ -119,6 +119,15 @@ class RpcCounter:
             return await orig(entity, method, *args, **kwargs)
 
         _rpc.call = call
+        orig_sync = getattr(_rpc, "call_sync", None)
+        if orig_sync is not None:  # the sync API's direct path
+
+            def call_sync(entity: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+                name = getattr(method, "_method_name", "?")
+                counts[name] = counts.get(name, 0) + 1
+                return orig_sync(entity, method, *args, **kwargs)
+
+            _rpc.call_sync = call_sync
         self.installed = True
 
     def snapshot(self) -> dict[str, int]:

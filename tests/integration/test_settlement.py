@@ -705,6 +705,27 @@ def test_sync_refused_fast_settlement_is_raised_by_close_and_the_message_stays(
     assert _runtime(admin, queue) == (1, 0, 0)
 
 
+def test_sync_refused_fast_settlement_is_raised_by_the_next_receive_which_gives_back_its_messages(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
+) -> None:
+    _send(client, queue, "x")
+    receiver = client.get_queue_receiver(queue, max_wait_time=5)
+    (msg,) = receiver.receive_messages()
+    run(_lose_lock(receiver._aio, msg))  # the lost lock put msg back in the queue
+    receiver.complete_message(msg)  # returns without error
+    with pytest.raises(SettlementFailedError) as info:
+        receiver.receive_messages(max_wait_time=2)  # this call received msg again ...
+    assert [f[0] for f in info.value.failures] == [msg.sequence_number]
+    # ... and released it when it raised: another receiver gets it at once, uncharged.
+    with client.get_queue_receiver(queue, max_wait_time=5) as other:
+        (again,) = other.receive_messages()
+        assert again.sequence_number == msg.sequence_number
+        assert again.delivery_count == 0
+        other.complete_message(again)
+    receiver.close()  # already reported: close does not raise it again
+    assert _runtime(admin, queue) == (0, 0, 0)
+
+
 # ------------------------------------------------------------------------------ scheduling
 
 
