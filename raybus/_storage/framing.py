@@ -1,0 +1,104 @@
+"""The on-disk format of one storage file: an Arrow IPC stream behind a checksummed header.
+
+Every log and checkpoint file is written whole, once, and never changed afterwards::
+
+    offset  size  field
+    0       8     magic  b"RBSTOR\\x00\\x01"  (the last byte is the format version)
+    8       8     payload length in bytes, unsigned little-endian
+    16      4     CRC-32 (``zlib.crc32``) of the payload, unsigned little-endian
+    20      n     payload: one Arrow IPC *stream* (schema, record batches, end-of-stream)
+
+A file is valid only if its size is exactly ``20 + length`` and the payload's CRC matches, so a
+file cut short by a crash (torn write), padded with garbage, or with any flipped payload byte is
+detected before Arrow reads it. A file that passes both checks but is not a readable Arrow
+stream is reported the same way.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from typing import TypeAlias
+
+import pyarrow as pa
+
+__all__ = ["HEADER_SIZE", "MAGIC", "Batches", "FrameError", "decode", "encode"]
+
+MAGIC = b"RBSTOR\x00\x01"
+_HEADER = struct.Struct("<8sQI")
+HEADER_SIZE = _HEADER.size  # 20
+
+# What a caller may hand to ``encode``: one batch, a table, or batches sharing one schema.
+Batches: TypeAlias = "pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]"
+
+
+class FrameError(ValueError):
+    """The bytes are not one complete, intact storage file; ``reason`` says why.
+
+    Internal to ``raybus._storage``: the log turns it into a torn-tail deletion or a
+    ``StorageCorruptedError``.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def encode(data: Batches) -> tuple[bytes, pa.Buffer]:
+    """Serialise ``data`` and return ``(header, payload)``, to be written in that order.
+
+    Returned as two chunks so a large payload is never copied just to prepend 20 bytes.
+    Raises ``ValueError`` (or ``TypeError``) when ``data`` is empty without a schema, mixes
+    schemas, or is not Arrow data; nothing is written in that case.
+    """
+    sink = pa.BufferOutputStream()
+    if isinstance(data, pa.Table):
+        with pa.ipc.new_stream(sink, data.schema) as writer:
+            writer.write_table(data)
+    elif isinstance(data, pa.RecordBatch):
+        with pa.ipc.new_stream(sink, data.schema) as writer:
+            writer.write_batch(data)
+    else:
+        batches = list(data)
+        if not batches:
+            raise ValueError("at least one record batch is needed (its schema is stored)")
+        for batch in batches:
+            if not isinstance(batch, pa.RecordBatch):
+                raise TypeError(f"expected pyarrow.RecordBatch, got {type(batch).__name__}")
+        schema = batches[0].schema
+        with pa.ipc.new_stream(sink, schema) as writer:
+            for batch in batches:
+                if not batch.schema.equals(schema):
+                    raise ValueError("all record batches of one append must share a schema")
+                writer.write_batch(batch)
+    payload = sink.getvalue()
+    header = _HEADER.pack(MAGIC, payload.size, zlib.crc32(payload) & 0xFFFFFFFF)
+    return header, payload
+
+
+def decode(data: pa.Buffer | bytes) -> pa.Table:
+    """Check the framing of a whole file's bytes and return its Arrow table.
+
+    Raises ``FrameError`` if the file is short, long, has a bad magic or checksum, or holds no
+    readable Arrow IPC stream.
+    """
+    buf = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
+    if buf.size < HEADER_SIZE:
+        raise FrameError(f"file is {buf.size} bytes, shorter than its {HEADER_SIZE}-byte header")
+    magic, length, crc = _HEADER.unpack(buf.slice(0, HEADER_SIZE).to_pybytes())
+    if magic != MAGIC:
+        raise FrameError(f"bad magic {magic!r}")
+    if buf.size != HEADER_SIZE + length:
+        raise FrameError(
+            f"header announces {length} payload bytes but the file holds {buf.size - HEADER_SIZE}"
+        )
+    payload = buf.slice(HEADER_SIZE)
+    actual = zlib.crc32(payload) & 0xFFFFFFFF
+    if actual != crc:
+        raise FrameError(f"CRC-32 mismatch: header {crc:#010x}, payload {actual:#010x}")
+    try:
+        with pa.ipc.open_stream(payload) as reader:
+            return reader.read_all()
+    except (pa.ArrowException, OSError) as exc:
+        raise FrameError(f"payload is not a readable Arrow IPC stream: {exc}") from exc
