@@ -27,6 +27,8 @@ from .exceptions import InvalidArgumentError, ServiceBusConnectionError, Service
 __all__ = ["Connection", "ensure_ray"]
 
 _log = logging.getLogger("raybus.connection")
+
+SettleResults = list[ServiceBusError | None]
 _init_lock = threading.Lock()
 _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,49}$")
 
@@ -94,7 +96,7 @@ class Connection:
         self.registry = namespace_actor(namespace)
         self._routes: dict[str, Route] = {}
         self._senders: dict[Any, Coalescer[Sequence[MessageRecord], list[int]]] = {}
-        self._settlers: dict[Any, Coalescer[SettleOp, None]] = {}
+        self._settlers: dict[Any, Coalescer[list[SettleOp], SettleResults]] = {}
 
     async def route(self, name: str, *, refresh: bool = False) -> Route:
         key = name.lower() if isinstance(name, str) else name
@@ -128,17 +130,24 @@ class Connection:
             co = self._senders[key] = Coalescer(dispatch)
         return co
 
-    def settler(self, entity: str, actor: Any) -> Coalescer[SettleOp, None]:
-        """The coalescer of settlements to one partition actor."""
+    def settler(self, entity: str, actor: Any) -> Coalescer[list[SettleOp], SettleResults]:
+        """The coalescer of settlements to one partition actor.
+
+        A request is a list of ops (one future for many messages); its result lists ``None``
+        or the broker's error per op, in order.
+        """
         key = actor._actor_id
         co = self._settlers.get(key)
         if co is None:
 
-            async def dispatch(ops: list[SettleOp]) -> list[ServiceBusError | None]:
-                result: list[ServiceBusError | None] = await _rpc.call(
-                    entity, actor.settle, [op.to_wire() for op in ops]
-                )
-                return result
+            async def dispatch(groups: list[list[SettleOp]]) -> list[SettleResults]:
+                wire = [op.to_wire() for group in groups for op in group]
+                flat: SettleResults = await _rpc.call(entity, actor.settle, wire)
+                out, start = [], 0
+                for group in groups:
+                    out.append(flat[start : start + len(group)])
+                    start += len(group)
+                return out
 
             co = self._settlers[key] = Coalescer(dispatch)
         return co

@@ -29,7 +29,7 @@ from typing import Any
 
 from .. import _rpc
 from .._clock import from_timestamp
-from .._connection import Connection
+from .._connection import Connection, SettleResults
 from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
 from .._core.record import WireRecord, check_application_properties, from_wire
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
@@ -135,7 +135,7 @@ class ServiceBusReceiver:
         self._delete = self.receive_mode is ServiceBusReceiveMode.RECEIVE_AND_DELETE
         self._buffer: deque[ServiceBusReceivedMessage] = deque()
         self._peek_cursor = 0
-        self._pending: set[asyncio.Future[None]] = set()
+        self._pending: set[asyncio.Future[SettleResults]] = set()
         # Settlements sent without waiting (from any thread) and how many the broker has
         # answered (loop thread), so a sync call can wait for those sent before it.
         self._answers = threading.Condition()
@@ -393,20 +393,24 @@ class ServiceBusReceiver:
         if self._lock_is_comfortable(message, lock_s):
             with self._answers:
                 self._handed += 1
-            self._submit_nowait(message, op, entity, actor)
+            self._submit_nowait([(message, op)], entity, actor)
             return
         try:
-            await self._conn.settler(entity, actor).submit(op)
+            (error,) = await self._conn.settler(entity, actor).submit([op])
         except BaseException:
             message._settled = False  # not settled: the broker left the message as it was
             raise
+        if error is not None:
+            message._settled = False
+            raise error
 
     def _submit_nowait(
-        self, message: ServiceBusReceivedMessage, op: SettleOp, entity: str, actor: Any
+        self, items: list[tuple[ServiceBusReceivedMessage, SettleOp]], entity: str, actor: Any
     ) -> None:
-        fut = self._conn.settler(entity, actor).submit(op)
+        """Send settlements of one partition as one request, without waiting for it."""
+        fut = self._conn.settler(entity, actor).submit([op for _, op in items])
         self._pending.add(fut)
-        fut.add_done_callback(functools.partial(self._settled_later, message=message))
+        fut.add_done_callback(functools.partial(self._settled_later, messages=items))
 
     def settle_from_thread(
         self,
@@ -443,19 +447,29 @@ class ServiceBusReceiver:
         with self._handoff_lock:
             items, self._handoff = self._handoff, []
             self._handoff_scheduled = False
+        groups: dict[Any, tuple[str, Any, list[tuple[ServiceBusReceivedMessage, SettleOp]]]] = {}
         for message, op, entity, actor in items:
-            self._submit_nowait(message, op, entity, actor)
+            groups.setdefault(actor._actor_id, (entity, actor, []))[2].append((message, op))
+        for entity, actor, group in groups.values():
+            self._submit_nowait(group, entity, actor)
 
     def _settled_later(
-        self, fut: asyncio.Future[None], *, message: ServiceBusReceivedMessage
+        self,
+        fut: asyncio.Future[SettleResults],
+        *,
+        messages: list[tuple[ServiceBusReceivedMessage, SettleOp]],
     ) -> None:
         self._pending.discard(fut)
-        if fut.cancelled():
-            self._failures.append((message.sequence_number, message.lock_token, "cancelled"))
-        elif (exc := fut.exception()) is not None:
-            self._failures.append((message.sequence_number, message.lock_token, str(exc)))
+        if fut.cancelled() or fut.exception() is not None:
+            why = "cancelled" if fut.cancelled() else str(fut.exception())
+            errors: list[Any] = [why] * len(messages)
+        else:
+            errors = fut.result()
+        for (message, _op), error in zip(messages, errors, strict=True):
+            if error is not None:
+                self._failures.append((message.sequence_number, message.lock_token, str(error)))
         with self._answers:
-            self._answered += 1
+            self._answered += len(messages)
             self._answers.notify_all()
 
     async def complete_message(self, message: ServiceBusReceivedMessage) -> None:
