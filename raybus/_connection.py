@@ -83,7 +83,12 @@ class Connection:
     deleted, so the next use resolves it again.
     """
 
-    def __init__(self, namespace: str = "default", address: str | None = None) -> None:
+    def __init__(
+        self,
+        namespace: str = "default",
+        address: str | None = None,
+        storage_path: str | None = None,
+    ) -> None:
         if not isinstance(namespace, str) or not _NAMESPACE_RE.match(namespace):
             raise InvalidArgumentError(
                 f"namespace {namespace!r} must be 1-50 letters, digits, '-' or '_', starting "
@@ -93,7 +98,13 @@ class Connection:
             )
         ensure_ray(address)
         self.namespace = namespace
-        self.registry = namespace_actor(namespace)
+        if storage_path is not None and (not isinstance(storage_path, str) or not storage_path):
+            raise InvalidArgumentError(
+                f"storage_path must be a directory or URI, not {storage_path!r}",
+                None,
+                "storage_path",
+            )
+        self.registry = namespace_actor(namespace, storage_path)
         self._routes: dict[str, Route] = {}
         self._senders: dict[Any, Coalescer[Sequence[MessageRecord], list[int]]] = {}
         self._settlers: dict[Any, Coalescer[list[SettleOp], SettleResults]] = {}

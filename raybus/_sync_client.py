@@ -244,8 +244,14 @@ class AutoLockRenewer:
 class ServiceBusClient:
     """Connects to a raybus namespace (see ``raybus.aio.ServiceBusClient``)."""
 
-    def __init__(self, namespace: str = "default", *, address: str | None = None) -> None:
-        self._aio = aio.ServiceBusClient(namespace, address=address)
+    def __init__(
+        self,
+        namespace: str = "default",
+        *,
+        address: str | None = None,
+        storage_path: str | None = None,
+    ) -> None:
+        self._aio = aio.ServiceBusClient(namespace, address=address, storage_path=storage_path)
         self.namespace = namespace
 
     def get_queue_sender(self, queue_name: str) -> ServiceBusSender:
@@ -284,7 +290,13 @@ class ServiceBusClient:
         self.close()
 
 
-def connect(namespace: str = "default", address: str | None = None) -> ServiceBusClient:
+def connect(
+    namespace: str = "default",
+    address: str | None = None,
+    *,
+    storage_path: str | None = None,
+) -> ServiceBusClient:
     """Join the Ray cluster at ``address`` (default: the local one, started if needed) and
-    the raybus ``namespace`` (its registry actor is created if it does not exist yet)."""
-    return ServiceBusClient(namespace, address=address)
+    the raybus ``namespace`` (its registry actor is created if it does not exist yet; with
+    ``storage_path`` it is durable and finds its entities and messages there again)."""
+    return ServiceBusClient(namespace, address=address, storage_path=storage_path)

@@ -17,10 +17,12 @@ from typing import Any
 import ray
 
 from .._clock import SystemClock
+from .._core import journal
 from .._core.partition import PartitionCounts
-from .._core.registry import EntityEntry, Registry
+from .._core.registry import EntityEntry, Registry, entity_storage_dirs
 from .._models import QueueProperties
-from ..exceptions import MessagingEntityNotFoundError
+from .._storage import DurableLog, open_storage
+from ..exceptions import MessagingEntityNotFoundError, ServiceBusError
 from .partition import partition_actor
 
 __all__ = ["NamespaceActor", "Route", "namespace_actor", "namespace_actor_name"]
@@ -47,12 +49,63 @@ class Route:
 
 
 class NamespaceActor:
-    """Entity registry of one namespace (async actor; see ``namespace_actor``)."""
+    """Entity registry of one namespace (async actor; see ``namespace_actor``).
 
-    def __init__(self, namespace: str) -> None:
+    With a ``storage_path`` the registry is durable: every change is logged before it is
+    answered, and a restarted actor (or one started on a fresh cluster with the same
+    ``storage_path``) finds every entity again and re-creates its partition actors, which
+    recover their own messages.
+    """
+
+    def __init__(self, namespace: str, storage_path: str | None = None) -> None:
         self._namespace = namespace
+        self._storage_path = storage_path
         self._registry = Registry(namespace, SystemClock())
         self._handles: dict[str, tuple[Any, ...]] = {}
+        self._log: DurableLog | None = None
+        self._logged = 0
+        if storage_path is not None:
+            self._log = DurableLog.from_storage_path(storage_path, namespace, "registry")
+            found = self._log.recover()
+            tables = [found.checkpoint] if found.checkpoint is not None else []
+            tables += [table for _lsn, table in found.entries]
+            for table in tables:
+                self._registry.restore((p[3][0], p[3][1]) for p in journal.from_table(table))
+            self._logged = len(found.entries)
+            for entry in self._registry.list():
+                self._handles[entry.properties.name.lower()] = self._partition_actors(entry)
+
+    def _partition_actors(self, entry: EntityEntry) -> tuple[Any, ...]:
+        return tuple(
+            partition_actor(
+                name,
+                self._namespace,
+                entry.properties,
+                pid,
+                entry.incarnation,
+                self._storage_path,
+            )
+            for pid, name in enumerate(entry.partitions)
+        )
+
+    async def _persist(self, change: tuple[str, Any]) -> None:
+        """Log one registry change durably (a no-op without storage)."""
+        log = self._log
+        if log is None:
+            return
+        table = journal.to_table([(0, 0, 0, change)])
+        await asyncio.to_thread(log.append, table)
+        self._logged += 1
+        if self._logged >= 100:
+            snapshot = journal.to_table([(0, 0, 0, c) for c in self._registry.snapshot()])
+            try:
+                await asyncio.to_thread(log.checkpoint, snapshot, log.next_lsn - 1)
+                self._logged = 0
+            except ServiceBusError as exc:
+                _log.warning("registry checkpoint of %s failed: %s", self._namespace, exc)
+
+    async def storage_path(self) -> str | None:
+        return self._storage_path
 
     async def ping(self) -> str:
         return self._namespace
@@ -68,20 +121,29 @@ class NamespaceActor:
 
     async def create_queue(self, properties: QueueProperties) -> Route:
         entry = self._registry.create(properties)
-        handles = tuple(
-            partition_actor(name, self._namespace, properties, pid, entry.incarnation)
-            for pid, name in enumerate(entry.partitions)
-        )
+        handles = self._partition_actors(entry)
         self._handles[properties.name.lower()] = handles
         try:
             await asyncio.gather(*(h.ready.remote() for h in handles))
+            await self._persist(("put", entry))
         except Exception:
             self._registry.delete(properties.name)
             del self._handles[properties.name.lower()]
             for h in handles:
                 ray.kill(h, no_restart=True)
+            await self._delete_storage(entry)
             raise
         return self._route(entry)
+
+    async def _delete_storage(self, entry: EntityEntry) -> None:
+        if self._storage_path is None:
+            return
+        dirs = entity_storage_dirs(self._namespace, entry.properties.name, entry.incarnation)
+        try:
+            fs, path = open_storage(self._storage_path, *dirs)
+            await asyncio.to_thread(fs.delete_dir, path)
+        except Exception as exc:  # already gone, or storage unreachable: leave it
+            _log.info("could not delete storage of %s: %s", entry.properties.name, exc)
 
     async def route(self, name: str) -> Route:
         return self._route(self._registry.get(name))
@@ -90,15 +152,24 @@ class NamespaceActor:
         return [self._route(e) for e in self._registry.list()]
 
     async def update_queue(self, properties: QueueProperties) -> Route:
+        old = self._registry.get(properties.name)
         entry = self._registry.update(properties)
+        try:
+            await self._persist(("put", entry))
+        except Exception:
+            self._registry.restore([("put", old)])
+            raise
         handles = self._handles[entry.properties.name.lower()]
         await asyncio.gather(*(h.update_properties.remote(entry.properties) for h in handles))
         return self._route(entry)
 
     async def delete_queue(self, name: str) -> None:
-        entry = self._registry.delete(name)
+        entry = self._registry.get(name)
+        await self._persist(("del", entry.properties.name))
+        self._registry.delete(name)
         for handle in self._handles.pop(entry.properties.name.lower()):
             ray.kill(handle, no_restart=True)
+        await self._delete_storage(entry)
 
     async def counts(self, name: str) -> tuple[Route, list[PartitionCounts]]:
         route = self._route(self._registry.get(name))
@@ -121,8 +192,11 @@ class NamespaceActor:
         return True
 
 
-def namespace_actor(namespace: str) -> Any:
-    """Find or create the namespace's registry actor (named, detached, restarts forever)."""
+def namespace_actor(namespace: str, storage_path: str | None = None) -> Any:
+    """Find or create the namespace's registry actor (named, detached, restarts forever).
+
+    ``storage_path`` only matters when the actor is created; an existing one keeps its own.
+    """
     cls = ray.remote(NamespaceActor)
     return cls.options(
         name=namespace_actor_name(namespace),
@@ -132,4 +206,4 @@ def namespace_actor(namespace: str) -> Any:
         num_cpus=0,
         max_restarts=-1,
         max_concurrency=1000,
-    ).remote(namespace)
+    ).remote(namespace, storage_path)

@@ -20,9 +20,12 @@ from typing import Any
 import ray
 
 from .._clock import SystemClock
+from .._core.committer import Committer
 from .._core.partition import Partition, PartitionCounts, SettleOp
 from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
+from .._core.registry import partition_storage_dirs
 from .._models import QueueProperties
+from .._storage import DurableLog
 from ..exceptions import ServiceBusError
 
 __all__ = ["PartitionActor"]
@@ -35,17 +38,42 @@ def _same(record: MessageRecord) -> MessageRecord:
 
 
 class PartitionActor:
-    """One partition of one queue (created by the namespace actor; see ``partition_actor``)."""
+    """One partition of one queue (created by the namespace actor; see ``partition_actor``).
+
+    With a ``storage_path`` the partition is durable: it recovers its messages from its log when
+    Ray (re)starts it, and answers a changing call only once the change is in the log (group
+    commit, ``raybus._core.committer``). Without one it lives in memory only.
+    """
 
     def __init__(
-        self, namespace: str, properties: QueueProperties, partition_id: int, incarnation: int
+        self,
+        namespace: str,
+        properties: QueueProperties,
+        partition_id: int,
+        incarnation: int,
+        storage_path: str | None = None,
     ) -> None:
-        # Results are turned into tuples before the next await, so no defensive copies.
-        self._core = Partition(properties, SystemClock(), partition_id, export=_same)
         self._namespace = namespace
         self._incarnation = incarnation
         self._changed = asyncio.Event()
         self._idle_task: asyncio.Task[None] | None = None
+        log = None
+        if storage_path is not None:
+            log = DurableLog.from_storage_path(
+                storage_path,
+                *partition_storage_dirs(namespace, properties.name, incarnation, partition_id),
+            )
+
+        def make_core() -> Partition:
+            # Results are turned into tuples before the next await: no defensive copies.
+            return Partition(properties, SystemClock(), partition_id, export=_same)
+
+        # Recovery (blocking) happens here, so a restarted actor answers with its data back.
+        self._commit = Committer(make_core, log, on_visible=self._notify)
+
+    @property
+    def _core(self) -> Partition:
+        return self._commit.core
 
     def _notify(self) -> None:
         """Wake every waiting receiver: messages may have become available."""
@@ -73,11 +101,16 @@ class PartitionActor:
                 results.append(self._core.send(from_wire(group)))
             except ServiceBusError as exc:
                 results.append(exc)
+        try:
+            await self._commit.durable()
+        except ServiceBusError as exc:  # nothing of these groups was stored
+            return [exc for _ in results]
         self._notify()
         return results
 
     async def cancel_scheduled(self, sequence_numbers: list[int]) -> None:
         self._core.cancel_scheduled(sequence_numbers)
+        await self._commit.durable()
 
     # -------------------------------------------------------------- receiving
 
@@ -89,15 +122,20 @@ class PartitionActor:
         Returns as soon as any message is available (never polls): senders, settlements and
         the core's deadlines (scheduled activations, lock expiries) wake the waiters.
         """
-        core = self._core
         deadline = time.monotonic() + wait_s
         while True:
+            core = self._core  # a failed flush may have rebuilt it
             if core.tick():
                 self._notify()
+            if core.has_journal():  # activated messages become visible once durable
+                await self._commit.durable()
+                core = self._core
             got = core.receive(max_count, dead_letter=dead_letter, delete=delete)
             remaining = deadline - time.monotonic()
             if got or remaining <= 0:
-                return to_wire(got)
+                rows = to_wire(got)
+                await self._commit.durable()  # deletions, expiries, activations
+                return rows
             due = core.next_deadline()
             if due is not None:
                 remaining = min(remaining, max(0.0, due - time.time()) + 0.001)
@@ -107,7 +145,11 @@ class PartitionActor:
                 pass
 
     async def receive_deferred(self, sequence_numbers: list[int], delete: bool) -> list[WireRecord]:
-        return to_wire(self._core.receive_deferred(sequence_numbers, delete=delete))
+        try:
+            rows = to_wire(self._core.receive_deferred(sequence_numbers, delete=delete))
+        finally:  # expired deferred messages were removed even when this raises
+            await self._commit.durable()
+        return rows
 
     async def peek(
         self, from_sequence_number: int, max_count: int, dead_letter: bool
@@ -118,6 +160,7 @@ class PartitionActor:
 
     async def settle(self, ops: Sequence[tuple[Any, ...]]) -> list[ServiceBusError | None]:
         results = self._core.settle([SettleOp(*op) for op in ops])
+        await self._commit.durable()  # raises the storage error for the whole call
         self._notify()  # abandoned or released messages are available again
         return results
 
@@ -128,6 +171,7 @@ class PartitionActor:
 
     async def update_properties(self, properties: QueueProperties) -> None:
         self._core.update_properties(properties)
+        await self._commit.durable()
         self._notify()  # a status change may allow receiving again
 
     async def counts(self) -> PartitionCounts:
@@ -157,7 +201,12 @@ class PartitionActor:
 
 
 def partition_actor(
-    name: str, namespace: str, properties: QueueProperties, partition_id: int, incarnation: int
+    name: str,
+    namespace: str,
+    properties: QueueProperties,
+    partition_id: int,
+    incarnation: int,
+    storage_path: str | None,
 ) -> Any:
     """Create (or find) a named, detached partition actor."""
     cls = ray.remote(PartitionActor)
@@ -169,4 +218,4 @@ def partition_actor(
         num_cpus=0,
         max_restarts=-1,
         max_concurrency=10_000,
-    ).remote(namespace, properties, partition_id, incarnation)
+    ).remote(namespace, properties, partition_id, incarnation, storage_path)

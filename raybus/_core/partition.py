@@ -39,6 +39,7 @@ from ..exceptions import (
     ServiceBusError,
     ServiceBusQuotaExceededError,
 )
+from . import journal
 from .record import (
     ACTIVE,
     DEFERRED,
@@ -125,10 +126,11 @@ class _LockTokens:
 class _Store:
     """The messages of one queue or sub-queue and the heap of those ready for delivery."""
 
-    __slots__ = ("available", "messages", "name")
+    __slots__ = ("available", "id", "messages", "name")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, store_id: int) -> None:
         self.name = name
+        self.id = store_id  # journal.MAIN or journal.SUB_DLQ
         self.messages: dict[int, MessageRecord] = {}
         self.available: list[int] = []  # min-heap of sequence numbers; may hold stale entries
 
@@ -158,8 +160,8 @@ class Partition:
         self._next_seq = (partition_id << SEQUENCE_BITS) + 1
         self._props = properties
         self.entity = properties.name
-        self._main = _Store(properties.name)
-        self._dlq = _Store(f"{properties.name}/$DeadLetterQueue")
+        self._main = _Store(properties.name, journal.MAIN)
+        self._dlq = _Store(f"{properties.name}/$DeadLetterQueue", journal.SUB_DLQ)
         self._locks: dict[str, tuple[_Store, int]] = {}
         self._lock_heap: list[tuple[float, str]] = []
         self._schedule_heap: list[tuple[float, int]] = []
@@ -168,6 +170,10 @@ class Partition:
         self._scheduled_count = 0
         self._size = 0
         self._tokens = _LockTokens()
+        # Durable mode (see enable_journal): changes are recorded for the storage log, and
+        # receivers see new messages only up to visible_seq, the last one made durable.
+        self._journal: list[journal.Entry] | None = None
+        self.visible_seq: int | None = None
         self.accessed_at = clock.now()
 
     # ------------------------------------------------------------------ properties
@@ -179,6 +185,7 @@ class Partition:
     def update_properties(self, properties: QueueProperties) -> None:
         """Apply new settings. Existing locks keep their expiry; new ones use the new duration."""
         self._props = properties
+        self._record(journal.PROPS, self._main, 0, properties)
 
     # ------------------------------------------------------------------ sending
 
@@ -249,8 +256,10 @@ class Partition:
             else:
                 rec.enqueued_time = now
                 self._make_active(rec, now)
+            self._record(journal.PUT, self._main, seq, journal.put_payload(rec))
             if dedup and rec.message_id is not None:
                 self._dedup[rec.message_id] = (now, seq)
+                self._record(journal.DEDUP, self._main, seq, (rec.message_id, now))
         return [
             rec.sequence_number if ok else self._dedup[rec.message_id or ""][1]
             for rec, ok in zip(records, is_fresh, strict=True)
@@ -271,6 +280,7 @@ class Partition:
             rec = self._main.messages.pop(seq)
             self._size -= rec.size
             self._scheduled_count -= 1
+            self._record(journal.DEL, self._main, seq)
 
     # ------------------------------------------------------------------ receiving
 
@@ -287,14 +297,19 @@ class Partition:
         store = self._dlq if dead_letter else self._main
         out: list[MessageRecord] = []
         heap = store.available
+        limit = self.visible_seq
         while heap and len(out) < max_count:
             seq = heapq.heappop(heap)
             if not store.is_available(seq):
                 continue
+            if limit is not None and seq > limit:
+                heapq.heappush(heap, seq)  # not durable yet; neither is anything after it
+                break
             rec = store.messages[seq]
             if delete:
                 del store.messages[seq]
                 self._size -= rec.size
+                self._record(journal.DEL, store, seq)
                 out.append(rec)
             else:
                 out.append(self._lock(store, rec, now))
@@ -307,7 +322,11 @@ class Partition:
         heap = store.available
         while heap and not store.is_available(heap[0]):
             heapq.heappop(heap)
-        return bool(heap)
+        return bool(heap) and (self.visible_seq is None or heap[0] <= self.visible_seq)
+
+    def message_count(self) -> int:
+        """Messages held (main queue, scheduled and dead-letter), without ticking."""
+        return len(self._main.messages) + len(self._dlq.messages)
 
     def receive_deferred(
         self, sequence_numbers: Sequence[int], *, delete: bool = False
@@ -343,6 +362,7 @@ class Partition:
             for rec in found:
                 del self._main.messages[rec.sequence_number]
                 self._size -= rec.size
+                self._record(journal.DEL, self._main, rec.sequence_number)
             return found
         return [self._lock(self._main, rec, now) for rec in found]
 
@@ -356,7 +376,8 @@ class Partition:
         """
         self._begin()
         store = self._dlq if dead_letter else self._main
-        seqs = [s for s in store.messages if s >= from_sequence_number]
+        limit = self.visible_seq if self.visible_seq is not None else float("inf")
+        seqs = [s for s in store.messages if from_sequence_number <= s <= limit]
         if dead_letter:  # the dead-letter store is in dead-lettering order, not sequence order
             seqs.sort()
         out = []
@@ -426,6 +447,7 @@ class Partition:
         if op.kind == COMPLETE:
             del store.messages[seq]
             self._size -= rec.size
+            self._record(journal.DEL, store, seq)
         elif op.kind == ABANDON:
             self._redeliver(store, rec, self._clock.now())
         elif op.kind == RELEASE:  # back to the queue without counting a delivery
@@ -434,6 +456,7 @@ class Partition:
             self._dead_letter(rec, op.reason, op.description)
         else:  # DEFER
             rec.state = DEFERRED
+            self._record_update(store, rec)
 
     def _locked(self, token: str) -> tuple[_Store, int]:
         entry = self._locks.get(token)
@@ -465,6 +488,8 @@ class Partition:
             # when nothing touched the partition until later (the sweep below expires it then).
             self._main.messages[new_seq] = rec
             self._make_active(rec, now)
+            self._record(journal.DEL, self._main, seq)
+            self._record(journal.PUT, self._main, new_seq, journal.put_payload(rec))
             mid = rec.message_id
             if mid is not None and self._dedup.get(mid, (0.0, 0))[1] == seq:
                 self._dedup[mid] = (self._dedup[mid][0], new_seq)
@@ -572,6 +597,8 @@ class Partition:
             if rec.expires_at <= now and rec.state == ACTIVE:
                 self._expire(rec)
                 return False
+        if count:
+            self._record_update(store, rec)
         if rec.state == ACTIVE:
             heapq.heappush(store.available, rec.sequence_number)
             return True
@@ -583,6 +610,7 @@ class Partition:
         else:
             del self._main.messages[rec.sequence_number]
             self._size -= rec.size
+            self._record(journal.DEL, self._main, rec.sequence_number)
 
     def _dead_letter(self, rec: MessageRecord, reason: str | None, description: str | None) -> None:
         del self._main.messages[rec.sequence_number]
@@ -591,3 +619,78 @@ class Partition:
         rec.dead_letter_error_description = description
         self._dlq.messages[rec.sequence_number] = rec
         heapq.heappush(self._dlq.available, rec.sequence_number)
+        self._record(
+            journal.MOVE,
+            self._dlq,
+            rec.sequence_number,
+            (rec.delivery_count, rec.application_properties, reason, description),
+        )
+
+    # ------------------------------------------------------------------ durability
+
+    def _record(self, op: int, store: _Store, seq: int, payload: Any = None) -> None:
+        if self._journal is not None:
+            self._journal.append((op, store.id, seq, payload))
+
+    def _record_update(self, store: _Store, rec: MessageRecord) -> None:
+        if self._journal is not None:
+            payload = (rec.delivery_count, rec.state, rec.application_properties)
+            self._journal.append((journal.UPD, store.id, rec.sequence_number, payload))
+
+    def enable_journal(self) -> None:
+        """Record every change for the storage log, and show receivers only messages up to
+        ``visible_seq`` (set it after each durable flush). Memory-only partitions skip this."""
+        if self._journal is None:
+            self._journal = []
+            self.visible_seq = self._next_seq - 1
+
+    def take_journal(self) -> tuple[list[journal.Entry], int]:
+        """The entries recorded since the last call, and the last sequence number assigned;
+        once they are durable, set ``visible_seq`` to that number."""
+        entries = self._journal or []
+        if self._journal is not None:
+            self._journal = []
+        return entries, self._next_seq - 1
+
+    def has_journal(self) -> bool:
+        return bool(self._journal)
+
+    def snapshot_entries(self) -> list[journal.Entry]:
+        """The whole durable state as entries (a checkpoint): messages without their locks,
+        duplicate-detection ids, and the next sequence number."""
+        out: list[journal.Entry] = []
+        for store in (self._main, self._dlq):
+            for seq, rec in store.messages.items():
+                out.append((journal.PUT, store.id, seq, journal.put_payload(rec)))
+        for message_id, (accepted_at, seq) in self._dedup.items():
+            out.append((journal.DEDUP, journal.MAIN, seq, (message_id, accepted_at)))
+        out.append((journal.NEXT, journal.MAIN, self._next_seq, None))
+        out.append((journal.PROPS, journal.MAIN, 0, self._props))
+        return out
+
+    def load(self, state: journal.ReplayedState) -> None:
+        """Replace this (new, empty) partition's state with a replayed one. Messages that were
+        locked are available again, without a delivery counted for the restart."""
+        if self._main.messages or self._dlq.messages:
+            raise RuntimeError("load() needs an empty partition")
+        state.sorted()
+        if state.properties is not None:
+            self._props = state.properties
+        self._main.messages, self._dlq.messages = state.main, state.dead_letter
+        self._dedup = state.dedup
+        self._next_seq = max(self._next_seq, state.next_seq)
+        for store in (self._main, self._dlq):
+            for seq, rec in store.messages.items():
+                rec.lock_token, rec.locked_until = None, 0.0
+                self._size += rec.size
+                if rec.state == SCHEDULED:
+                    self._scheduled_count += 1
+                    heapq.heappush(self._schedule_heap, (rec.enqueued_time, seq))
+                elif rec.state == ACTIVE:
+                    store.available.append(seq)
+                    if store is self._main and rec.expires_at != float("inf"):
+                        self._ttl_heap.append((rec.expires_at, seq))
+            heapq.heapify(store.available)
+        heapq.heapify(self._ttl_heap)
+        if self.visible_seq is not None:
+            self.visible_seq = self._next_seq - 1

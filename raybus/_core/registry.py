@@ -8,8 +8,11 @@ queue with the same name.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from .._clock import Clock
 from .._models import IMMUTABLE_QUEUE_FIELDS, QueueProperties
@@ -19,7 +22,25 @@ from ..exceptions import (
     MessagingEntityNotFoundError,
 )
 
-__all__ = ["EntityEntry", "Registry", "partition_actor_name"]
+__all__ = [
+    "EntityEntry",
+    "Registry",
+    "entity_storage_dirs",
+    "partition_actor_name",
+    "partition_storage_dirs",
+]
+
+
+def partition_storage_dirs(
+    namespace: str, entity: str, incarnation: int, partition: int
+) -> tuple[str, ...]:
+    """Where a partition keeps its log, below the namespace's ``storage_path``."""
+    return (namespace, "queues", entity.lower(), str(incarnation), str(partition))
+
+
+def entity_storage_dirs(namespace: str, entity: str, incarnation: int) -> tuple[str, ...]:
+    """The folder of all partitions of one entity incarnation (deleted with the entity)."""
+    return (namespace, "queues", entity.lower(), str(incarnation))
 
 
 def partition_actor_name(namespace: str, entity: str, incarnation: int, partition: int) -> str:
@@ -120,3 +141,23 @@ class Registry:
 
     def list(self) -> list[EntityEntry]:
         return sorted(self._entities.values(), key=lambda e: e.properties.name.lower())
+
+    # Durability: the namespace actor logs each change as ("put", entry) or ("del", name) and
+    # replays them on start. Incarnation numbers never repeat across restarts.
+
+    def restore(self, changes: Iterable[tuple[str, Any]]) -> None:
+        """Apply logged changes in order (a snapshot's entries first)."""
+        for kind, value in changes:
+            if kind == "put":
+                self._entities[value.properties.name.lower()] = value
+                self._incarnations = max(self._incarnations, value.incarnation)
+            elif kind == "del":
+                self._entities.pop(value.lower(), None)
+            elif kind == "next":
+                self._incarnations = max(self._incarnations, value)
+
+    def snapshot(self) -> builtins.list[tuple[str, Any]]:
+        """Changes that rebuild the current registry."""
+        out: builtins.list[tuple[str, Any]] = [("put", e) for e in self._entities.values()]
+        out.append(("next", self._incarnations))
+        return out

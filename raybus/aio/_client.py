@@ -18,12 +18,21 @@ class ServiceBusClient:
 
     ``namespace`` names the broker (entities of different namespaces are separate);
     ``address`` is the Ray cluster (default: ``RAYBUS_ADDRESS``/``RAY_ADDRESS``, else the local
-    cluster already running, else an embedded one). Construction joins Ray if this process has
-    not yet (blocking, once).
+    cluster already running, else an embedded one). ``storage_path`` (a local directory or a
+    ``pyarrow.fs`` URI such as ``s3://bucket/raybus``) makes the namespace durable: messages and
+    entities survive actor, process and cluster restarts. It takes effect when the namespace's
+    registry is first created; without it the namespace lives in memory. Construction joins Ray
+    if this process has not yet (blocking, once).
     """
 
-    def __init__(self, namespace: str = "default", *, address: str | None = None) -> None:
-        self._conn = Connection(namespace, address)
+    def __init__(
+        self,
+        namespace: str = "default",
+        *,
+        address: str | None = None,
+        storage_path: str | None = None,
+    ) -> None:
+        self._conn = Connection(namespace, address, storage_path)
         self.namespace = namespace
 
     def get_queue_sender(self, queue_name: str) -> ServiceBusSender:

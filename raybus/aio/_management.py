@@ -17,8 +17,14 @@ __all__ = ["ServiceBusAdministrationClient"]
 class ServiceBusAdministrationClient:
     """Manages the entities of one namespace (see ``ServiceBusClient`` for the arguments)."""
 
-    def __init__(self, namespace: str = "default", *, address: str | None = None) -> None:
-        self._conn = Connection(namespace, address)
+    def __init__(
+        self,
+        namespace: str = "default",
+        *,
+        address: str | None = None,
+        storage_path: str | None = None,
+    ) -> None:
+        self._conn = Connection(namespace, address, storage_path)
         self.namespace = namespace
 
     async def _call(self, entity: str | None, method: str, *args: Any) -> Any:

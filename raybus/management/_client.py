@@ -15,8 +15,14 @@ class ServiceBusAdministrationClient:
     """Creates, inspects, changes and deletes entities of one namespace (see the asyncio
     ``raybus.aio.management.ServiceBusAdministrationClient`` for each method)."""
 
-    def __init__(self, namespace: str = "default", *, address: str | None = None) -> None:
-        self._aio = _AsyncAdmin(namespace, address=address)
+    def __init__(
+        self,
+        namespace: str = "default",
+        *,
+        address: str | None = None,
+        storage_path: str | None = None,
+    ) -> None:
+        self._aio = _AsyncAdmin(namespace, address=address, storage_path=storage_path)
         self.namespace = namespace
 
     def create_queue(self, queue_name: str, **options: Any) -> QueueProperties:
