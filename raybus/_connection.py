@@ -113,7 +113,7 @@ class Connection:
         key = name.lower() if isinstance(name, str) else name
         route = None if refresh else self._routes.get(key)
         if route is None:
-            route = await _rpc.call(name, self.registry.route, name)
+            route = await _rpc.call(None, self.registry.route, name, retries=_rpc.READ_RETRIES)
             self._routes[key] = route
         return route
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow.fs as pafs
 import ray
 
 from .._clock import SystemClock
@@ -142,6 +143,9 @@ class NamespaceActor:
         try:
             fs, path = open_storage(self._storage_path, *dirs)
             await asyncio.to_thread(fs.delete_dir, path)
+            parent = path.rsplit("/", 1)[0]  # the entity's folder, if no incarnation is left
+            if not await asyncio.to_thread(fs.get_file_info, pafs.FileSelector(parent)):
+                await asyncio.to_thread(fs.delete_dir, parent)
         except Exception as exc:  # already gone, or storage unreachable: leave it
             _log.info("could not delete storage of %s: %s", entry.properties.name, exc)
 

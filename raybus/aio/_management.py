@@ -28,7 +28,9 @@ class ServiceBusAdministrationClient:
         self.namespace = namespace
 
     async def _call(self, entity: str | None, method: str, *args: Any) -> Any:
-        return await _rpc.call(entity, getattr(self._conn.registry, method), *args)
+        # Reads are retried across a registry restart; changes are not (they may have applied).
+        retries = _rpc.READ_RETRIES if method in ("route", "list_queues", "counts") else 0
+        return await _rpc.call(entity, getattr(self._conn.registry, method), *args, retries=retries)
 
     async def create_queue(self, queue_name: str, **options: Any) -> QueueProperties:
         """Create a queue; ``options`` are ``QueueProperties`` fields (durations as

@@ -50,6 +50,12 @@ __all__ = ["ServiceBusReceiver"]
 _WAIT_SLICE_S = 30.0
 
 
+def _retries(method_name: str) -> int:
+    """Receives and peeks ride out a partition restart; settlements are not repeated (a
+    repeated one would fail on the new lock table anyway)."""
+    return _rpc.READ_RETRIES if method_name in ("receive", "peek") else 0
+
+
 def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
@@ -164,7 +170,13 @@ class ServiceBusReceiver:
         entity, actor, _ = await self._actor(partition)
         timeout = _check_wait(timeout, "timeout", self.entity_path)
         try:
-            return await _rpc.call(entity, getattr(actor, method_name), *args, timeout=timeout)
+            return await _rpc.call(
+                entity,
+                getattr(actor, method_name),
+                *args,
+                timeout=timeout,
+                retries=_retries(method_name),
+            )
         except MessagingEntityNotFoundError:
             self._conn.forget(self.entity_path)
             raise
@@ -269,7 +281,12 @@ class ServiceBusReceiver:
             return None
         entity = route.properties.name
         try:
-            return _rpc.call_sync(entity, getattr(route.partitions[0], method_name), *args)
+            return _rpc.call_sync(
+                entity,
+                getattr(route.partitions[0], method_name),
+                *args,
+                retries=_retries(method_name),
+            )
         except MessagingEntityNotFoundError:
             self._conn.forget(self.entity_path)
             raise

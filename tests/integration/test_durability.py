@@ -1,0 +1,241 @@
+"""Durability on a real Ray cluster: acknowledged messages survive actor and cluster restarts.
+
+Each test gives its namespace its own ``storage_path`` (a temporary directory).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import ray
+
+import raybus
+from raybus import ServiceBusMessage
+from raybus._actors.namespace import namespace_actor_name
+from raybus.management import ServiceBusAdministrationClient
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> str:
+    return str(tmp_path / "storage")
+
+
+@pytest.fixture
+def durable(
+    namespace: str, storage: str
+) -> tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient]:
+    return (
+        raybus.ServiceBusClient(namespace, storage_path=storage),
+        ServiceBusAdministrationClient(namespace, storage_path=storage),
+    )
+
+
+def _partition(client: raybus.ServiceBusClient, queue: str) -> object:
+    return ray.get(client._aio._conn.registry.route.remote(queue)).partitions[0]
+
+
+def _wait_until(check: object, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():  # type: ignore[operator]
+                return
+        except raybus.exceptions.ServiceBusError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.2)
+
+
+def test_killed_partition_actor_recovers_every_acknowledged_message(
+    durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
+) -> None:
+    client, admin = durable
+    admin.create_queue("orders", lock_duration=timedelta(seconds=30))
+    with client.get_queue_sender("orders") as sender:
+        for batch in range(4):
+            sender.send_messages(
+                [ServiceBusMessage(f"m{batch}-{i}", message_id=f"{batch}-{i}") for i in range(50)]
+            )
+    with client.get_queue_receiver("orders", max_wait_time=5) as receiver:
+        got = receiver.receive_messages(80)
+        receiver.complete_messages(got[:50])  # waits for the broker: durable completions
+        locked = got[50:]  # still locked when the actor dies
+    completed = {m.message_id for m in got[:50]}
+
+    ray.kill(_partition(client, "orders"), no_restart=False)
+    _wait_until(lambda: admin.get_queue_runtime_properties("orders").active_message_count == 150)
+
+    seen: dict[str, int] = {}
+    with client.get_queue_receiver("orders", max_wait_time=3) as receiver:
+        while batch_ := receiver.receive_messages(100):
+            for m in batch_:
+                seen[m.message_id or ""] = m.delivery_count
+            receiver.complete_messages(batch_)
+    assert len(seen) == 150 and not completed & set(seen)
+    # Locks are not persisted and the crash is not charged as a delivery.
+    assert all(seen[m.message_id or ""] == 0 for m in locked)
+
+
+def test_sequence_numbers_keep_increasing_after_a_restart_of_a_drained_queue(
+    durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
+) -> None:
+    client, admin = durable
+    admin.create_queue("q")
+    with client.get_queue_sender("q") as sender:
+        sender.send_messages([ServiceBusMessage(str(i)) for i in range(10)])
+    with client.get_queue_receiver("q", max_wait_time=5) as receiver:
+        receiver.complete_messages(receiver.receive_messages(10))
+    ray.kill(_partition(client, "q"), no_restart=False)
+    time.sleep(1.5)
+    with client.get_queue_sender("q") as sender:
+        _wait_until(lambda: sender.send_messages(ServiceBusMessage("after")) is None)
+    with client.get_queue_receiver("q", max_wait_time=5) as receiver:
+        (msg,) = receiver.receive_messages(10)
+    assert str(msg) == "after" and msg.sequence_number > 10
+
+
+def test_killed_namespace_actor_finds_its_entities_again(
+    namespace: str,
+    durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
+) -> None:
+    client, admin = durable
+    admin.create_queue("keep", max_delivery_count=3)
+    admin.create_queue("gone")
+    admin.delete_queue("gone")
+    ray.kill(ray.get_actor(namespace_actor_name(namespace), "raybus"), no_restart=False)
+    _wait_until(lambda: [q.name for q in admin.list_queues()] == ["keep"])
+    assert admin.get_queue("keep").max_delivery_count == 3
+    with client.get_queue_sender("keep") as sender:
+        sender.send_messages(ServiceBusMessage("still works"))
+    assert admin.get_queue_runtime_properties("keep").active_message_count == 1
+
+
+def test_deleting_a_durable_queue_deletes_its_storage(
+    namespace: str,
+    storage: str,
+    durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
+) -> None:
+    client, admin = durable
+    admin.create_queue("temp")
+    with client.get_queue_sender("temp") as sender:
+        sender.send_messages([ServiceBusMessage(b"x" * 1000) for _ in range(20)])
+    queues = Path(storage) / namespace / "queues"
+    assert any(queues.rglob("*.arrow"))
+    admin.delete_queue("temp")
+    assert not list((queues / "temp").rglob("*.arrow"))
+
+
+def test_updated_properties_survive_a_partition_restart(
+    durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
+) -> None:
+    client, admin = durable
+    admin.create_queue("props")
+    props = admin.get_queue("props")
+    props.max_delivery_count = 1
+    admin.update_queue(props)
+    with client.get_queue_sender("props") as sender:
+        sender.send_messages(ServiceBusMessage("poison"))
+    ray.kill(_partition(client, "props"), no_restart=False)
+    time.sleep(1.5)
+    with client.get_queue_receiver("props", max_wait_time=10) as receiver:
+        (msg,) = receiver.receive_messages()
+        receiver.abandon_message(msg)  # one delivery is the maximum now: dead-lettered
+    _wait_until(lambda: admin.get_queue_runtime_properties("props").dead_letter_message_count == 1)
+
+
+_PHASE = textwrap.dedent(
+    """
+    import os, sys, json
+    from datetime import datetime, timedelta, timezone
+    import ray, raybus
+    from raybus import ServiceBusMessage
+    from raybus.management import ServiceBusAdministrationClient
+    phase, storage, ns = sys.argv[1], sys.argv[2], sys.argv[3]
+    ray.init(address="local", num_cpus=2, include_dashboard=False,
+             object_store_memory=100 * 1024 * 1024, logging_level="ERROR", log_to_driver=False)
+    client = raybus.connect(ns, storage_path=storage)
+    admin = ServiceBusAdministrationClient(ns, storage_path=storage)
+    out = {}
+    if phase == "write":
+        admin.create_queue("work", lock_duration=timedelta(seconds=30))
+        with client.get_queue_sender("work") as s:
+            s.send_messages([ServiceBusMessage(f"m{i}", message_id=f"m{i}") for i in range(30)])
+            later = datetime.now(timezone.utc) + timedelta(hours=1)
+            out["scheduled"] = s.schedule_messages(ServiceBusMessage("later"), later)
+        with client.get_queue_receiver("work", max_wait_time=5) as r:
+            got = r.receive_messages(10)
+            r.complete_messages(got[:5])
+            r._aio  # the rest: one dead-lettered, one deferred, three left locked
+            r.dead_letter_message(got[5], reason="Bad", error_description="why")
+            r.defer_message(got[6])
+            out["deferred"] = got[6].sequence_number
+            out["dead"] = got[5].sequence_number
+            out["completed"] = [m.message_id for m in got[:5]]
+        out["last_seq"] = max(m.sequence_number for m in got)
+    else:
+        props = admin.get_queue_runtime_properties("work")
+        out["counts"] = [props.active_message_count, props.dead_letter_message_count,
+                         props.scheduled_message_count]
+        with client.get_queue_receiver("work", max_wait_time=3) as r:
+            ids = []
+            while batch := r.receive_messages(100):
+                ids += [m.message_id for m in batch]
+                r.complete_messages(batch)
+            out["ids"] = ids
+            out["deferred"] = [m.sequence_number for m in r.receive_deferred_messages(
+                [int(sys.argv[4])])]
+        with client.get_queue_receiver("work", sub_queue="deadletter", max_wait_time=3) as d:
+            out["dead"] = [(m.sequence_number, m.dead_letter_reason) for m in d.receive_messages(5)]
+        with client.get_queue_sender("work") as s:
+            s.send_messages(ServiceBusMessage("new"))
+        with client.get_queue_receiver("work", max_wait_time=3) as r:
+            out["new_seq"] = r.receive_messages(1)[0].sequence_number
+    ray.shutdown()
+    print("RESULT", json.dumps(out))
+    """
+)
+
+
+def _phase(*args: str) -> dict:
+    import json
+
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", _PHASE, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
+    return dict(json.loads(line[len("RESULT ") :]))
+
+
+def test_a_fresh_cluster_with_the_same_storage_path_has_everything_back(
+    ray_cluster: str, tmp_path: Path
+) -> None:
+    # Two separate Ray clusters (in subprocesses; the session's own cluster stays up).
+    storage, ns = str(tmp_path / "store"), f"restart-{uuid.uuid4().hex[:6]}"
+    before = _phase("write", storage, ns)
+    after = _phase("read", storage, ns, str(before["deferred"]))
+    # 30 sent, 5 completed, 1 dead-lettered, 1 deferred: 23 active + 1 deferred.
+    assert after["counts"] == [24, 1, 1]
+    assert len(after["ids"]) == 23 and not set(before["completed"]) & set(after["ids"])
+    assert after["deferred"] == [before["deferred"]]
+    assert after["dead"] == [[before["dead"], "Bad"]]
+    assert after["new_seq"] > max(before["last_seq"], *before["scheduled"])
+    _ = datetime.now(timezone.utc)
