@@ -543,8 +543,9 @@ class Bench:
         run_id = uuid.uuid4().hex[:8]
         self.namespace = f"bench-{run_id}"  # raybus namespace, unique per run
         self.ray_namespace = f"{RAY_NAMESPACE_PREFIX}-{run_id}"
-        self.client = raybus.connect(self.namespace)
-        self.admin = ServiceBusAdministrationClient(self.namespace)
+        # In memory by default, like the peers; --storage measures a durable namespace.
+        self.client = raybus.connect(self.namespace, storage_path=args.storage)
+        self.admin = ServiceBusAdministrationClient(self.namespace, storage_path=args.storage)
         self.sender: SenderProcess | None = None
         self.counter = 0
         self.rpc = RpcCounter()
@@ -939,6 +940,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(default 270; quick 75)",
     )
     p.add_argument("--no-rayqueue", action="store_true", help="skip scenario C")
+    p.add_argument(
+        "--storage",
+        default="memory://",
+        help="raybus storage_path (default memory://, as the in-memory peers; a directory "
+        "measures a durable namespace)",
+    )
     p.add_argument("--output", type=Path, help="JSON file (default benchmarks/results/...)")
     p.add_argument("--role", choices=["main", "sender"], default="main", help=argparse.SUPPRESS)
     p.add_argument("--address", help=argparse.SUPPRESS)

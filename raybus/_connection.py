@@ -76,6 +76,27 @@ def _ensure_ray(address: str | None) -> None:
         )
 
 
+MEMORY = "memory://"
+DEFAULT_STORAGE_PATH = os.path.join("~", ".raybus", "storage")
+
+
+def resolve_storage_path(storage_path: str | None) -> str | None:
+    """Where a namespace keeps its data: ``storage_path``, else ``RAYBUS_STORAGE_PATH``, else
+    ``~/.raybus/storage`` (one machine; give a shared mount or an object-store URI on a
+    multi-node cluster). ``"memory://"`` keeps the namespace in memory only (returns None).
+    """
+    path = storage_path if storage_path is not None else os.environ.get("RAYBUS_STORAGE_PATH")
+    if path is None:
+        path = DEFAULT_STORAGE_PATH
+    if not isinstance(path, str) or not path:
+        raise InvalidArgumentError(
+            f"storage_path must be a directory or URI, not {path!r}", None, "storage_path"
+        )
+    if path == MEMORY:
+        return None
+    return path if "://" in path else os.path.abspath(os.path.expanduser(path))
+
+
 class Connection:
     """The shared state of one client: namespace actor, routes, coalescers.
 
@@ -98,13 +119,7 @@ class Connection:
             )
         ensure_ray(address)
         self.namespace = namespace
-        if storage_path is not None and (not isinstance(storage_path, str) or not storage_path):
-            raise InvalidArgumentError(
-                f"storage_path must be a directory or URI, not {storage_path!r}",
-                None,
-                "storage_path",
-            )
-        self.registry = namespace_actor(namespace, storage_path)
+        self.registry = namespace_actor(namespace, resolve_storage_path(storage_path))
         self._routes: dict[str, Route] = {}
         self._senders: dict[Any, Coalescer[Sequence[MessageRecord], list[int]]] = {}
         self._settlers: dict[Any, Coalescer[list[SettleOp], SettleResults]] = {}

@@ -1,8 +1,17 @@
-"""Shared test set-up: Ray listens on loopback only and sends no usage stats."""
+"""Shared test set-up: Ray listens on loopback only and sends no usage stats; raybus keeps its
+default storage in a temporary directory removed when the session ends."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+
+# Subprocesses started by tests (examples, second clients) inherit this too.
+_STORAGE = tempfile.mkdtemp(prefix="raybus-test-storage-")
+os.environ["RAYBUS_STORAGE_PATH"] = _STORAGE
+atexit.register(shutil.rmtree, _STORAGE, ignore_errors=True)

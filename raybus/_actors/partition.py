@@ -24,7 +24,7 @@ from .._core.committer import Committer
 from .._core.partition import Partition, PartitionCounts, SettleOp
 from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
 from .._core.registry import partition_storage_dirs
-from .._models import QueueProperties
+from .._models import EXPRESS_FLUSH_INTERVAL, QueueProperties
 from .._storage import DurableLog
 from ..exceptions import ServiceBusError
 
@@ -69,7 +69,12 @@ class PartitionActor:
             return Partition(properties, SystemClock(), partition_id, export=_same)
 
         # Recovery (blocking) happens here, so a restarted actor answers with its data back.
-        self._commit = Committer(make_core, log, on_visible=self._notify)
+        self._commit = Committer(
+            make_core,
+            log,
+            on_visible=self._notify,
+            express_interval=EXPRESS_FLUSH_INTERVAL if properties.enable_express else None,
+        )
 
     @property
     def _core(self) -> Partition:

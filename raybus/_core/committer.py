@@ -48,11 +48,15 @@ class Committer:
         *,
         on_visible: Callable[[], None] = lambda: None,
         checkpoint_min: int = 1000,
+        express_interval: float | None = None,
     ) -> None:
+        """``express_interval`` (seconds) makes the partition express: ``durable()`` returns at
+        once and the changes are written within that interval (the loss window of a crash)."""
         self._make_core = make_core
         self._log = log
         self._on_visible = on_visible
         self._checkpoint_min = checkpoint_min
+        self._express = express_interval
         self._since_checkpoint = 0
         self._waiting: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -80,6 +84,8 @@ class Committer:
             journal.replay(entries, state)
         core.load(state)
         core.enable_journal()
+        if self._express is not None:
+            core.visible_seq = None  # acknowledged before written: visible at once
         self._since_checkpoint = count
         return core
 
@@ -88,6 +94,10 @@ class Committer:
         flush that carried them failed (those changes were then undone)."""
         if self._log is None or not self.core.has_journal():
             return
+        if self._express is not None:
+            if self._task is None:
+                self._task = asyncio.ensure_future(self._flush_loop(self._express))
+            return
         if self._waiting is None:
             self._waiting = asyncio.get_running_loop().create_future()
         waiting = self._waiting
@@ -95,10 +105,12 @@ class Committer:
             self._task = asyncio.ensure_future(self._flush_loop())
         await asyncio.shield(waiting)
 
-    async def _flush_loop(self) -> None:
+    async def _flush_loop(self, delay: float = 0.0) -> None:
         assert self._log is not None
         log = self._log
         try:
+            if delay:
+                await asyncio.sleep(delay)
             while self.core.has_journal():
                 entries, last_seq = self.core.take_journal()
                 waiting, self._waiting = self._waiting, None
@@ -111,7 +123,8 @@ class Committer:
                 self.flushed_entries += len(entries)
                 self._since_checkpoint += len(entries)
                 core = self.core
-                core.visible_seq = max(core.visible_seq or 0, last_seq)
+                if self._express is None:
+                    core.visible_seq = max(core.visible_seq or 0, last_seq)
                 if waiting is not None and not waiting.done():
                     waiting.set_result(None)
                 self._on_visible()

@@ -452,6 +452,8 @@ class Partition:
             self._redeliver(store, rec, self._clock.now())
         elif op.kind == RELEASE:  # back to the queue without counting a delivery
             self._redeliver(store, rec, self._clock.now(), count=False)
+            if op.properties and store.messages.get(seq) is rec:
+                self._record_update(store, rec)
         elif op.kind == DEAD_LETTER:
             self._dead_letter(rec, op.reason, op.description)
         else:  # DEFER
@@ -493,6 +495,7 @@ class Partition:
             mid = rec.message_id
             if mid is not None and self._dedup.get(mid, (0.0, 0))[1] == seq:
                 self._dedup[mid] = (self._dedup[mid][0], new_seq)
+                self._record(journal.DEDUP, self._main, new_seq, (mid, self._dedup[mid][0]))
             woke = True
         heap2 = self._lock_heap
         while heap2 and heap2[0][0] <= now:

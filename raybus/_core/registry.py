@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -31,16 +33,24 @@ __all__ = [
 ]
 
 
+def _folder(entity: str) -> str:
+    """A file-system-safe folder name for an entity: names may hold '/' and be 260 characters
+    long, more than a path component may; a readable prefix plus a digest is unique."""
+    key = entity.lower()
+    readable = re.sub(r"[^a-z0-9._-]", "_", key)[:48]
+    return f"{readable}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
 def partition_storage_dirs(
     namespace: str, entity: str, incarnation: int, partition: int
 ) -> tuple[str, ...]:
     """Where a partition keeps its log, below the namespace's ``storage_path``."""
-    return (namespace, "queues", entity.lower(), str(incarnation), str(partition))
+    return (*entity_storage_dirs(namespace, entity, incarnation), str(partition))
 
 
 def entity_storage_dirs(namespace: str, entity: str, incarnation: int) -> tuple[str, ...]:
     """The folder of all partitions of one entity incarnation (deleted with the entity)."""
-    return (namespace, "queues", entity.lower(), str(incarnation))
+    return (namespace, "queues", _folder(entity), str(incarnation))
 
 
 def partition_actor_name(namespace: str, entity: str, incarnation: int, partition: int) -> str:

@@ -19,10 +19,11 @@ class ServiceBusClient:
     ``namespace`` names the broker (entities of different namespaces are separate);
     ``address`` is the Ray cluster (default: ``RAYBUS_ADDRESS``/``RAY_ADDRESS``, else the local
     cluster already running, else an embedded one). ``storage_path`` (a local directory or a
-    ``pyarrow.fs`` URI such as ``s3://bucket/raybus``) makes the namespace durable: messages and
-    entities survive actor, process and cluster restarts. It takes effect when the namespace's
-    registry is first created; without it the namespace lives in memory. Construction joins Ray
-    if this process has not yet (blocking, once).
+    ``pyarrow.fs`` URI such as ``s3://bucket/raybus``; default ``RAYBUS_STORAGE_PATH`` or
+    ``~/.raybus/storage``) is where the namespace keeps its messages and entities, so they
+    survive actor, process and cluster restarts; ``"memory://"`` keeps it in memory only. It
+    takes effect when the namespace's registry is first created. Construction joins Ray if this
+    process has not yet (blocking, once).
     """
 
     def __init__(
