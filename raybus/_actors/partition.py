@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +32,13 @@ from ..exceptions import ServiceBusError
 __all__ = ["PartitionActor"]
 
 _log = logging.getLogger("raybus.partition")
+
+
+def _exit_for_restart(exc: BaseException) -> None:
+    """The log can be neither written nor read: let Ray restart this actor, whose __init__
+    recovers from the log once the storage answers again."""
+    _log.critical("partition storage unusable (%s); exiting so Ray restarts the actor", exc)
+    asyncio.get_running_loop().call_later(0.5, os._exit, 1)
 
 
 def _same(record: MessageRecord) -> MessageRecord:
@@ -74,6 +82,7 @@ class PartitionActor:
             log,
             on_visible=self._notify,
             express_interval=EXPRESS_FLUSH_INTERVAL if properties.enable_express else None,
+            on_fatal=_exit_for_restart,
         )
 
     @property
@@ -139,7 +148,8 @@ class PartitionActor:
             remaining = deadline - time.monotonic()
             if got or remaining <= 0:
                 rows = to_wire(got)
-                await self._commit.durable()  # deletions, expiries, activations
+                # Deletions, expiries, activations; locks alone need no write.
+                await self._commit.durable(after_inflight=delete)
                 return rows
             due = core.next_deadline()
             if due is not None:

@@ -49,16 +49,23 @@ class Committer:
         on_visible: Callable[[], None] = lambda: None,
         checkpoint_min: int = 1000,
         express_interval: float | None = None,
+        on_fatal: Callable[[BaseException], None] = lambda exc: None,
     ) -> None:
         """``express_interval`` (seconds) makes the partition express: ``durable()`` returns at
-        once and the changes are written within that interval (the loss window of a crash)."""
+        once and the changes are written within that interval (the loss window of a crash).
+        ``on_fatal`` is told when the log can be neither written nor read back: the committer
+        then hides every message and refuses all changes (the actor exits so that Ray restarts
+        it and it recovers once the storage is back)."""
         self._make_core = make_core
         self._log = log
         self._on_visible = on_visible
         self._checkpoint_min = checkpoint_min
         self._express = express_interval
         self._since_checkpoint = 0
-        self._waiting: asyncio.Future[None] | None = None
+        self._on_fatal = on_fatal
+        self.broken: BaseException | None = None
+        self._waiting: asyncio.Future[None] | None = None  # for changes not yet taken
+        self._inflight: asyncio.Future[None] | None = None  # for the flush being written
         self._task: asyncio.Task[None] | None = None
         self.flushes = 0  # statistics
         self.flushed_entries = 0
@@ -89,10 +96,22 @@ class Committer:
         self._since_checkpoint = count
         return core
 
-    async def durable(self) -> None:
+    async def durable(self, *, after_inflight: bool = True) -> None:
         """Return once every change recorded so far is durable; raise the storage error if the
-        flush that carried them failed (those changes were then undone)."""
-        if self._log is None or not self.core.has_journal():
+        flush that carried them failed (those changes were then undone).
+
+        ``after_inflight`` also waits for a flush already being written when this call has
+        recorded nothing: an answer that depends on earlier changes (a dropped duplicate
+        acknowledges its original) must not overtake them. Peek-lock receives pass False: they
+        only see durable messages anyway.
+        """
+        if self.broken is not None:
+            raise self.broken
+        if self._log is None:
+            return
+        if not self.core.has_journal():
+            if after_inflight and self._inflight is not None and self._express is None:
+                await asyncio.shield(self._inflight)
             return
         if self._express is not None:
             if self._task is None:
@@ -111,14 +130,19 @@ class Committer:
         try:
             if delay:
                 await asyncio.sleep(delay)
-            while self.core.has_journal():
+            while self.core.has_journal() and self.broken is None:
                 entries, last_seq = self.core.take_journal()
                 waiting, self._waiting = self._waiting, None
+                if waiting is None:
+                    waiting = asyncio.get_running_loop().create_future()
+                self._inflight = waiting
                 try:
                     await asyncio.to_thread(log.append, journal.to_table(entries))
                 except ServiceBusError as exc:
                     self._failed(exc, waiting)
                     continue
+                finally:
+                    self._inflight = None
                 self.flushes += 1
                 self.flushed_entries += len(entries)
                 self._since_checkpoint += len(entries)
@@ -140,7 +164,18 @@ class Committer:
                 fut.set_exception(exc)
                 fut.add_done_callback(lambda f: f.exception())  # retrieved: no warning
         _log.warning("flush failed (%s); rebuilding %s from its log", exc, self.core.entity)
-        self.core = self._recover()
+        try:
+            self.core = self._recover()
+        except ServiceBusError as again:
+            # Neither written nor readable: memory holds changes the log does not. Serve
+            # nothing rather than something never stored.
+            _log.error("cannot read back %s after a failed flush: %s", self.core.entity, again)
+            self.broken = again
+            self.core = self._make_core()
+            self.core.enable_journal()
+            self.core.visible_seq = -1
+            self._on_fatal(again)
+            return
         self._on_visible()
 
     def _checkpoint_due(self) -> bool:

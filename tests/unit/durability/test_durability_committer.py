@@ -1,0 +1,582 @@
+"""Group commit of a partition to its ``DurableLog``: acknowledged means durable, a failed flush
+undoes everything it carried, new messages stay invisible until durable, checkpoints bound the
+log, and a restarted Committer recovers exactly what was acknowledged.
+
+Runs on a real directory (``tmp_path``, fsync included) and on a fault-injecting in-memory
+filesystem. A "restart" is a new Committer on the same storage; the old one is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+import pytest
+from durability_helpers import (
+    EVERYTHING,
+    FaultyHandler,
+    GatedLog,
+    by_id,
+    committer_on,
+    core_factory,
+    counts_of,
+    faulty_fs,
+    records,
+    view,
+)
+
+from raybus._core.committer import Committer
+from raybus._core.partition import (
+    ABANDON,
+    COMPLETE,
+    DEAD_LETTER,
+    DEFER,
+    RELEASE,
+    SettleOp,
+)
+from raybus._core.record import ACTIVE, DEFERRED
+from raybus._models import QueueProperties
+from raybus._storage import DurableLog, StorageUnavailableError
+from raybus.exceptions import MessageLockLostError
+from raybus.testing import FakeClock
+
+DIR = "bucket/ns/orders/0"
+
+
+def local(tmp_path: Path, clock: FakeClock, checkpoint_min: int = 1000, **options: Any):
+    """A Committer over ``tmp_path/p0`` (the real disk); call again to "restart"."""
+    return Committer(
+        core_factory(clock, **options),
+        DurableLog.from_storage_path(str(tmp_path), "p0"),
+        checkpoint_min=checkpoint_min,
+    )
+
+
+@pytest.fixture
+def faulty() -> tuple[pafs.FileSystem, FaultyHandler]:
+    return faulty_fs()
+
+
+def ids(c: Committer) -> set[str]:
+    return set(by_id(c.core))
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait until ``check()`` holds: a checkpoint runs in the background after the flush that
+    made it due has answered its waiters."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition never became true"
+        await asyncio.sleep(0.005)
+
+
+async def settle_all(c: Committer, ops: list[SettleOp]) -> None:
+    assert c.core.settle(ops) == [None] * len(ops)
+    await c.durable()
+
+
+# ---------------------------------------------------------------- round trips
+
+
+async def test_acknowledged_state_survives_a_restart(tmp_path, clock):
+    opts = {"max_delivery_count": 5, "requires_duplicate_detection": True}
+    c = local(tmp_path, clock, **opts)
+    seqs = c.core.send(records(*"abcdefg", application_properties={"n": 1}))
+    await c.durable()
+    got = {r.message_id: r for r in c.core.receive(EVERYTHING)}
+    await settle_all(
+        c,
+        [
+            SettleOp(COMPLETE, got["a"].lock_token),
+            SettleOp(ABANDON, got["b"].lock_token, {"tries": 1}),
+            SettleOp(DEAD_LETTER, got["c"].lock_token, {"bad": True}, "Invalid", "no price"),
+            SettleOp(DEFER, got["d"].lock_token),
+            SettleOp(RELEASE, got["f"].lock_token),
+            SettleOp(RELEASE, got["g"].lock_token),
+        ],
+    )
+    # "e" stays locked; the next flush carries a new message and new properties.
+    new_props = QueueProperties(name="orders", **opts, user_metadata="v2")
+    c.core.update_properties(new_props)
+    c.core.send(records("h"))
+    await c.durable()
+    before, counts = view(c.core), counts_of(c.core)
+
+    again = local(tmp_path, clock, **opts)
+    assert view(again.core) == before
+    assert counts_of(again.core) == counts
+    assert again.core.properties == new_props
+    held = by_id(again.core)
+    assert "a" not in held
+    assert (held["b"].delivery_count, held["b"].application_properties) == (1, {"n": 1, "tries": 1})
+    assert held["d"].state == DEFERRED
+    [dead] = again.core.peek(0, EVERYTHING, dead_letter=True)
+    assert (dead.message_id, dead.sequence_number, dead.dead_letter_reason) == (
+        "c",
+        seqs[2],
+        "Invalid",
+    )
+    assert dead.dead_letter_error_description == "no price"
+    # The message locked at the restart is available again, its delivery count not charged.
+    assert {r.message_id: r.delivery_count for r in again.core.receive(EVERYTHING)} == {
+        "b": 1,
+        "e": 0,
+        "f": 0,
+        "g": 0,
+        "h": 0,
+    }
+    assert again.core.send(records("i")) == [seqs[-1] + 2]  # "h" took seqs[-1] + 1
+    assert again.core.send(records("a")) == [seqs[0]]  # its id is still remembered
+
+
+async def test_a_restart_recovers_only_what_was_flushed(tmp_path, clock):
+    c = local(tmp_path, clock)
+    c.core.send(records("kept"))
+    await c.durable()
+    [rec] = c.core.receive(1)
+    c.core.settle([SettleOp(COMPLETE, rec.lock_token)])
+    c.core.send(records("never-flushed"))
+    # crash: no durable() for these two
+    again = local(tmp_path, clock)
+    assert ids(again) == {"kept"}
+    assert [r.delivery_count for r in again.core.receive(1)] == [0]
+
+
+async def test_sequence_numbers_continue_after_everything_was_completed(tmp_path, clock):
+    c = local(tmp_path, clock)
+    seqs = c.core.send(records(*"abc"))
+    await c.durable()
+    await settle_all(c, [SettleOp(COMPLETE, r.lock_token) for r in c.core.receive(3)])
+    assert c.core.message_count() == 0
+
+    again = local(tmp_path, clock)
+    assert again.core.send(records("d")) == [seqs[-1] + 1]
+    await again.durable()
+    await again.checkpoint_now()  # the same through a checkpoint of an empty queue
+    await settle_all(again, [SettleOp(COMPLETE, r.lock_token) for r in again.core.receive(1)])
+    await again.checkpoint_now()
+    assert local(tmp_path, clock).core.send(records("e")) == [seqs[-1] + 2]
+
+
+async def test_duplicate_detection_ids_survive_a_restart_within_their_window(tmp_path, clock):
+    opts = {"requires_duplicate_detection": True, "duplicate_detection_history_time_window": 60}
+    c = local(tmp_path, clock, **opts)
+    [seq] = c.core.send(records("x"))
+    await c.durable()
+    await settle_all(c, [SettleOp(COMPLETE, r.lock_token) for r in c.core.receive(1)])
+
+    again = local(tmp_path, clock, **opts)
+    assert again.core.send(records("x")) == [seq]  # dropped as a duplicate
+    assert again.core.message_count() == 0
+    await again.checkpoint_now()
+
+    clock.advance(30)
+    third = local(tmp_path, clock, **opts)  # from the checkpoint this time
+    assert third.core.send(records("x")) == [seq]
+    clock.advance(31)  # the window has passed: accepted again
+    assert third.core.send(records("x")) == [seq + 1]
+
+
+@pytest.mark.parametrize("through_checkpoint", [False, True])
+async def test_updated_queue_properties_survive_a_restart(tmp_path, clock, through_checkpoint):
+    c = local(tmp_path, clock)
+    new = QueueProperties(
+        name="orders",
+        lock_duration=timedelta(seconds=45),
+        max_delivery_count=2,
+        user_metadata="v2",
+    )
+    c.core.update_properties(new)
+    await c.durable()
+    if through_checkpoint:
+        await c.checkpoint_now()
+    again = local(tmp_path, clock)  # built with the original properties, as a restarted actor
+    assert again.core.properties == new
+    again.core.send(records("a"))
+    await again.durable()
+    [rec] = again.core.receive(1)
+    assert rec.locked_until == clock.now() + 45
+
+
+# ---------------------------------------------------------------- visibility and group commit
+
+
+async def test_new_messages_are_invisible_until_durable(tmp_path, clock):
+    woken: list[int] = []
+    c = Committer(
+        core_factory(clock),
+        DurableLog.from_storage_path(str(tmp_path), "p0"),
+        on_visible=lambda: woken.append(c.core.visible_seq or 0),
+    )
+    [seq] = c.core.send(records("a"))
+    assert c.core.receive(1) == []
+    assert c.core.peek(0, 10) == []
+    assert not c.core.has_available()
+    assert woken == []
+    await c.durable()
+    assert woken == [seq]
+    assert c.core.has_available()
+    assert [r.message_id for r in c.core.peek(0, 10)] == ["a"]
+    assert [r.message_id for r in c.core.receive(1)] == ["a"]
+
+
+async def test_messages_sent_during_a_flush_wait_for_the_next_one(faulty, clock):
+    fs, _ = faulty
+    c = committer_on(fs, DIR, clock, log_class=GatedLog)
+    log = c.durable_log
+    assert isinstance(log, GatedLog)
+    log.hold()
+    c.core.send(records("first"))
+    first = asyncio.ensure_future(c.durable())
+    await asyncio.to_thread(log.entered.wait, 5)
+    c.core.send(records("second"))  # recorded while "first" is being written
+    second = asyncio.ensure_future(c.durable())
+    await asyncio.sleep(0.01)
+    assert not second.done()
+    log.release()
+    log.hold()  # the flush carrying "second" waits until checked
+    await asyncio.wait_for(first, 5)
+    assert [r.message_id for r in c.core.peek(0, 10)] == ["first"]  # "second" is not durable
+    assert not second.done()
+    log.release()
+    await asyncio.wait_for(second, 5)
+    assert [r.message_id for r in c.core.peek(0, 10)] == ["first", "second"]
+    assert c.flushes == 2
+
+
+async def test_concurrent_operations_share_flushes(faulty, clock):
+    fs, _ = faulty
+    c = committer_on(fs, DIR, clock)
+    count = 300
+
+    async def send(i: int) -> int:
+        [seq] = c.core.send(records(f"m{i}"))
+        await c.durable()
+        return seq
+
+    seqs = await asyncio.gather(*(send(i) for i in range(count)))
+    assert sorted(seqs) == list(range(1, count + 1))
+    assert 1 <= c.flushes <= count // 20
+    assert c.flushed_entries == count
+
+    async def complete(rec: Any) -> None:
+        await asyncio.sleep(0)  # arrive spread over a few loop turns
+        assert c.core.settle([SettleOp(COMPLETE, rec.lock_token)]) == [None]
+        await c.durable()
+
+    flushes = c.flushes
+    await asyncio.gather(*(complete(r) for r in c.core.receive(count)))
+    assert c.flushes - flushes <= count // 20
+    assert ids(committer_on(fs, DIR, clock)) == set()
+
+
+async def test_waves_of_operations_during_flushes_share_them(faulty, clock):
+    """Operations keep arriving while flushes are under way: each flush carries all of them."""
+    fs, _ = faulty
+    c = committer_on(fs, DIR, clock)
+    acked: list[int] = []
+
+    async def send(i: int) -> None:
+        for _ in range(i % 5):
+            await asyncio.sleep(0)
+        [seq] = c.core.send(records(f"m{i}"))
+        await c.durable()
+        acked.append(seq)
+
+    await asyncio.gather(*(send(i) for i in range(500)))
+    assert len(acked) == 500
+    assert c.flushes * 10 <= 500
+    assert len(ids(committer_on(fs, DIR, clock))) == 500
+
+
+async def test_memory_only_committer_pays_nothing(clock):
+    c = Committer(core_factory(clock), None)
+    assert c.durable_log is None
+    c.core.send(records("a"))
+    await c.durable()
+    assert c.flushes == 0
+    assert c.core.visible_seq is None
+    assert [r.message_id for r in c.core.receive(1)] == ["a"]
+    await c.checkpoint_now()
+
+
+# ---------------------------------------------------------------- failed flushes
+
+
+async def test_failed_send_stores_nothing_and_the_queue_goes_on(faulty, clock):
+    fs, handler = faulty
+    c = committer_on(fs, DIR, clock)
+    [a, b] = c.core.send(records("a", "b"))
+    await c.durable()
+    lsn = c.durable_log.next_lsn
+    before = view(c.core)
+
+    handler.write_errno = errno.ENOSPC
+    c.core.send(records("c", "d"))
+    with pytest.raises(StorageUnavailableError) as info:
+        await c.durable()
+    assert info.value.errno == errno.ENOSPC
+    assert info.value.retryable is True
+    assert view(c.core) == before  # memory is back to the durable state
+    assert counts_of(c.core)[:3] == (2, 0, 0)
+    assert c.durable_log.next_lsn == lsn  # no LSN consumed
+    assert ids(committer_on(fs, DIR, clock)) == {"a", "b"}  # nothing half-stored
+
+    handler.write_errno = None  # space again
+    [e] = c.core.send(records("e"))
+    await c.durable()
+    assert e > b
+    assert c.durable_log.next_lsn == lsn + 1
+    assert [r.message_id for r in c.core.receive(EVERYTHING)] == ["a", "b", "e"]
+    assert ids(committer_on(fs, DIR, clock)) == {"a", "b", "e"}
+    assert a < b
+
+
+async def test_failed_settlement_leaves_the_message_where_it_was(faulty, clock):
+    fs, handler = faulty
+    c = committer_on(fs, DIR, clock, max_delivery_count=2)
+    c.core.send(records(*"abcd"))
+    await c.durable()
+    got = {r.message_id: r for r in c.core.receive(EVERYTHING)}
+    await settle_all(c, [SettleOp(ABANDON, got["d"].lock_token)])  # d: delivery count 1
+    before = view(c.core)
+    got.update({r.message_id: r for r in c.core.receive(EVERYTHING)})
+
+    handler.write_errno = errno.ENOSPC
+    results = c.core.settle(
+        [
+            SettleOp(COMPLETE, got["a"].lock_token),
+            SettleOp(DEFER, got["b"].lock_token),
+            SettleOp(DEAD_LETTER, got["c"].lock_token, None, "r", "d"),
+            SettleOp(ABANDON, got["d"].lock_token),  # would dead-letter it (max 2)
+        ]
+    )
+    assert results == [None] * 4
+    with pytest.raises(StorageUnavailableError):
+        await c.durable()
+    assert view(c.core) == before
+    assert all(r.state == ACTIVE for r in c.core.peek(0, EVERYTHING))
+    assert c.core.peek(0, EVERYTHING, dead_letter=True) == []
+    # The locks were lost with the rebuild: the old tokens no longer settle...
+    [lost] = c.core.settle([SettleOp(COMPLETE, got["a"].lock_token)])
+    assert isinstance(lost, MessageLockLostError)
+    # ...and every message is available again, its delivery count as it was durably.
+    handler.write_errno = None
+    again = {r.message_id: r.delivery_count for r in c.core.receive(EVERYTHING)}
+    assert again == {"a": 0, "b": 0, "c": 0, "d": 1}
+    assert view(committer_on(fs, DIR, clock, max_delivery_count=2).core) == before
+
+
+async def test_every_operation_waiting_on_a_failed_flush_gets_the_error(faulty, clock):
+    fs, handler = faulty
+    c = committer_on(fs, DIR, clock, log_class=GatedLog)
+    c.core.send(records("durable"))
+    await c.durable()
+    log = c.durable_log
+    assert isinstance(log, GatedLog)
+
+    log.hold()
+    c.core.send(records("w0"))
+    waiters = [asyncio.ensure_future(c.durable())]
+    await asyncio.to_thread(log.entered.wait, 5)
+    for i in range(1, 5):  # recorded while the doomed flush is under way
+        c.core.send(records(f"w{i}"))
+        waiters.append(asyncio.ensure_future(c.durable()))
+    handler.write_errno = errno.ENOSPC
+    log.release()
+    results = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 5)
+    assert all(isinstance(r, StorageUnavailableError) for r in results), results
+    assert ids(c) == {"durable"}
+    assert c.flushes == 1
+
+    handler.write_errno = None
+    c.core.send(records("after"))
+    await c.durable()
+    assert ids(committer_on(fs, DIR, clock)) == {"durable", "after"}
+
+
+async def test_failed_fsync_on_local_disk_fails_the_send(tmp_path, clock, monkeypatch):
+    c = local(tmp_path, clock)
+    c.core.send(records("a"))
+    await c.durable()
+
+    def no_space(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    c.core.send(records("b"))
+    with pytest.raises(StorageUnavailableError) as info:
+        await c.durable()
+    assert info.value.errno == errno.ENOSPC
+    assert ids(c) == {"a"}
+    monkeypatch.undo()
+
+    c.core.send(records("c"))
+    await c.durable()
+    assert ids(local(tmp_path, clock)) == {"a", "c"}
+
+
+async def test_failed_checkpoint_loses_nothing(faulty, clock, monkeypatch):
+    fs, _ = faulty
+    c = committer_on(fs, DIR, clock, checkpoint_min=5)
+    log = c.durable_log
+    calls: list[int] = []
+
+    def refuse(table: Any, upto_lsn: int) -> None:
+        calls.append(upto_lsn)
+        raise StorageUnavailableError("injected", "checkpoint", errno.EIO)
+
+    monkeypatch.setattr(log, "checkpoint", refuse)
+    c.core.send(records(*(f"m{i}" for i in range(10))))
+    await c.durable()
+    for rec in c.core.receive(6):  # each completion adds an entry; a checkpoint becomes due
+        await settle_all(c, [SettleOp(COMPLETE, rec.lock_token)])
+    await eventually(lambda: len(calls) >= 2)  # tried, failed, tried again at the next flush
+    assert log.checkpoint_lsn is None
+    assert ids(committer_on(fs, DIR, clock)) == {f"m{i}" for i in range(6, 10)}
+
+
+async def test_storage_unreachable_during_a_failed_flush_never_keeps_the_failed_send(faulty, clock):
+    """If the storage cannot even be read back when a flush fails, the failed send must never
+    become visible or count as stored. The committer then serves nothing, refuses changes and
+    reports itself fatal (the actor exits; Ray restarts it and it recovers from the log)."""
+    fs, handler = faulty
+    fatal: list[BaseException] = []
+    c = committer_on(fs, DIR, clock)
+    c._on_fatal = fatal.append
+    c.core.send(records("a"))
+    await c.durable()
+
+    handler.unreachable = True
+    c.core.send(records("lost"))
+    with pytest.raises(StorageUnavailableError):
+        await asyncio.wait_for(c.durable(), 5)
+    await asyncio.sleep(0.05)  # let the flush task finish whatever it does after failing
+    assert fatal and isinstance(fatal[0], StorageUnavailableError)
+    assert c.core.receive(EVERYTHING) == [], "a broken committer must show nothing"
+
+    handler.unreachable = False
+    c.core.send(records("b"))
+    with pytest.raises(StorageUnavailableError):  # still broken until restarted
+        await asyncio.wait_for(c.durable(), 5)
+    restarted = committer_on(fs, DIR, clock)
+    assert ids(restarted) == {"a"}
+    restarted.core.send(records("b"))
+    await asyncio.wait_for(restarted.durable(), 5)
+    assert ids(committer_on(fs, DIR, clock)) == {"a", "b"}
+
+
+async def test_duplicate_send_is_not_acknowledged_before_the_original_is_durable(faulty, clock):
+    """A duplicate is answered "accepted" with the first copy's sequence number, so it must not
+    be answered before that copy is durable: if the copy's flush fails, so must the duplicate."""
+    fs, handler = faulty
+    opts = {"requires_duplicate_detection": True}
+    c = committer_on(fs, DIR, clock, log_class=GatedLog, **opts)
+    log = c.durable_log
+    assert isinstance(log, GatedLog)
+
+    log.hold()
+    [seq] = c.core.send(records("x"))
+    original = asyncio.ensure_future(c.durable())
+    await asyncio.to_thread(log.entered.wait, 5)
+    assert c.core.send(records("x")) == [seq]  # the duplicate, while "x" is being written
+    duplicate = asyncio.ensure_future(c.durable())
+    await asyncio.sleep(0.01)
+    handler.write_errno = errno.EIO
+    log.release()
+    results = await asyncio.wait_for(asyncio.gather(original, duplicate, return_exceptions=True), 5)
+    assert isinstance(results[0], StorageUnavailableError)
+    handler.write_errno = None
+    stored = ids(committer_on(fs, DIR, clock, **opts))
+    duplicate_acknowledged = results[1] is None
+    assert not (duplicate_acknowledged and "x" not in stored), (
+        "the duplicate send of x was acknowledged, but x was never stored"
+    )
+
+
+# ---------------------------------------------------------------- checkpoints and recovery
+
+
+async def test_recovery_is_the_latest_checkpoint_plus_the_log_tail(tmp_path, clock):
+    c = local(tmp_path, clock)
+    c.core.send(records(*"abcd"))
+    await c.durable()
+    await settle_all(c, [SettleOp(COMPLETE, r.lock_token) for r in c.core.receive(1)])
+    await c.checkpoint_now()
+    log = c.durable_log
+    assert log.checkpoint_lsn == 2
+    got = c.core.receive(2)
+    await settle_all(c, [SettleOp(DEFER, got[0].lock_token), SettleOp(ABANDON, got[1].lock_token)])
+    c.core.send(records("e"))
+    await c.durable()
+    before = view(c.core)
+
+    stored = {p.name for p in (tmp_path / "p0").rglob("*.arrow")}
+    assert stored == {f"{lsn:020d}.arrow" for lsn in (2, 3, 4)}  # checkpoint 2, log 3 and 4
+    again = local(tmp_path, clock)
+    assert again.durable_log.checkpoint_lsn == 2
+    assert view(again.core) == before
+    assert again.durable_log.next_lsn == 5
+
+
+async def test_checkpoints_shrink_a_drained_queue_and_recovery_still_works(tmp_path, clock):
+    c = local(tmp_path, clock, checkpoint_min=100)
+    total = 3000
+    for i in range(0, total, 100):
+        c.core.send(records(*(f"m{j}" for j in range(i, i + 100))))
+        await c.durable()
+    log = c.durable_log
+    full = log.size_bytes()
+    assert full > 100_000
+    while got := c.core.receive(100):
+        await settle_all(c, [SettleOp(COMPLETE, r.lock_token) for r in got])
+    await eventually(lambda: log.size_bytes() < 20_000)
+    await eventually(lambda: log.file_count() <= 2)
+
+    again = local(tmp_path, clock, checkpoint_min=100)
+    assert counts_of(again.core) == (0, 0, 0, 0)
+    assert again.core.send(records("next")) == [total + 1]
+    await again.durable()
+    assert [r.message_id for r in again.core.receive(2)] == ["next"]
+
+
+async def test_checkpoints_bound_the_log_while_messages_are_settled_one_by_one(faulty, clock):
+    fs, _ = faulty
+    c = committer_on(fs, DIR, clock, checkpoint_min=100)
+    log = c.durable_log
+    c.core.send(records(*(f"m{j}" for j in range(500))))
+    await c.durable()
+    while got := c.core.receive(1):
+        await settle_all(c, [SettleOp(COMPLETE, got[0].lock_token)])
+        # A checkpoint is due once the log holds max(checkpoint_min, 2 * live) entries since
+        # the last one (one per file here); allow the checkpoint file and one in progress.
+        assert log.file_count() <= max(100, 2 * c.core.message_count()) + 3
+    await eventually(lambda: log.file_count() <= 100 + 1)
+    assert counts_of(committer_on(fs, DIR, clock).core) == (0, 0, 0, 0)
+
+
+async def test_a_torn_last_log_file_loses_only_that_unacknowledged_append(tmp_path, clock):
+    c = local(tmp_path, clock)
+    seqs = []
+    for mid in ("a", "b", "c"):
+        seqs += c.core.send(records(mid))
+        await c.durable()
+    last = Path(c.durable_log.log_path(3))
+    data = last.read_bytes()
+    last.write_bytes(data[: len(data) - 7])  # a crash in the middle of writing "c"
+
+    again = local(tmp_path, clock)
+    assert ids(again) == {"a", "b"}
+    assert again.durable_log.next_lsn == 3
+    assert not last.exists()
+    assert again.core.send(records("d")) == [seqs[2]]  # "c" was never acknowledged
+    await again.durable()
+    assert again.durable_log.next_lsn == 4
+    assert ids(local(tmp_path, clock)) == {"a", "b", "d"}

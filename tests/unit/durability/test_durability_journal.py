@@ -1,0 +1,315 @@
+"""The partition journal: what each entry does on replay, idempotence, and the Arrow round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from durability_helpers import record
+
+from raybus._core import journal
+from raybus._core.journal import (
+    DEDUP,
+    DEL,
+    MAIN,
+    MOVE,
+    NEXT,
+    PROPS,
+    PUT,
+    SUB_DLQ,
+    UPD,
+    ReplayedState,
+    from_table,
+    put_payload,
+    replay,
+    to_table,
+)
+from raybus._core.partition import SEQUENCE_BITS
+from raybus._core.record import ACTIVE, DEFERRED, SCHEDULED, MessageRecord, to_wire
+from raybus._models import QueueProperties
+
+
+def stored(seq: int, **fields: Any) -> tuple[Any, ...]:
+    """A PUT payload for a record that the broker accepted as ``seq``."""
+    rec = record(**fields)
+    rec.sequence_number = rec.enqueued_sequence_number = seq
+    rec.enqueued_time = 1_800_000_000.0
+    return put_payload(rec)
+
+
+def flat(state: ReplayedState) -> tuple[Any, ...]:
+    """A replayed state as plain comparable values."""
+    state.sorted()
+    return (
+        {seq: to_wire([rec])[0] for seq, rec in state.main.items()},
+        {seq: to_wire([rec])[0] for seq, rec in state.dead_letter.items()},
+        dict(state.dedup),
+        state.next_seq,
+        state.properties,
+    )
+
+
+# ---------------------------------------------------------------- one entry at a time
+
+
+def test_put_stores_the_record_in_its_store_and_advances_next_seq() -> None:
+    st = replay([(PUT, MAIN, 7, stored(7, message_id="a")), (PUT, SUB_DLQ, 3, stored(3))])
+    assert list(st.main) == [7]
+    assert list(st.dead_letter) == [3]
+    assert isinstance(st.main[7], MessageRecord)
+    assert st.main[7].message_id == "a"
+    assert st.main[7].sequence_number == 7
+    assert st.next_seq == 8  # the highest PUT + 1, whatever the order
+
+
+def test_put_payload_drops_the_lock() -> None:
+    rec = record(message_id="a")
+    rec.sequence_number = 1
+    rec.lock_token = str(uuid.uuid4())
+    rec.locked_until = 1_800_000_030.0
+    rec.delivery_count = 2
+    st = replay([(PUT, MAIN, 1, put_payload(rec))])
+    assert st.main[1].lock_token is None
+    assert st.main[1].locked_until == 0.0
+    assert st.main[1].delivery_count == 2  # everything else is kept
+    assert rec.lock_token is not None  # the live record is untouched
+
+
+def test_del_removes_from_its_store_only_and_ignores_missing() -> None:
+    st = replay(
+        [
+            (PUT, MAIN, 1, stored(1)),
+            (PUT, SUB_DLQ, 2, stored(2)),
+            (DEL, SUB_DLQ, 1, None),  # wrong store: nothing happens
+            (DEL, MAIN, 2, None),
+            (DEL, MAIN, 99, None),  # never stored
+        ]
+    )
+    assert list(st.main) == [1]
+    assert list(st.dead_letter) == [2]
+    st = replay([(DEL, MAIN, 1, None)], st)
+    assert st.main == {}
+    assert st.next_seq == 3  # a deletion never lowers the next sequence number
+
+
+def test_upd_sets_delivery_count_state_and_properties_and_ignores_missing() -> None:
+    st = replay(
+        [
+            (PUT, MAIN, 1, stored(1, application_properties={"a": 1})),
+            (UPD, MAIN, 1, (2, DEFERRED, {"a": 1, "b": "x"})),
+            (UPD, MAIN, 5, (9, ACTIVE, None)),  # not stored: ignored
+            (UPD, SUB_DLQ, 1, (9, ACTIVE, None)),  # not in that store: ignored
+        ]
+    )
+    rec = st.main[1]
+    assert (rec.delivery_count, rec.state, rec.application_properties) == (
+        2,
+        DEFERRED,
+        {"a": 1, "b": "x"},
+    )
+    assert 5 not in st.main and st.dead_letter == {}
+
+
+def test_move_dead_letters_with_reason_and_makes_the_message_active() -> None:
+    st = replay(
+        [
+            (PUT, MAIN, 4, stored(4, message_id="m")),
+            (UPD, MAIN, 4, (1, DEFERRED, None)),
+            (MOVE, SUB_DLQ, 4, (3, {"why": "x"}, "Poison", "it kept failing")),
+        ]
+    )
+    assert st.main == {}
+    rec = st.dead_letter[4]
+    assert rec.message_id == "m"
+    assert rec.delivery_count == 3
+    assert rec.application_properties == {"why": "x"}
+    assert rec.dead_letter_reason == "Poison"
+    assert rec.dead_letter_error_description == "it kept failing"
+    assert rec.state == ACTIVE  # a deferred message dead-letters as active
+
+
+def test_move_is_reapplied_to_an_already_moved_message_and_ignores_missing() -> None:
+    st = replay(
+        [
+            (PUT, MAIN, 4, stored(4)),
+            (MOVE, SUB_DLQ, 4, (1, None, "r1", None)),
+            (MOVE, SUB_DLQ, 4, (2, None, "r2", "d2")),
+            (MOVE, SUB_DLQ, 8, (1, None, "r", None)),  # never stored
+        ]
+    )
+    assert list(st.dead_letter) == [4]
+    rec = st.dead_letter[4]
+    assert (rec.delivery_count, rec.dead_letter_reason, rec.dead_letter_error_description) == (
+        2,
+        "r2",
+        "d2",
+    )
+    assert 8 not in st.dead_letter
+
+
+def test_dedup_remembers_the_id_with_its_time_and_sequence_number() -> None:
+    st = replay(
+        [
+            (DEDUP, MAIN, 3, ("id-b", 20.0)),
+            (DEDUP, MAIN, 1, ("id-a", 10.0)),
+            (DEDUP, MAIN, 5, ("id-b", 30.0)),  # re-accepted after its window: newest wins
+        ]
+    )
+    assert st.dedup == {"id-b": (30.0, 5), "id-a": (10.0, 1)}
+    assert list(st.sorted().dedup) == ["id-a", "id-b"]  # oldest first, as tick() expects
+    assert st.main == {}  # remembering an id stores no message
+
+
+def test_next_only_raises_the_next_sequence_number() -> None:
+    st = replay([(NEXT, MAIN, 40, None), (PUT, MAIN, 5, stored(5)), (NEXT, MAIN, 12, None)])
+    assert st.next_seq == 40
+    st = replay([(PUT, MAIN, 60, stored(60))], st)
+    assert st.next_seq == 61
+
+
+def test_props_keeps_the_latest_queue_properties() -> None:
+    first = QueueProperties(name="orders")
+    second = dataclasses.replace(first, lock_duration=timedelta(seconds=45), user_metadata="v2")
+    assert replay([]).properties is None
+    st = replay([(PROPS, MAIN, 0, first), (PROPS, MAIN, 0, second)])
+    assert st.properties == second
+
+
+def test_sorted_orders_both_stores_by_sequence_number() -> None:
+    st = replay(
+        [
+            (PUT, MAIN, 9, stored(9)),
+            (PUT, MAIN, 2, stored(2)),
+            (PUT, SUB_DLQ, 7, stored(7)),
+            (PUT, SUB_DLQ, 1, stored(1)),
+        ]
+    ).sorted()
+    assert list(st.main) == [2, 9]
+    assert list(st.dead_letter) == [1, 7]
+
+
+def test_replay_onto_a_state_continues_it() -> None:
+    entries = [
+        (PUT, MAIN, 1, stored(1)),
+        (PUT, MAIN, 2, stored(2)),
+        (UPD, MAIN, 2, (1, ACTIVE, None)),
+        (MOVE, SUB_DLQ, 1, (0, None, "r", None)),
+        (DEL, MAIN, 2, None),
+    ]
+    for cut in range(len(entries) + 1):
+        split = replay(entries[cut:], replay(entries[:cut]))
+        assert flat(split) == flat(replay(entries))
+
+
+# ---------------------------------------------------------------- idempotence
+
+
+HISTORY: list[journal.Entry] = [
+    (PROPS, MAIN, 0, QueueProperties(name="orders")),
+    (PUT, MAIN, 1, stored(1, message_id="a")),
+    (DEDUP, MAIN, 1, ("a", 1.0)),
+    (PUT, MAIN, 2, stored(2, message_id="b")),
+    (DEDUP, MAIN, 2, ("b", 1.0)),
+    (PUT, MAIN, 3, stored(3, message_id="c", scheduled_enqueue_time=9e9)),
+    (UPD, MAIN, 1, (1, ACTIVE, {"try": 1})),
+    (UPD, MAIN, 2, (0, DEFERRED, None)),
+    (MOVE, SUB_DLQ, 1, (2, {"try": 2}, "MaxDeliveryCountExceeded", "too many")),
+    (UPD, SUB_DLQ, 1, (3, ACTIVE, {"try": 2})),
+    (DEL, MAIN, 3, None),  # a scheduled message turning active gets a new number
+    (PUT, MAIN, 4, stored(4, message_id="c")),
+    (DEL, MAIN, 2, None),
+    (PUT, MAIN, 5, stored(5, message_id="d")),
+    (MOVE, SUB_DLQ, 5, (0, None, "app", "by hand")),
+    (DEL, SUB_DLQ, 5, None),
+    (PROPS, MAIN, 0, QueueProperties(name="orders", max_delivery_count=4)),
+]
+
+
+def test_replaying_a_journal_twice_equals_replaying_it_once() -> None:
+    once = flat(replay(HISTORY))
+    assert flat(replay(HISTORY + HISTORY)) == once
+    assert flat(replay(HISTORY, replay(HISTORY))) == once
+
+
+@pytest.mark.parametrize("overlap_from", range(len(HISTORY) + 1))
+def test_a_checkpoint_followed_by_entries_it_already_holds_is_exact(overlap_from: int) -> None:
+    """A checkpoint taken while entries were in flight, then those entries again."""
+    whole = flat(replay(HISTORY))
+    for taken_at in range(overlap_from, len(HISTORY) + 1):
+        checkpoint = replay(HISTORY[:taken_at])
+        # As a checkpoint stores it: every message and id, then the next sequence number.
+        snapshot = [(PUT, MAIN, s, put_payload(r)) for s, r in checkpoint.main.items()]
+        snapshot += [(PUT, SUB_DLQ, s, put_payload(r)) for s, r in checkpoint.dead_letter.items()]
+        snapshot += [(DEDUP, MAIN, seq, (mid, at)) for mid, (at, seq) in checkpoint.dedup.items()]
+        snapshot += [(NEXT, MAIN, checkpoint.next_seq, None)]
+        snapshot += [(PROPS, MAIN, 0, checkpoint.properties)]
+        assert flat(replay(HISTORY[overlap_from:], replay(snapshot))) == whole
+
+
+# ---------------------------------------------------------------- Arrow round trip
+
+
+AMQP_BODIES = [
+    None,
+    b"",
+    b"\x00\xff" * 1000,
+    "text \u00e9\u4e2d",
+    0,
+    -(2**63),
+    2**64 - 1,
+    1.5,
+    float("inf"),
+    True,
+    uuid.UUID("12345678-1234-5678-1234-567812345678"),
+    datetime(2030, 1, 2, 3, 4, 5, 678_000, tzinfo=timezone.utc),
+    datetime(2030, 1, 2, 3, 4, 5),
+    [1, "two", b"three", [4.0, {"five": None}]],
+    {"k": [uuid.UUID(int=7), {"nested": b"bytes"}], "n": {"deep": [[], {}]}},
+]
+
+
+def test_to_table_has_the_storage_schema() -> None:
+    t = to_table(HISTORY)
+    assert t.schema == journal.SCHEMA
+    assert t.num_rows == len(HISTORY)
+    assert to_table([]).num_rows == 0
+    assert from_table(to_table([])) == []
+
+
+def test_round_trip_keeps_every_entry_and_every_amqp_value() -> None:
+    entries: list[journal.Entry] = []
+    for i, body in enumerate(AMQP_BODIES, start=1):
+        props = {"s": "v", "i": -1, "u": uuid.UUID(int=i), "b": b"x", "d": datetime(2031, 1, 1)}
+        entries.append((PUT, i % 2, i, stored(i, body=body, application_properties=props)))
+    entries += [
+        (UPD, MAIN, 2, (3, SCHEDULED, {"when": datetime(2032, 5, 5, tzinfo=timezone.utc)})),
+        (MOVE, SUB_DLQ, 3, (1, {"u": uuid.UUID(int=3)}, "reason \u2603", None)),
+        (DEL, SUB_DLQ, 4, None),
+        (DEDUP, MAIN, 5, ("message-id", 1_800_000_000.25)),
+        (NEXT, MAIN, 2**58, None),
+        (PROPS, MAIN, 0, QueueProperties(name="orders", requires_duplicate_detection=True)),
+    ]
+    back = from_table(to_table(entries))
+    assert back == entries
+    for (_, _, _, before), (_, _, _, after) in zip(entries, back, strict=True):
+        assert type(after) is type(before)
+    bodies = [MessageRecord(*p).body for op, _, _, p in back if op == PUT]
+    assert bodies == AMQP_BODIES
+    assert [type(b) for b in bodies] == [type(b) for b in AMQP_BODIES]
+    aware = bodies[11]
+    assert aware.tzinfo is not None and aware.utcoffset() == timedelta(0)
+
+
+def test_round_trip_then_replay_equals_replay() -> None:
+    assert flat(replay(from_table(to_table(HISTORY)))) == flat(replay(HISTORY))
+
+
+def test_sequence_numbers_of_the_highest_partition_fit_the_log() -> None:
+    """The partition id sits above bit 48; the largest partition count is 1024."""
+    seq = (1023 << SEQUENCE_BITS) + 123_456_789
+    entries = [(PUT, MAIN, seq, stored(seq)), (NEXT, MAIN, seq + 1, None)]
+    assert from_table(to_table(entries)) == entries
+    assert replay(from_table(to_table(entries))).next_seq == seq + 1
