@@ -580,3 +580,21 @@ async def test_a_torn_last_log_file_loses_only_that_unacknowledged_append(tmp_pa
     await again.durable()
     assert again.durable_log.next_lsn == 4
     assert ids(local(tmp_path, clock)) == {"a", "b", "d"}
+
+
+# ---------------------------------------------------------------- express
+
+
+async def test_express_acknowledges_before_writing_and_writes_within_the_interval(tmp_path, clock):
+    c = Committer(
+        core_factory(clock),
+        DurableLog.from_storage_path(str(tmp_path), "p0"),
+        express_interval=0.2,
+    )
+    c.core.send(records("a", "b"))
+    await asyncio.wait_for(c.durable(), 0.05)  # returns at once: not yet written
+    assert ids(local(tmp_path, clock)) == set()  # a crash now would lose a and b
+    assert {r.message_id for r in c.core.receive(EVERYTHING)} == {"a", "b"}  # yet visible
+    await asyncio.sleep(0.5)
+    assert ids(local(tmp_path, clock)) == {"a", "b"}  # written within the interval
+    assert c.flushes == 1

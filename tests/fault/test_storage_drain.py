@@ -1,0 +1,50 @@
+"""A drained queue gives its disk back: checkpoints compact the log to almost nothing."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+import raybus
+from raybus import ServiceBusMessage
+from raybus.management import ServiceBusAdministrationClient
+
+pytestmark = [pytest.mark.fault, pytest.mark.timeout(600)]
+
+MESSAGES = 100_000
+
+
+def _disk(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def test_draining_100k_messages_shrinks_storage_back_to_near_zero(
+    ray_cluster: str, tmp_path: Path
+) -> None:
+    ns = f"drain-{uuid.uuid4().hex[:6]}"
+    storage = tmp_path / "store"
+    client = raybus.connect(ns, storage_path=str(storage))
+    admin = ServiceBusAdministrationClient(ns, storage_path=str(storage))
+    admin.create_queue("big", max_size_in_megabytes=1024)
+    body = b"x" * 1024
+    with client.get_queue_sender("big") as sender:
+        for _ in range(MESSAGES // 1000):
+            sender.send_messages([ServiceBusMessage(body) for _ in range(1000)])
+    full = _disk(storage)
+    assert full > MESSAGES * 1024  # every message is on disk
+    with client.get_queue_receiver("big", max_wait_time=5) as receiver:
+        drained = 0
+        while batch := receiver.receive_messages(1000):
+            receiver.complete_messages(batch)
+            drained += len(batch)
+    assert drained == MESSAGES
+    assert admin.get_queue_runtime_properties("big").active_message_count == 0
+    # A few more operations let the background checkpoint of the empty queue land.
+    with client.get_queue_sender("big") as sender, client.get_queue_receiver("big") as r:
+        for _ in range(3):
+            sender.send_messages(ServiceBusMessage(b"tick"))
+            r.complete_messages(r.receive_messages(1, max_wait_time=5))
+    left = _disk(storage)
+    assert left < 64 * 1024, f"{left} bytes left of {full}"
