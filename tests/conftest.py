@@ -6,7 +6,9 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -15,3 +17,6 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 _STORAGE = tempfile.mkdtemp(prefix="raybus-test-storage-")
 os.environ["RAYBUS_STORAGE_PATH"] = _STORAGE
 atexit.register(shutil.rmtree, _STORAGE, ignore_errors=True)
+
+# Helpers shared by several test folders (not a package: tests import them by module name).
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))

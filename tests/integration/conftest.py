@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import ray
+from ray_local import local_ray
 
 import raybus
 from raybus import aio
@@ -24,20 +25,8 @@ from raybus.management import ServiceBusAdministrationClient
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[str]:
     """A local Ray cluster on 127.0.0.1; yields its GCS address."""
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=200 * 1024 * 1024,
-        logging_level="WARNING",
-        log_to_driver=False,
-    )
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
+    with local_ray() as address:
+        yield address
 
 
 @pytest.fixture
