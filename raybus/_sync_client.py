@@ -7,7 +7,7 @@ client may be used from several threads; their calls are serialised through that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -114,23 +114,14 @@ class ServiceBusReceiver:
     ) -> list[ServiceBusReceivedMessage]:
         return run(self._aio.receive_deferred_messages(sequence_numbers, timeout=timeout))
 
-    def _settle(
-        self,
-        message: ServiceBusReceivedMessage,
-        op: SettleOp,
-        slow: Callable[[], Coroutine[Any, Any, None]],
-    ) -> None:
+    def _settle(self, message: ServiceBusReceivedMessage, op: SettleOp) -> None:
         # Fast path: hand the settlement over without waiting for the loop thread (the
         # receiver's settlement guarantee applies); otherwise run the waiting coroutine.
         if not self._aio.settle_from_thread(message, op, _sync.loop()):
-            run(slow())
+            run(self._aio._settle(message, op))
 
     def complete_message(self, message: ServiceBusReceivedMessage) -> None:
-        self._settle(
-            message,
-            SettleOp(COMPLETE, message.lock_token or ""),
-            lambda: self._aio.complete_message(message),
-        )
+        self._settle(message, SettleOp(COMPLETE, message.lock_token or ""))
 
     def complete_messages(self, messages: Sequence[ServiceBusReceivedMessage]) -> None:
         run(self._aio.complete_messages(messages))
@@ -140,22 +131,14 @@ class ServiceBusReceiver:
         message: ServiceBusReceivedMessage,
         properties_to_modify: dict[str, Any] | None = None,
     ) -> None:
-        self._settle(
-            message,
-            SettleOp(ABANDON, message.lock_token or "", properties_to_modify),
-            lambda: self._aio.abandon_message(message, properties_to_modify),
-        )
+        self._settle(message, SettleOp(ABANDON, message.lock_token or "", properties_to_modify))
 
     def defer_message(
         self,
         message: ServiceBusReceivedMessage,
         properties_to_modify: dict[str, Any] | None = None,
     ) -> None:
-        self._settle(
-            message,
-            SettleOp(DEFER, message.lock_token or "", properties_to_modify),
-            lambda: self._aio.defer_message(message, properties_to_modify),
-        )
+        self._settle(message, SettleOp(DEFER, message.lock_token or "", properties_to_modify))
 
     def dead_letter_message(
         self,
@@ -172,9 +155,6 @@ class ServiceBusReceiver:
                 properties_to_modify,
                 reason,
                 error_description,
-            ),
-            lambda: self._aio.dead_letter_message(
-                message, reason, error_description, properties_to_modify
             ),
         )
 
