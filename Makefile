@@ -36,6 +36,7 @@ fault: install
 
 bench: install
 	$(PY) benchmarks/core_throughput.py
+	$(PY) benchmarks/durability.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -47,6 +47,10 @@ def translate(exc: BaseException, entity: str | None) -> BaseException:
         cause = exc.cause
         if isinstance(cause, ServiceBusError | MessageAlreadySettled | ValueError | TypeError):
             return cause
+        if isinstance(cause, rex.RayError) and not isinstance(cause, rex.RayTaskError):
+            # An actor calling another (the registry asking a partition for counts) saw that
+            # one restart or vanish: the same meaning as if we had called it ourselves.
+            return translate(cause, entity)
         _log.error("internal error in the broker for %s: %r", entity, cause)
         return ServiceBusError(f"internal broker error: {cause!r}", entity)
     if isinstance(exc, rex.ActorDiedError):
