@@ -34,12 +34,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import argparse
 import asyncio
-import contextlib
-import faulthandler
 import gc
 import json
 import logging
-import platform
 import queue as stdqueue
 import statistics
 import subprocess
@@ -49,7 +46,7 @@ import time
 import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +60,14 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 import ray  # noqa: E402
+from _common import (  # noqa: E402
+    BenchError,
+    Deadline,
+    Watchdog,
+    machine_facts,
+    make_body,
+    median,
+)
 
 import raybus  # noqa: E402
 from raybus import ServiceBusMessage, ServiceBusReceiveMode  # noqa: E402
@@ -91,10 +96,6 @@ LABELS = {
 }
 # The bare-actor row each raybus row is compared with.
 PEER = {"each": ("actor", "ack"), "batch": ("actor", "ack"), "delete": ("actor", "delete")}
-
-
-class BenchError(RuntimeError):
-    """A scenario failed (timeout, lost or duplicated message, sender error)."""
 
 
 class RpcCounter:
@@ -140,11 +141,6 @@ class RpcCounter:
 
 
 # ---------------------------------------------------------------------------- payload
-
-
-def make_body(i: int, size: int) -> bytes:
-    """A distinct ``size``-byte body per message (pickle must not share one object)."""
-    return i.to_bytes(8, "big") + b"\xa5" * (size - 8)
 
 
 def check_body(i: int, body: Any, size: int) -> bool:
@@ -375,75 +371,7 @@ class SenderProcess:
                 self.proc.wait(timeout=10)
 
 
-class Watchdog:
-    """Last resort when a call without a timeout hangs (a stuck actor): dump every thread's
-    stack, kill this process's children (the sender, the Ray cluster it started) and exit."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._due: float | None = None
-        self._what = ""
-        threading.Thread(target=self._run, name="bench-watchdog", daemon=True).start()
-
-    @contextlib.contextmanager
-    def armed(self, seconds: float, what: str) -> Iterator[None]:
-        with self._cond:
-            self._due, self._what = time.monotonic() + seconds, what
-            self._cond.notify()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._due = None
-                self._cond.notify()
-
-    def _run(self) -> None:
-        with self._cond:
-            while True:
-                if self._due is None:
-                    self._cond.wait()
-                    continue
-                left = self._due - time.monotonic()
-                if left > 0:
-                    self._cond.wait(left)
-                    continue
-                break
-        print(f"\nWATCHDOG: {self._what} is stuck; stacks follow, then exit", file=sys.stderr)
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        kill_children()
-        os._exit(3)
-
-
-def kill_children() -> None:
-    """SIGKILL the processes this process started (by pid, via /proc; Linux only)."""
-    me = os.getpid()
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == me:
-            with contextlib.suppress(OSError):
-                os.kill(int(entry), 9)
-
-
 # ---------------------------------------------------------------------------- receivers
-
-
-class Deadline:
-    def __init__(self, seconds: float, what: str) -> None:
-        self.at = time.monotonic() + seconds
-        self.seconds = seconds
-        self.what = what
-
-    def remaining(self) -> float:
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise BenchError(f"{self.what}: no result within {self.seconds:g} s")
-        return left
 
 
 def receive_raybus(
@@ -467,7 +395,7 @@ def receive_raybus(
     t0 = time.time()
     try:
         while len(got) < n:
-            wait = max(0.05, min(2.0, deadline.remaining()))
+            wait = max(0.05, min(2.0, deadline.left()))
             msgs = receiver.receive_messages(max_message_count=b, max_wait_time=wait)
             calls += 1
             if not msgs:
@@ -494,7 +422,7 @@ def receive_actor(
     calls = acks = 0
     t0 = time.time()
     while len(got) < n:
-        wait = max(0.05, min(2.0, deadline.remaining()))
+        wait = max(0.05, min(2.0, deadline.left()))
         items = ray.get(actor.get.remote(b, wait, delete))
         calls += 1
         if not items:
@@ -524,7 +452,7 @@ def receive_rayqueue(
         try:
             items = q.get_nowait_batch(min(b, n - len(got)))
         except Empty:
-            deadline.remaining()
+            deadline.left()
             idle()
             time.sleep(0.0005)  # no blocking batch get: poll
             continue
@@ -675,12 +603,12 @@ class Bench:
                     system, name, handle, mode, deadline, idle
                 )
                 rpc_calls = self.rpc.since(before)
-                sent = done[0] if done else sp.expect("done", deadline.remaining())
+                sent = done[0] if done else sp.expect("done", deadline.left())
                 result["e2e_s"] = t1 - sent["t_start"]
                 result["send_contended_s"] = sent["t_end"] - sent["t_start"]
             else:
                 sp.command(op="go")
-                sent = sp.expect("done", deadline.remaining())
+                sent = sp.expect("done", deadline.left())
                 result["send_s"] = sent["t_end"] - sent["t_start"]
                 gc.collect()
                 before = self.rpc.snapshot()
@@ -711,50 +639,6 @@ class Bench:
 
 
 # ---------------------------------------------------------------------------- report
-
-
-def median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
-def machine_facts() -> dict[str, Any]:
-    facts: dict[str, Any] = {
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "python": sys.version.split()[0],
-        "python_impl": platform.python_implementation(),
-        "ray": ray.__version__,
-        "raybus": raybus.__version__,
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
-    try:
-        with open("/proc/cpuinfo") as f:
-            models = {ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")}
-        facts["cpu_model"] = sorted(models)
-    except OSError:
-        pass
-    try:  # read-only git facts
-        facts["git_commit"] = (
-            subprocess.run(
-                ["git", "-C", str(ROOT), "rev-parse", "HEAD"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            ).stdout.strip()
-            or None
-        )
-        # Uncommitted changes to the package make the commit alone an incomplete description.
-        facts["git_modified"] = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "raybus"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.splitlines()
-    except (OSError, subprocess.SubprocessError):
-        facts["git_commit"] = None
-    return facts
 
 
 def summarise(runs: list[dict[str, Any]], n: int, size: int) -> list[dict[str, Any]]:
