@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test unit lint bench fault clean
+.PHONY: install run test unit lint bench fault soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ unit: install
 
 fault: install
 	$(PY) -m pytest -q -m fault tests/fault
+
+soak: install
+	$(PY) -m pytest -q -m soak tests/fault
 
 bench: install
 	$(PY) benchmarks/core_throughput.py
