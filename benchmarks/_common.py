@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import json
 import os
 import platform
 import statistics
@@ -183,3 +184,41 @@ def machine_facts() -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         facts["git_commit"] = None
     return facts
+
+
+def write_results(
+    name: str,
+    started: float,
+    args: Any,
+    facts: dict[str, Any],
+    body: dict[str, Any],
+    *,
+    hidden: tuple[str, ...] = (),
+) -> Path:
+    """Write a run's JSON (settings, machine facts and ``body``) to ``args.output`` or
+    ``benchmarks/results/<name>-<timestamp>.json``; returns the path."""
+    facts["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
+    out = args.output or Path(__file__).resolve().parent / "results" / f"{name}-{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    settings = {
+        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in hidden
+    }
+    record = {
+        "benchmark": name,
+        "started_at": started,
+        "duration_s": time.time() - started,
+        "settings": settings,
+        "machine": facts,
+        **body,
+    }
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    return Path(out)
+
+
+def report_errors(errors: list[str]) -> None:
+    """Print failures to stderr (the caller then exits non-zero)."""
+    if errors:
+        print(f"\n{len(errors)} FAILURE(S):", file=sys.stderr)
+        for e in errors:
+            print(f"  - {e}", file=sys.stderr)

@@ -67,6 +67,8 @@ from _common import (  # noqa: E402
     machine_facts,
     make_body,
     median,
+    report_errors,
+    write_results,
 )
 
 import raybus  # noqa: E402
@@ -937,31 +939,19 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarise(runs, args.messages, args.body_size)
     notes = settlement_notes(runs, args.messages)
     table = markdown(rows) + ("\n\n" + "\n".join(f"- {n}" for n in notes) if notes else "")
-    facts["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
-    out = args.output or RESULTS_DIR / f"core_throughput-{stamp}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "benchmark": "core_throughput",
-                "started_at": started,
-                "duration_s": time.time() - started,
-                "settings": {
-                    k: (str(v) if isinstance(v, Path) else v)
-                    for k, v in vars(args).items()
-                    if k not in ("role", "address")
-                },
-                "machine": facts,
-                "rows": rows,
-                "runs": runs,
-                "errors": errors,
-                "notes": notes,
-                "table_markdown": table,
-            },
-            indent=2,
-        )
-        + "\n"
+    out = write_results(
+        "core_throughput",
+        started,
+        args,
+        facts,
+        {
+            "rows": rows,
+            "runs": runs,
+            "errors": errors,
+            "notes": notes,
+            "table_markdown": table,
+        },
+        hidden=("role", "address"),
     )
     print(table)
     done_rounds = len({r["round"] for r in runs})
@@ -969,10 +959,8 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{len(runs)} runs ({done_rounds} of {args.rounds} rounds) in "
         f"{time.time() - started:.0f} s; JSON: {out}"
     )
+    report_errors(errors)
     if errors:
-        print(f"\n{len(errors)} FAILURE(S):", file=sys.stderr)
-        for e in errors:
-            print(f"  - {e}", file=sys.stderr)
         return 1
     return 0
 

@@ -45,7 +45,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import json
 import logging
 import shutil
 import sys
@@ -74,6 +73,8 @@ from _common import (  # noqa: E402
     make_body,
     median,
     py_spy_dump,
+    report_errors,
+    write_results,
 )
 
 import raybus  # noqa: E402
@@ -996,44 +997,29 @@ def main(argv: list[str] | None = None) -> int:
         if not part.get("skipped") and not part.get("ok"):
             errors.append(f"{name}: {part.get('error')}")
     table = "\n\n".join(tables)
-    facts["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
-    out = args.output or RESULTS_DIR / f"durability-{stamp}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "benchmark": "durability",
-                "started_at": started,
-                "duration_s": time.time() - started,
-                "phase_seconds": timings,
-                "settings": {
-                    k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                },
-                "machine": facts,
-                "send_rows": send_rows,
-                "receive_rows": recv_rows,
-                "recovery": recovery,
-                "compaction": compaction,
-                "runs": send_runs + recv_runs,
-                "errors": errors,
-                "table_markdown": table,
-            },
-            indent=2,
-        )
-        + "\n"
+    out = write_results(
+        "durability",
+        started,
+        args,
+        facts,
+        {
+            "phase_seconds": timings,
+            "send_rows": send_rows,
+            "receive_rows": recv_rows,
+            "recovery": recovery,
+            "compaction": compaction,
+            "runs": send_runs + recv_runs,
+            "errors": errors,
+            "table_markdown": table,
+        },
     )
     print(table)
     print(
         f"\nphases: {', '.join(f'{k} {v:.0f} s' for k, v in timings.items())}; "
         f"total {time.time() - started:.0f} s; JSON: {out}"
     )
-    if errors:
-        print(f"\n{len(errors)} FAILURE(S):", file=sys.stderr)
-        for e in errors:
-            print(f"  - {e}", file=sys.stderr)
-        return 1
-    return 0
+    report_errors(errors)
+    return 1 if errors else 0
 
 
 def _fs_type(path: str) -> str | None:
