@@ -11,6 +11,7 @@ from ._sync_client import (
     ServiceBusClient,
     ServiceBusReceiver,
     ServiceBusSender,
+    ServiceBusSession,
     connect,
 )
 from .enums import (
@@ -39,6 +40,7 @@ __all__ = [
     "ServiceBusReceivedMessage",
     "ServiceBusReceiver",
     "ServiceBusSender",
+    "ServiceBusSession",
     "ServiceBusSessionFilter",
     "ServiceBusSubQueue",
     "connect",

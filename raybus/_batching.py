@@ -33,6 +33,12 @@ class Coalescer(Generic[G, R]):
         self._max_batch = max_batch
         self._queue: list[tuple[G, asyncio.Future[R]]] = []
         self._task: asyncio.Task[None] | None = None
+        self._inflight = 0
+
+    @property
+    def pending(self) -> int:
+        """Requests queued or in flight (a measure of this caller's load on the actor)."""
+        return len(self._queue) + self._inflight
 
     def submit(self, request: G) -> asyncio.Future[R]:
         """Queue ``request``; the returned future resolves to its result."""
@@ -47,6 +53,7 @@ class Coalescer(Generic[G, R]):
             while self._queue:
                 batch = self._queue[: self._max_batch]
                 del self._queue[: self._max_batch]
+                self._inflight = len(batch)
                 try:
                     results = await self._dispatch([req for req, _ in batch])
                 except BaseException as exc:  # every caller of this batch learns of it
@@ -65,6 +72,7 @@ class Coalescer(Generic[G, R]):
                         fut.set_result(result)
         finally:
             self._task = None
+            self._inflight = 0
             if self._queue:  # cancelled with requests left: fail them rather than hang
                 pending, self._queue = self._queue, []
                 for _, fut in pending:

@@ -88,10 +88,14 @@ class QueueProperties:
     """A queue's settings (``azure.servicebus.management.QueueProperties`` names).
 
     Durations are ``timedelta`` (numbers are read as seconds); ``MAX_DURATION`` means never.
-    ``requires_session``, ``requires_duplicate_detection``, ``partition_count`` and
-    ``enable_express`` are fixed at creation. ``enable_express`` acknowledges sends and
-    settlements before they are written and writes them within ``EXPRESS_FLUSH_INTERVAL``
-    (1 s): a crash loses at most that window (Service Bus express entities make the same trade).
+    ``requires_session``, ``requires_duplicate_detection`` and ``enable_express`` are fixed at
+    creation. ``partition_count`` (1 to ``MAX_PARTITIONS``) may change at run time (a raybus
+    extension: Service Bus fixes it at creation); with ``max_partitions`` set, raybus changes
+    it by itself between ``min_partitions`` and ``max_partitions`` to keep about
+    ``target_backlog_per_partition`` active messages per partition. ``enable_express``
+    acknowledges sends and settlements before they are written and writes them within
+    ``EXPRESS_FLUSH_INTERVAL`` (1 s): a crash loses at most that window (Service Bus express
+    entities make the same trade).
     """
 
     name: str
@@ -112,6 +116,9 @@ class QueueProperties:
     forward_dead_lettered_messages_to: str | None = None
     user_metadata: str | None = None
     partition_count: int = 1
+    min_partitions: int = 1
+    max_partitions: int | None = None
+    target_backlog_per_partition: int = 10_000
 
     def __post_init__(self) -> None:
         validate_entity_name(self.name)
@@ -140,7 +147,11 @@ class QueueProperties:
         _check_int(self, "max_delivery_count", 1, 2**31 - 1)
         _check_int(self, "max_size_in_megabytes", 1, 80 * 1024)
         _check_int(self, "max_message_size_in_kilobytes", 1, 102_400)
-        _check_int(self, "partition_count", 1, 1024)
+        _check_int(self, "partition_count", 1, MAX_PARTITIONS)
+        _check_int(self, "min_partitions", 1, MAX_PARTITIONS)
+        _check_int(self, "target_backlog_per_partition", 1, 2**31 - 1)
+        if self.max_partitions is not None:
+            _check_int(self, "max_partitions", self.min_partitions, MAX_PARTITIONS)
         if self.default_message_time_to_live.total_seconds() <= 0:
             raise InvalidArgumentError(
                 "default_message_time_to_live must be positive",
@@ -204,10 +215,11 @@ class QueueProperties:
         return frozenset(f.name for f in fields(cls) if f.name != "name")
 
 
+MAX_PARTITIONS = 64
+
 IMMUTABLE_QUEUE_FIELDS = (
     "requires_session",
     "requires_duplicate_detection",
-    "partition_count",
     "enable_express",
 )
 

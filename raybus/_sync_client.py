@@ -24,6 +24,7 @@ __all__ = [
     "ServiceBusClient",
     "ServiceBusReceiver",
     "ServiceBusSender",
+    "ServiceBusSession",
     "connect",
 ]
 
@@ -75,12 +76,15 @@ class ServiceBusReceiver:
     def __init__(self, inner: aio.ServiceBusReceiver) -> None:
         self._aio = inner
         self.entity_path = inner.entity_path
+        self.session = None if inner.session is None else ServiceBusSession(inner.session)
 
     def receive_messages(
         self, max_message_count: int | None = 1, max_wait_time: float | None = None
     ) -> list[ServiceBusReceivedMessage]:
         inner = self._aio
-        if inner._renewer is not None or inner._conn.cached_route(inner.entity_path) is None:
+        if inner._renewer is not None or not inner.direct_ok(
+            inner._conn.cached_route(inner.entity_path)
+        ):
             return run(inner.receive_messages(max_message_count, max_wait_time))
         # The same steps as the coroutine, waiting in this thread: no hop through the loop.
         ready, count, fetch, deadline = inner._receive_start(max_message_count, max_wait_time)
@@ -179,10 +183,39 @@ class ServiceBusReceiver:
         run(self._aio.close())
 
     def __enter__(self) -> ServiceBusReceiver:
+        run(self._aio.__aenter__())  # a session receiver accepts its session here
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ServiceBusSession:
+    """The session of a session receiver (see ``raybus.aio.ServiceBusSession``)."""
+
+    def __init__(self, inner: aio.ServiceBusSession) -> None:
+        self._aio = inner
+
+    @property
+    def session_id(self) -> str | None:
+        return self._aio.session_id
+
+    @property
+    def locked_until_utc(self) -> datetime | None:
+        return self._aio.locked_until_utc
+
+    @property
+    def auto_renew_error(self) -> BaseException | None:
+        return self._aio.auto_renew_error
+
+    def get_state(self, *, timeout: Any = None) -> bytes | None:
+        return run(self._aio.get_state(timeout=timeout))
+
+    def set_state(self, state: str | bytes | bytearray | None, *, timeout: Any = None) -> None:
+        run(self._aio.set_state(state, timeout=timeout))
+
+    def renew_lock(self, *, timeout: Any = None) -> datetime:
+        return run(self._aio.renew_lock(timeout=timeout))
 
 
 class AutoLockRenewer:
@@ -200,13 +233,15 @@ class AutoLockRenewer:
     def register(
         self,
         receiver: ServiceBusReceiver,
-        renewable: ServiceBusReceivedMessage,
+        renewable: ServiceBusReceivedMessage | ServiceBusSession,
         max_lock_renewal_duration: float | None = None,
         on_lock_renew_failure: Any = None,
     ) -> None:
+        inner = renewable._aio if isinstance(renewable, ServiceBusSession) else renewable
+
         async def _register() -> None:
             self._aio.register(
-                receiver._aio, renewable, max_lock_renewal_duration, on_lock_renew_failure
+                receiver._aio, inner, max_lock_renewal_duration, on_lock_renew_failure
             )
 
         run(_register())
@@ -258,6 +293,13 @@ class ServiceBusClient:
                 auto_lock_renewer=None if auto_lock_renewer is None else auto_lock_renewer._aio,
                 prefetch_count=prefetch_count,
             )
+        )
+
+    def list_queue_sessions(
+        self, queue_name: str, *, state_updated_after: datetime | None = None
+    ) -> list[str]:
+        return run(
+            self._aio.list_queue_sessions(queue_name, state_updated_after=state_updated_after)
         )
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "MessagingEntityDisabledError",
     "MessagingEntityNotFoundError",
     "OperationTimeoutError",
+    "PartitionMovedError",
     "ServiceBusConnectionError",
     "ServiceBusError",
     "ServiceBusQuotaExceededError",
@@ -179,6 +180,19 @@ class SessionCannotBeLockedError(ServiceBusError):
     """Another receiver holds the session. Retry later or pick another session."""
 
     retryable = True
+
+
+class PartitionMovedError(ServiceBusError):
+    """The partition no longer serves that partition key (the entity's partition count
+    changed). raybus's senders refresh their partition map and resend by themselves; you see
+    this only if the map kept changing for a minute. Nothing of the refused share was stored.
+    ``version`` is the partition's newest map version."""
+
+    retryable = True
+
+    def __init__(self, message: str, entity: str | None = None, version: int = 0) -> None:
+        super().__init__(message, entity, version)
+        self.version = version
 
 
 class MessageNotFoundError(ServiceBusError):

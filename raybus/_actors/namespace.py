@@ -21,6 +21,7 @@ from .._clock import SystemClock
 from .._core import journal
 from .._core.partition import PartitionCounts
 from .._core.registry import EntityEntry, Registry, entity_storage_dirs
+from .._core.slots import PartitionMap
 from .._models import QueueProperties
 from .._storage import DurableLog, open_storage
 from ..exceptions import MessagingEntityNotFoundError, ServiceBusError
@@ -37,9 +38,11 @@ def namespace_actor_name(namespace: str) -> str:
 
 @dataclass(frozen=True)
 class Route:
-    """How to reach an entity: its settings and one actor handle per partition.
+    """How to reach an entity: its settings, partition map and partition actor handles.
 
-    ``incarnation`` changes when the entity is deleted and created again.
+    ``partitions[pid]`` is the handle of partition ``pid`` (None for ids that no longer
+    exist); ``pmap`` says which partition serves which key. ``incarnation`` changes when the
+    entity is deleted and created again.
     """
 
     properties: QueueProperties
@@ -47,6 +50,20 @@ class Route:
     partitions: tuple[Any, ...]
     created_at: float
     updated_at: float
+    pmap: PartitionMap
+
+    @property
+    def single(self) -> bool:
+        """One partition and no change under way: every call goes to ``partitions[0]``."""
+        return len(self.partitions) == 1
+
+    def handle(self, pid: int) -> Any | None:
+        """Partition ``pid``'s actor, or None if it does not exist (any more)."""
+        return self.partitions[pid] if 0 <= pid < len(self.partitions) else None
+
+    def existing(self) -> list[tuple[int, Any]]:
+        """(partition id, handle) of every partition that exists, live ones first."""
+        return [(pid, self.partitions[pid]) for pid in self.pmap.partition_ids]
 
 
 class NamespaceActor:
@@ -62,7 +79,7 @@ class NamespaceActor:
         self._namespace = namespace
         self._storage_path = storage_path
         self._registry = Registry(namespace, SystemClock())
-        self._handles: dict[str, tuple[Any, ...]] = {}
+        self._handles: dict[str, dict[int, Any]] = {}
         self._log: DurableLog | None = None
         self._logged = 0
         if storage_path is not None:
@@ -76,9 +93,9 @@ class NamespaceActor:
             for entry in self._registry.list():
                 self._handles[entry.properties.name.lower()] = self._partition_actors(entry)
 
-    def _partition_actors(self, entry: EntityEntry) -> tuple[Any, ...]:
-        return tuple(
-            partition_actor(
+    def _partition_actors(self, entry: EntityEntry) -> dict[int, Any]:
+        return {
+            pid: partition_actor(
                 name,
                 self._namespace,
                 entry.properties,
@@ -86,8 +103,8 @@ class NamespaceActor:
                 entry.incarnation,
                 self._storage_path,
             )
-            for pid, name in enumerate(entry.partitions)
-        )
+            for pid, name in entry.partition_names(self._namespace).items()
+        }
 
     async def _persist(self, change: tuple[str, Any]) -> None:
         """Log one registry change durably (a no-op without storage)."""
@@ -112,12 +129,15 @@ class NamespaceActor:
         return self._namespace
 
     def _route(self, entry: EntityEntry) -> Route:
+        handles = self._handles[entry.properties.name.lower()]
+        by_id = tuple(handles.get(pid) for pid in range(max(handles) + 1))
         return Route(
             entry.properties,
             entry.incarnation,
-            self._handles[entry.properties.name.lower()],
+            by_id,
             entry.created_at,
             entry.updated_at,
+            entry.pmap,
         )
 
     async def create_queue(self, properties: QueueProperties) -> Route:
@@ -125,12 +145,12 @@ class NamespaceActor:
         handles = self._partition_actors(entry)
         self._handles[properties.name.lower()] = handles
         try:
-            await asyncio.gather(*(h.ready.remote() for h in handles))
+            await asyncio.gather(*(h.ready.remote() for h in handles.values()))
             await self._persist(("put", entry))
         except Exception:
             self._registry.delete(properties.name)
             del self._handles[properties.name.lower()]
-            for h in handles:
+            for h in handles.values():
                 ray.kill(h, no_restart=True)
             await self._delete_storage(entry)
             raise
@@ -164,20 +184,22 @@ class NamespaceActor:
             self._registry.restore([("put", old)])
             raise
         handles = self._handles[entry.properties.name.lower()]
-        await asyncio.gather(*(h.update_properties.remote(entry.properties) for h in handles))
+        await asyncio.gather(
+            *(h.update_properties.remote(entry.properties) for h in handles.values())
+        )
         return self._route(entry)
 
     async def delete_queue(self, name: str) -> None:
         entry = self._registry.get(name)
         await self._persist(("del", entry.properties.name))
         self._registry.delete(name)
-        for handle in self._handles.pop(entry.properties.name.lower()):
+        for handle in self._handles.pop(entry.properties.name.lower()).values():
             ray.kill(handle, no_restart=True)
         await self._delete_storage(entry)
 
     async def counts(self, name: str) -> tuple[Route, list[PartitionCounts]]:
         route = self._route(self._registry.get(name))
-        counts = await asyncio.gather(*(h.counts.remote() for h in route.partitions))
+        counts = await asyncio.gather(*(h.counts.remote() for _pid, h in route.existing()))
         return route, list(counts)
 
     async def delete_idle_queue(self, name: str, incarnation: int, accessed_at: float) -> bool:

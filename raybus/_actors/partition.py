@@ -128,48 +128,125 @@ class PartitionActor:
 
     # -------------------------------------------------------------- receiving
 
+    async def _settled_core(self) -> Partition:
+        """The core after applying due time-driven changes (durably, if any)."""
+        core = self._core  # a failed flush may have rebuilt it
+        if core.tick():
+            self._notify()
+        if core.has_journal():  # activated messages become visible once durable
+            await self._commit.durable()
+        return self._core
+
+    async def _wait_change(self, deadline: float) -> bool:
+        """Wait for a change or the core's next deadline; False once ``deadline`` passed."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        due = self._core.next_deadline()
+        if due is not None:
+            remaining = min(remaining, max(0.0, due - time.time()) + 0.001)
+        try:
+            await asyncio.wait_for(self._changed.wait(), remaining)
+        except asyncio.TimeoutError:
+            pass
+        return True
+
     async def receive(
-        self, max_count: int, wait_s: float, dead_letter: bool, delete: bool
+        self,
+        max_count: int,
+        wait_s: float,
+        dead_letter: bool,
+        delete: bool,
+        session: tuple[str, str] | None = None,
     ) -> list[WireRecord]:
-        """Up to ``max_count`` messages; waits up to ``wait_s`` for the first one.
+        """Up to ``max_count`` messages (of the accepted ``session``, on a session-enabled
+        queue); waits up to ``wait_s`` for the first one.
 
         Returns as soon as any message is available (never polls): senders, settlements and
         the core's deadlines (scheduled activations, lock expiries) wake the waiters.
         """
         deadline = time.monotonic() + wait_s
         while True:
-            core = self._core  # a failed flush may have rebuilt it
-            if core.tick():
-                self._notify()
-            if core.has_journal():  # activated messages become visible once durable
-                await self._commit.durable()
-                core = self._core
-            got = core.receive(max_count, dead_letter=dead_letter, delete=delete)
-            remaining = deadline - time.monotonic()
-            if got or remaining <= 0:
+            core = await self._settled_core()
+            got = core.receive(max_count, dead_letter=dead_letter, delete=delete, session=session)
+            if got or deadline <= time.monotonic():
                 rows = to_wire(got)
                 # Deletions, expiries, activations; locks alone need no write.
                 await self._commit.durable(after_inflight=delete)
                 return rows
-            due = core.next_deadline()
-            if due is not None:
-                remaining = min(remaining, max(0.0, due - time.time()) + 0.001)
-            try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
-            except asyncio.TimeoutError:
-                pass
+            await self._wait_change(deadline)
 
-    async def receive_deferred(self, sequence_numbers: list[int], delete: bool) -> list[WireRecord]:
+    async def wait_available(self, wait_s: float, dead_letter: bool) -> bool:
+        """Whether a message (or, on a session-enabled queue, a session to accept) became
+        available within ``wait_s``. Locks nothing: a receiver of a partitioned queue waits
+        on every partition at once and then receives from the first that answers."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            core = await self._settled_core()
+            if core.has_available(dead_letter=dead_letter):
+                return True
+            if not await self._wait_change(deadline):
+                return False
+
+    async def receive_deferred(
+        self, sequence_numbers: list[int], delete: bool, session: tuple[str, str] | None = None
+    ) -> list[WireRecord]:
         try:
-            rows = to_wire(self._core.receive_deferred(sequence_numbers, delete=delete))
+            rows = to_wire(
+                self._core.receive_deferred(sequence_numbers, delete=delete, session=session)
+            )
         finally:  # expired deferred messages were removed even when this raises
             await self._commit.durable()
         return rows
 
     async def peek(
-        self, from_sequence_number: int, max_count: int, dead_letter: bool
+        self,
+        from_sequence_number: int,
+        max_count: int,
+        dead_letter: bool,
+        session_id: str | None = None,
     ) -> list[WireRecord]:
-        return to_wire(self._core.peek(from_sequence_number, max_count, dead_letter=dead_letter))
+        return to_wire(
+            self._core.peek(
+                from_sequence_number, max_count, dead_letter=dead_letter, session_id=session_id
+            )
+        )
+
+    # -------------------------------------------------------------- sessions
+
+    async def accept_session(self, session_id: str) -> tuple[str, float]:
+        core = await self._settled_core()
+        return core.accept_session(session_id)
+
+    async def accept_next_session(self, wait_s: float) -> tuple[str, str, float] | None:
+        """Lock the next available session, waiting up to ``wait_s`` for one."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            core = await self._settled_core()
+            got = core.accept_next_session()
+            if got is not None:
+                return got
+            if not await self._wait_change(deadline):
+                return None
+
+    async def renew_session_lock(self, session_id: str, token: str) -> float:
+        return self._core.renew_session_lock(session_id, token)
+
+    async def release_session(self, session_id: str, token: str) -> bool:
+        released = self._core.release_session(session_id, token)
+        await self._commit.durable()  # messages may have been dead-lettered or expired
+        self._notify()
+        return released
+
+    async def get_session_state(self, session_id: str, token: str) -> bytes | None:
+        return self._core.get_session_state(session_id, token)
+
+    async def set_session_state(self, session_id: str, token: str, state: bytes | None) -> None:
+        self._core.set_session_state(session_id, token, state)
+        await self._commit.durable()
+
+    async def list_sessions(self, updated_after: float | None) -> list[str]:
+        return self._core.list_sessions(updated_after)
 
     # -------------------------------------------------------------- settling
 
@@ -233,4 +310,6 @@ def partition_actor(
         num_cpus=0,
         max_restarts=-1,
         max_concurrency=10_000,
+        # Partitions of one entity go to different nodes where there are several.
+        scheduling_strategy="SPREAD",
     ).remote(namespace, properties, partition_id, incarnation, storage_path)

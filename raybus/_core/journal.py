@@ -29,6 +29,7 @@ __all__ = [
     "NEXT",
     "PROPS",
     "PUT",
+    "SESSION",
     "SUB_DLQ",
     "UPD",
     "Entry",
@@ -49,6 +50,7 @@ MOVE = 4  # main -> dead-letter; payload: (delivery_count, application_propertie
 DEDUP = 5  # payload: (message_id, accepted_at)
 NEXT = 6  # seq: the next sequence number to assign (in checkpoints)
 PROPS = 7  # payload: the entity's QueueProperties (so a restarted actor has the latest)
+SESSION = 8  # payload: (session id, state bytes or None, updated at)
 
 # stores
 MAIN, SUB_DLQ = 0, 1
@@ -105,6 +107,7 @@ class ReplayedState:
         self.dedup: dict[str, tuple[float, int]] = {}
         self.next_seq = 0
         self.properties: Any = None
+        self.sessions: dict[str, tuple[bytes, float]] = {}  # session id -> (state, updated)
 
     def sorted(self) -> ReplayedState:
         self.main = dict(sorted(self.main.items()))
@@ -145,4 +148,10 @@ def replay(entries: Iterable[Entry], state: ReplayedState | None = None) -> Repl
             st.next_seq = max(st.next_seq, seq)
         elif op == PROPS:
             st.properties = payload
+        elif op == SESSION:
+            session_id, data, updated = payload
+            if data is None:
+                st.sessions.pop(session_id, None)
+            else:
+                st.sessions[session_id] = (data, updated)
     return st

@@ -38,6 +38,8 @@ from ..exceptions import (
     MessagingEntityDisabledError,
     ServiceBusError,
     ServiceBusQuotaExceededError,
+    SessionCannotBeLockedError,
+    SessionLockLostError,
 )
 from . import journal
 from .record import (
@@ -48,6 +50,7 @@ from .record import (
     check_application_properties,
     snapshot,
 )
+from .sessions import Session, SessionTable
 
 __all__ = [
     "ABANDON",
@@ -71,6 +74,7 @@ _SETTLE_KINDS = frozenset((COMPLETE, ABANDON, DEAD_LETTER, DEFER, RELEASE))
 
 MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
 TTL_EXPIRED = "TTLExpiredException"
+SESSION_ID_IS_NULL = "Session ID is null"
 SEQUENCE_BITS = 48  # the partition id lives above these
 
 
@@ -170,6 +174,8 @@ class Partition:
         self._scheduled_count = 0
         self._size = 0
         self._tokens = _LockTokens()
+        # Session-enabled queues serve their main store through per-session queues.
+        self._sessions = SessionTable() if properties.requires_session else None
         # Durable mode (see enable_journal): changes are recorded for the storage log, and
         # receivers see new messages only up to visible_seq, the last one made durable.
         self._journal: list[journal.Entry] | None = None
@@ -213,6 +219,18 @@ class Partition:
                     rec.size,
                     limit,
                 )
+        for rec in records:
+            if rec.session_id == "":
+                raise InvalidArgumentError(
+                    "session_id must not be empty", self.entity, "session_id"
+                )
+            if rec.partition_key is not None and rec.session_id not in (None, rec.partition_key):
+                raise InvalidArgumentError(
+                    f"partition_key {rec.partition_key!r} differs from session_id "
+                    f"{rec.session_id!r}: a session's messages are partitioned by their session",
+                    self.entity,
+                    "partition_key",
+                )
         dedup = props.requires_duplicate_detection
         batch_ids: set[str] = set()
         is_fresh: list[bool] = []
@@ -247,16 +265,25 @@ class Partition:
             self._main.messages[seq] = rec
             self._size += rec.size
             at = rec.scheduled_enqueue_time
-            if at is not None and at > now:
+            if self._sessions is not None and rec.session_id is None:
+                rec.state, rec.enqueued_time, rec.expires_at = ACTIVE, now, float("inf")
+                self._record(journal.PUT, self._main, seq, journal.put_payload(rec))
+                self._dead_letter(
+                    rec,
+                    SESSION_ID_IS_NULL,
+                    "The queue requires sessions and the message has no session id.",
+                )
+            elif at is not None and at > now:
                 rec.state = SCHEDULED
                 rec.enqueued_time = at
                 rec.expires_at = at + ttl
                 self._scheduled_count += 1
                 heapq.heappush(self._schedule_heap, (at, seq))
+                self._record(journal.PUT, self._main, seq, journal.put_payload(rec))
             else:
                 rec.enqueued_time = now
                 self._make_active(rec, now)
-            self._record(journal.PUT, self._main, seq, journal.put_payload(rec))
+                self._record(journal.PUT, self._main, seq, journal.put_payload(rec))
             if dedup and rec.message_id is not None:
                 self._dedup[rec.message_id] = (now, seq)
                 self._record(journal.DEDUP, self._main, seq, (rec.message_id, now))
@@ -285,18 +312,29 @@ class Partition:
     # ------------------------------------------------------------------ receiving
 
     def receive(
-        self, max_count: int, *, dead_letter: bool = False, delete: bool = False
+        self,
+        max_count: int,
+        *,
+        dead_letter: bool = False,
+        delete: bool = False,
+        session: tuple[str, str] | None = None,
     ) -> list[MessageRecord]:
         """Hand out up to ``max_count`` available messages in sequence order.
 
         Peek-lock (``delete=False``) locks each for the entity's lock duration; receive-and-
-        delete removes them. Returns an empty list when nothing is available.
+        delete removes them. Returns an empty list when nothing is available. On a
+        session-enabled queue the main queue is received through an accepted ``session``
+        (its id and lock token): the session's messages, in sequence order, locked until the
+        session lock ends.
         """
         now = self._begin()
         self._check_receive()
         store = self._dlq if dead_letter else self._main
         out: list[MessageRecord] = []
         heap = store.available
+        if not dead_letter and (session is not None or self._sessions is not None):
+            s = self._held_session(session)
+            heap = s.available
         limit = self.visible_seq
         while heap and len(out) < max_count:
             seq = heapq.heappop(heap)
@@ -315,10 +353,37 @@ class Partition:
                 out.append(self._lock(store, rec, now))
         return out
 
+    def _held_session(self, session: tuple[str, str] | None) -> Session:
+        """The session that ``session`` (id, lock token) holds; raises if it does not."""
+        if self._sessions is None:
+            raise InvalidArgumentError(
+                "the queue does not require sessions: receive without a session",
+                self.entity,
+                "session_id",
+            )
+        if session is None:
+            raise InvalidArgumentError(
+                "the queue requires sessions: accept a session to receive from it",
+                self.entity,
+                "session_id",
+            )
+        session_id, token = session
+        s = self._sessions.by_id.get(session_id)
+        if s is None or s.holder != token:
+            raise SessionLockLostError(
+                f"the lock on session {session_id!r} was lost: it expired or was released",
+                self.entity,
+                session_id,
+            )
+        return s
+
     def has_available(self, *, dead_letter: bool = False) -> bool:
-        """Whether ``receive`` would return a message now (ticks first)."""
+        """Whether a receive (or, on a session-enabled queue, ``accept_next_session``) would
+        find a message now (ticks first)."""
         self.tick()
         store = self._dlq if dead_letter else self._main
+        if self._sessions is not None and not dead_letter:
+            return any(self._session_head_visible(sid) for sid in list(self._sessions.ready))
         heap = store.available
         while heap and not store.is_available(heap[0]):
             heapq.heappop(heap)
@@ -329,21 +394,34 @@ class Partition:
         return len(self._main.messages) + len(self._dlq.messages)
 
     def receive_deferred(
-        self, sequence_numbers: Sequence[int], *, delete: bool = False
+        self,
+        sequence_numbers: Sequence[int],
+        *,
+        delete: bool = False,
+        session: tuple[str, str] | None = None,
     ) -> list[MessageRecord]:
         """Lock (or remove) deferred messages by sequence number; all or none.
 
         Deferred messages never expire on their own; one found past its time to live here is
-        expired (dead-lettered if the queue says so) and reported as not found.
+        expired (dead-lettered if the queue says so) and reported as not found. On a
+        session-enabled queue only the accepted ``session``'s messages are found.
         """
         now = self._begin()
         self._check_receive()
+        session_id = None
+        if session is not None or self._sessions is not None:
+            session_id = self._held_session(session).id
         missing: list[int] = []
         expired: list[MessageRecord] = []
         found: list[MessageRecord] = []
         for seq in dict.fromkeys(sequence_numbers):
             rec = self._main.messages.get(seq)
-            if rec is None or rec.state != DEFERRED or rec.lock_token is not None:
+            if (
+                rec is None
+                or rec.state != DEFERRED
+                or rec.lock_token is not None
+                or (session_id is not None and rec.session_id != session_id)
+            ):
                 missing.append(seq)
             elif rec.expires_at <= now:
                 expired.append(rec)
@@ -367,9 +445,15 @@ class Partition:
         return [self._lock(self._main, rec, now) for rec in found]
 
     def peek(
-        self, from_sequence_number: int, max_count: int, *, dead_letter: bool = False
+        self,
+        from_sequence_number: int,
+        max_count: int,
+        *,
+        dead_letter: bool = False,
+        session_id: str | None = None,
     ) -> list[MessageRecord]:
-        """Up to ``max_count`` messages from ``from_sequence_number`` on, without locking.
+        """Up to ``max_count`` messages from ``from_sequence_number`` on, without locking
+        (only those of ``session_id`` when given).
 
         Includes locked, deferred and scheduled messages. Allowed on disabled queues, so an
         operator can inspect them.
@@ -377,7 +461,13 @@ class Partition:
         self._begin()
         store = self._dlq if dead_letter else self._main
         limit = self.visible_seq if self.visible_seq is not None else float("inf")
-        seqs = [s for s in store.messages if from_sequence_number <= s <= limit]
+        msgs = store.messages
+        seqs = [
+            s
+            for s in msgs
+            if from_sequence_number <= s <= limit
+            and (session_id is None or msgs[s].session_id == session_id)
+        ]
         if dead_letter:  # the dead-letter store is in dead-lettering order, not sequence order
             seqs.sort()
         out = []
@@ -386,6 +476,161 @@ class Partition:
             rec.lock_token, rec.locked_until = None, 0.0
             out.append(rec)
         return out
+
+    # ------------------------------------------------------------------ sessions
+
+    def accept_session(self, session_id: str) -> tuple[str, float]:
+        """Lock ``session_id`` (which need not have messages yet) for the entity's lock
+        duration; returns (session lock token, locked until). Raises
+        ``SessionCannotBeLockedError`` while another receiver holds it."""
+        now = self._begin()
+        self._check_receive()
+        sessions = self._require_sessions()
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidArgumentError(
+                f"session_id must be a non-empty str, not {session_id!r}", self.entity, "session_id"
+            )
+        s = sessions.by_id.get(session_id)
+        if s is not None and s.holder is not None:
+            raise SessionCannotBeLockedError(
+                f"session {session_id!r} is locked by another receiver until {s.locked_until:.3f}",
+                self.entity,
+                session_id,
+            )
+        s = sessions.get(session_id)
+        token = self._tokens.next()
+        sessions.lock(s, token, now + self._props.lock_duration_s)
+        return token, s.locked_until
+
+    def accept_next_session(self) -> tuple[str, str, float] | None:
+        """Lock the unlocked session that has waited longest with an available message;
+        (session id, token, locked until), or None when there is none."""
+        now = self._begin()
+        self._check_receive()
+        sessions = self._require_sessions()
+        for session_id in list(sessions.ready):
+            if self._session_head_visible(session_id):
+                s = sessions.by_id[session_id]
+                token = self._tokens.next()
+                sessions.lock(s, token, now + self._props.lock_duration_s)
+                return session_id, token, s.locked_until
+        return None
+
+    def _session_head_visible(self, session_id: str) -> bool:
+        """Whether a ready session's first message can be received now; drops sessions
+        that turn out to have none."""
+        sessions = self._sessions
+        assert sessions is not None
+        s = sessions.by_id.get(session_id)
+        if s is None or s.holder is not None:
+            sessions.ready.pop(session_id, None)
+            return False
+        heap, main = s.available, self._main
+        while heap and not main.is_available(heap[0]):
+            heapq.heappop(heap)
+        if not heap:
+            sessions.ready.pop(session_id, None)
+            sessions.forget_if_empty(s)
+            return False
+        return self.visible_seq is None or heap[0] <= self.visible_seq
+
+    def renew_session_lock(self, session_id: str, token: str) -> float:
+        """Extend the session lock (and so its messages' locks); returns the new expiry."""
+        now = self._begin()
+        self._check_receive()
+        s = self._held_session((session_id, token))
+        assert self._sessions is not None
+        self._sessions.extend(s, now + self._props.lock_duration_s)
+        for msg_token in s.locked:
+            store, seq = self._locks[msg_token]
+            store.messages[seq].locked_until = s.locked_until
+        return s.locked_until
+
+    def release_session(self, session_id: str, token: str) -> bool:
+        """Give the session up (a receiver closing): its locked messages are available again
+        without a delivery counted. Returns False when the lock was already gone."""
+        now = self._begin()
+        sessions = self._require_sessions()
+        s = sessions.by_id.get(session_id)
+        if s is None or s.holder != token:
+            return False
+        self._release_session(s, now, count=False)
+        return True
+
+    def _release_session(self, s: Session, now: float, *, count: bool) -> None:
+        """End a session lock: unlock its messages (counting a delivery when the lock
+        expired, as for an expired message lock), in sequence order."""
+        sessions = self._sessions
+        assert sessions is not None
+        tokens = sorted(s.locked, key=lambda t: self._locks[t][1])
+        sessions.unlock(s)
+        for msg_token in tokens:
+            store, seq = self._locks.pop(msg_token)
+            rec = store.messages[seq]
+            rec.lock_token, rec.locked_until = None, 0.0
+            self._redeliver(store, rec, now, count=count)
+        self._session_head_visible(s.id)  # forgets it if nothing is left
+
+    def get_session_state(self, session_id: str, token: str) -> bytes | None:
+        self._begin()
+        return self._held_session((session_id, token)).state
+
+    def set_session_state(self, session_id: str, token: str, state: bytes | None) -> None:
+        """Replace the session's state (None clears it). It counts toward the queue's size."""
+        now = self._begin()
+        self._check_receive()
+        s = self._held_session((session_id, token))
+        if state is not None and not isinstance(state, bytes):
+            raise InvalidArgumentError(
+                f"session state must be bytes or None, not {type(state).__name__}",
+                self.entity,
+                "state",
+            )
+        new = len(state) if state is not None else 0
+        limit = self._props.max_message_size
+        if new > limit:
+            raise MessageSizeExceededError(
+                f"session state of {new} bytes exceeds the queue's limit of {limit} bytes",
+                self.entity,
+                new,
+                limit,
+            )
+        delta = new - (len(s.state) if s.state is not None else 0)
+        if delta > 0 and self._size + delta > self._props.max_size:
+            raise ServiceBusQuotaExceededError(
+                f"the queue holds {self._size} bytes; a session state {delta} bytes larger "
+                "would exceed its size limit",
+                self.entity,
+                self._size + delta,
+                self._props.max_size,
+            )
+        self._size += delta
+        s.state, s.state_updated = state, now
+        self._record(journal.SESSION, self._main, 0, (session_id, state, now))
+
+    def list_sessions(self, updated_after: float | None = None) -> list[str]:
+        """Ids of the sessions that hold messages or state; with ``updated_after``, only
+        those whose state was set after that time (epoch seconds)."""
+        self._begin()
+        sessions = self._require_sessions()
+        with_state = {
+            sid: s.state_updated for sid, s in sessions.by_id.items() if s.state is not None
+        }
+        if updated_after is not None:
+            return sorted(sid for sid, at in with_state.items() if at > updated_after)
+        ids = set(with_state)
+        ids.update(r.session_id for r in self._main.messages.values() if r.session_id)
+        return sorted(ids)
+
+    def _require_sessions(self) -> SessionTable:
+        if self._sessions is None:
+            raise InvalidArgumentError(
+                "the queue does not require sessions; session operations need "
+                "requires_session=True",
+                self.entity,
+                "session_id",
+            )
+        return self._sessions
 
     # ------------------------------------------------------------------ settling
 
@@ -416,6 +661,13 @@ class Partition:
         for token in lock_tokens:
             try:
                 store, seq = self._locked(token)
+                if self._in_session(store, store.messages[seq]):
+                    raise InvalidArgumentError(
+                        "a session's messages are locked by the session lock: renew the "
+                        "session's lock instead",
+                        self.entity,
+                        "message",
+                    )
             except ServiceBusError as exc:
                 out.append(exc)
                 continue
@@ -444,6 +696,10 @@ class Partition:
             rec.application_properties = {**(rec.application_properties or {}), **op.properties}
         del self._locks[op.lock_token]
         rec.lock_token, rec.locked_until = None, 0.0
+        if self._sessions is not None and store is self._main and rec.session_id is not None:
+            s = self._sessions.by_id.get(rec.session_id)
+            if s is not None:
+                s.locked.discard(op.lock_token)
         if op.kind == COMPLETE:
             del store.messages[seq]
             self._size -= rec.size
@@ -510,6 +766,16 @@ class Partition:
             del self._locks[token]
             rec.lock_token, rec.locked_until = None, 0.0
             woke |= self._redeliver(store, rec, now)
+        sessions = self._sessions
+        if sessions is not None:
+            heap4 = sessions.lock_heap
+            while heap4 and heap4[0][0] <= now:
+                _, session_id, token = heapq.heappop(heap4)
+                s = sessions.by_id.get(session_id)
+                if s is None or s.holder != token or s.locked_until > now:
+                    continue  # released, or renewed (a later entry covers it)
+                self._release_session(s, now, count=True)
+                woke = True
         heap3 = self._ttl_heap
         while heap3 and heap3[0][0] <= now:
             _, seq = heapq.heappop(heap3)
@@ -528,6 +794,8 @@ class Partition:
     def next_deadline(self) -> float | None:
         """When the next scheduled activation or lock expiry is due (epoch seconds)."""
         times = [h[0][0] for h in (self._schedule_heap, self._lock_heap) if h]
+        if self._sessions is not None and self._sessions.lock_heap:
+            times.append(self._sessions.lock_heap[0][0])
         return min(times) if times else None
 
     def idle_deadline(self) -> float:
@@ -569,15 +837,32 @@ class Partition:
     def _lock(self, store: _Store, rec: MessageRecord, now: float) -> MessageRecord:
         token = self._tokens.next()
         rec.lock_token = token
-        rec.locked_until = until = now + self._props.lock_duration_s
         self._locks[token] = (store, rec.sequence_number)
-        heapq.heappush(self._lock_heap, (until, token))
+        if self._in_session(store, rec):
+            # Under the session's lock: released with it, never on its own.
+            assert self._sessions is not None and rec.session_id is not None
+            s = self._sessions.by_id[rec.session_id]
+            rec.locked_until = s.locked_until
+            s.locked.add(token)
+        else:
+            rec.locked_until = until = now + self._props.lock_duration_s
+            heapq.heappush(self._lock_heap, (until, token))
         return self._export(rec)
+
+    def _in_session(self, store: _Store, rec: MessageRecord) -> bool:
+        return self._sessions is not None and store is self._main and rec.session_id is not None
+
+    def _push_available(self, store: _Store, rec: MessageRecord) -> None:
+        if self._in_session(store, rec):
+            assert self._sessions is not None and rec.session_id is not None
+            self._sessions.push(rec.session_id, rec.sequence_number)
+        else:
+            heapq.heappush(store.available, rec.sequence_number)
 
     def _make_active(self, rec: MessageRecord, now: float) -> None:
         rec.state = ACTIVE
         rec.expires_at = rec.enqueued_time + (rec.time_to_live or float("inf"))
-        heapq.heappush(self._main.available, rec.sequence_number)
+        self._push_available(self._main, rec)
         if rec.expires_at != float("inf"):
             heapq.heappush(self._ttl_heap, (rec.expires_at, rec.sequence_number))
 
@@ -603,7 +888,7 @@ class Partition:
         if count:
             self._record_update(store, rec)
         if rec.state == ACTIVE:
-            heapq.heappush(store.available, rec.sequence_number)
+            self._push_available(store, rec)
             return True
         return False
 
@@ -667,6 +952,11 @@ class Partition:
                 out.append((journal.PUT, store.id, seq, journal.put_payload(rec)))
         for message_id, (accepted_at, seq) in self._dedup.items():
             out.append((journal.DEDUP, journal.MAIN, seq, (message_id, accepted_at)))
+        if self._sessions is not None:
+            for s in self._sessions.by_id.values():
+                if s.state is not None:
+                    payload = (s.id, s.state, s.state_updated)
+                    out.append((journal.SESSION, journal.MAIN, 0, payload))
         out.append((journal.NEXT, journal.MAIN, self._next_seq, None))
         out.append((journal.PROPS, journal.MAIN, 0, self._props))
         return out
@@ -690,10 +980,18 @@ class Partition:
                     self._scheduled_count += 1
                     heapq.heappush(self._schedule_heap, (rec.enqueued_time, seq))
                 elif rec.state == ACTIVE:
-                    store.available.append(seq)
+                    if self._in_session(store, rec):
+                        self._push_available(store, rec)
+                    else:
+                        store.available.append(seq)
                     if store is self._main and rec.expires_at != float("inf"):
                         self._ttl_heap.append((rec.expires_at, seq))
             heapq.heapify(store.available)
         heapq.heapify(self._ttl_heap)
+        if self._sessions is not None:
+            for session_id, (data, updated) in state.sessions.items():
+                s = self._sessions.get(session_id)
+                s.state, s.state_updated = data, updated
+                self._size += len(data)
         if self.visible_seq is not None:
             self.visible_seq = self._next_seq - 1

@@ -214,8 +214,8 @@ def check_string_fields(record: MessageRecord) -> int:
                     None,
                     name,
                 )
-            if name == "message_id" and not value:
-                raise InvalidArgumentError("message_id must not be empty", None, name)
+            if name in ("message_id", "session_id") and not value:
+                raise InvalidArgumentError(f"{name} must not be empty", None, name)
         total += 5 + len(value.encode("utf-8"))
     return total
 

@@ -23,6 +23,7 @@ from ..exceptions import (
     MessagingEntityAlreadyExistsError,
     MessagingEntityNotFoundError,
 )
+from .slots import PartitionMap
 
 __all__ = [
     "EntityEntry",
@@ -60,18 +61,28 @@ def partition_actor_name(namespace: str, entity: str, incarnation: int, partitio
 
 @dataclass(frozen=True)
 class EntityEntry:
-    """One entity as registered: settings, times, and the names of its partition actors."""
+    """One entity as registered: settings, times, and its current partition map.
+
+    ``properties.partition_count`` is the count asked for; ``pmap`` is what exists now (they
+    differ while a partition change is under way).
+    """
 
     properties: QueueProperties
     incarnation: int
     created_at: float
     updated_at: float
-    partitions: tuple[str, ...]
+    pmap: PartitionMap
+
+    def partition_names(self, namespace: str) -> dict[int, str]:
+        """Actor name of every partition that exists, by partition id."""
+        name, inc = self.properties.name, self.incarnation
+        return {
+            pid: partition_actor_name(namespace, name, inc, pid) for pid in self.pmap.partition_ids
+        }
 
 
 # Settings whose features have not landed yet: refused rather than silently ignored.
 _NOT_YET = {
-    "requires_session": (True, "sessions"),
     "forward_to": (None, "auto-forwarding"),
     "forward_dead_lettered_messages_to": (None, "auto-forwarding"),
 }
@@ -86,13 +97,6 @@ def _check_supported(properties: QueueProperties) -> None:
                 properties.name,
                 name,
             )
-    if properties.partition_count != 1:
-        raise InvalidArgumentError(
-            "partition_count must be 1 in this version of raybus (more partitions per queue "
-            "are coming)",
-            properties.name,
-            "partition_count",
-        )
 
 
 class Registry:
@@ -113,11 +117,8 @@ class Registry:
             )
         self._incarnations += 1
         now = self._clock.now()
-        names = tuple(
-            partition_actor_name(self.namespace, properties.name, self._incarnations, p)
-            for p in range(properties.partition_count)
-        )
-        entry = EntityEntry(properties, self._incarnations, now, now, names)
+        pmap = PartitionMap.initial(properties.partition_count)
+        entry = EntityEntry(properties, self._incarnations, now, now, pmap)
         self._entities[key] = entry
         return entry
 
@@ -142,6 +143,15 @@ class Registry:
         props = dataclasses.replace(properties, name=old.properties.name)
         entry = dataclasses.replace(old, properties=props, updated_at=self._clock.now())
         self._entities[props.name.lower()] = entry
+        return entry
+
+    def set_map(self, name: str, pmap: PartitionMap) -> EntityEntry:
+        """Install a new partition map (a newer version than the current one)."""
+        old = self.get(name)
+        if pmap.version <= old.pmap.version:
+            raise ValueError(f"map version {pmap.version} is not newer than {old.pmap.version}")
+        entry = dataclasses.replace(old, pmap=pmap, updated_at=self._clock.now())
+        self._entities[old.properties.name.lower()] = entry
         return entry
 
     def delete(self, name: str) -> EntityEntry:

@@ -7,6 +7,7 @@ from ._client import ServiceBusClient
 from ._management import ServiceBusAdministrationClient
 from ._receiver import ServiceBusReceiver
 from ._sender import ServiceBusSender
+from ._session import ServiceBusSession
 
 __all__ = [
     "AutoLockRenewer",
@@ -14,4 +15,5 @@ __all__ = [
     "ServiceBusClient",
     "ServiceBusReceiver",
     "ServiceBusSender",
+    "ServiceBusSession",
 ]

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..exceptions import AutoLockRenewFailed, AutoLockRenewTimeout, InvalidArgumentError
 from ..message import ServiceBusReceivedMessage
+from ._session import ServiceBusSession
 
 __all__ = ["AutoLockRenewer"]
 
@@ -26,10 +27,25 @@ FailureCallback = Callable[[Any, BaseException | None], Awaitable[None] | None]
 @dataclass
 class _Entry:
     receiver: Any
-    message: ServiceBusReceivedMessage
+    message: ServiceBusReceivedMessage | ServiceBusSession  # what is renewed
     until: float  # stop renewing at this time
     renew_remaining: float
     callback: FailureCallback | None
+
+
+def _expiry(r: ServiceBusReceivedMessage | ServiceBusSession) -> float:
+    return r._locked_until if isinstance(r, ServiceBusSession) else r._record.locked_until
+
+
+def _finished(r: ServiceBusReceivedMessage | ServiceBusSession) -> bool:
+    """Settled (a message) or released (a session): nothing left to renew."""
+    if isinstance(r, ServiceBusSession):
+        return r._token is None
+    return r._settled
+
+
+def _seq(r: ServiceBusReceivedMessage | ServiceBusSession) -> Any:
+    return r.session_id if isinstance(r, ServiceBusSession) else r.sequence_number
 
 
 class AutoLockRenewer:
@@ -67,19 +83,36 @@ class AutoLockRenewer:
     def register(
         self,
         receiver: Any,
-        renewable: ServiceBusReceivedMessage,
+        renewable: ServiceBusReceivedMessage | ServiceBusSession,
         max_lock_renewal_duration: float | None = None,
         on_lock_renew_failure: FailureCallback | None = None,
     ) -> None:
-        """Start renewing ``renewable``'s lock (call from the event loop's thread)."""
+        """Start renewing ``renewable``'s lock: a message received in PEEK_LOCK mode, or a
+        session receiver's ``receiver.session`` (call from the event loop's thread)."""
         if self._closed:
             raise InvalidArgumentError("the renewer is closed", None, "renewer")
-        if not isinstance(renewable, ServiceBusReceivedMessage) or renewable._kind != "locked":
+        if isinstance(renewable, ServiceBusSession):
+            if renewable._token is None:
+                raise InvalidArgumentError(
+                    "the session is not accepted yet (or already released): open the "
+                    "receiver first",
+                    renewable._entity,
+                    "renewable",
+                )
+        elif not isinstance(renewable, ServiceBusReceivedMessage) or renewable._kind != "locked":
             raise InvalidArgumentError(
-                "only messages received in PEEK_LOCK mode can be renewed", None, "renewable"
+                "only messages received in PEEK_LOCK mode, and sessions, can be renewed",
+                None,
+                "renewable",
+            )
+        elif receiver.session is not None:
+            raise InvalidArgumentError(
+                "a session's messages are locked by the session: register receiver.session",
+                receiver.entity_path,
+                "renewable",
             )
         now = time.time()
-        lock_span = max(0.0, renewable._record.locked_until - now)
+        lock_span = max(0.0, _expiry(renewable) - now)
         duration = self._max if max_lock_renewal_duration is None else max_lock_renewal_duration
         self._entries.append(
             _Entry(
@@ -103,7 +136,7 @@ class AutoLockRenewer:
             due: list[_Entry] = []
             for e in self._entries:
                 msg = e.message
-                if msg._settled:
+                if _finished(msg):
                     continue
                 if now >= e.until:
                     msg.auto_renew_error = AutoLockRenewTimeout(
@@ -112,17 +145,14 @@ class AutoLockRenewer:
                     )
                     continue
                 keep.append(e)
-                if msg._record.locked_until - now <= e.renew_remaining:
+                if _expiry(msg) - now <= e.renew_remaining:
                     due.append(e)
             self._entries = keep
             if due:
                 await asyncio.gather(*(self._renew(e) for e in due))
                 self._entries = [e for e in self._entries if e.message.auto_renew_error is None]
             next_at = min(
-                (
-                    min(e.message._record.locked_until - e.renew_remaining, e.until)
-                    for e in self._entries
-                ),
+                (min(_expiry(e.message) - e.renew_remaining, e.until) for e in self._entries),
                 default=now + 3600,
             )
             assert self._wake is not None
@@ -134,16 +164,19 @@ class AutoLockRenewer:
 
     async def _renew(self, entry: _Entry) -> None:
         try:
-            await entry.receiver._renew(entry.message)
+            if isinstance(entry.message, ServiceBusSession):
+                await entry.message.renew_lock()
+            else:
+                await entry.receiver._renew(entry.message)
         except Exception as exc:
-            if entry.message._settled:
-                return  # settled while we renewed: nothing lost
+            if _finished(entry.message):
+                return  # settled or released while we renewed: nothing lost
             error = AutoLockRenewFailed(f"lock renewal failed: {exc}", entry.message._entity)
             entry.message.auto_renew_error = error
             _log.warning(
-                "lock renewal failed for %s seq %s: %s",
+                "lock renewal failed for %s (%s): %s",
                 entry.message._entity,
-                entry.message.sequence_number,
+                _seq(entry.message),
                 exc,
             )
             if entry.callback is not None:

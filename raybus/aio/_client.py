@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import datetime
 from typing import Any
 
+from .. import _rpc
+from .._clock import to_timestamp
 from .._connection import Connection
 from .._models import validate_entity_name
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
+from ..exceptions import InvalidArgumentError
 from ._receiver import ServiceBusReceiver
 from ._sender import ServiceBusSender
 
@@ -62,6 +67,28 @@ class ServiceBusClient:
             session_id=session_id,
             auto_lock_renewer=auto_lock_renewer,
         )
+
+    async def list_queue_sessions(
+        self, queue_name: str, *, state_updated_after: datetime | None = None
+    ) -> list[str]:
+        """Ids of the queue's sessions that hold messages or state; with
+        ``state_updated_after``, only those whose state was set after that time."""
+        name = validate_entity_name(queue_name)
+        after = None
+        if state_updated_after is not None:
+            if not isinstance(state_updated_after, datetime):
+                raise InvalidArgumentError(
+                    "state_updated_after must be a datetime", name, "state_updated_after"
+                )
+            after = to_timestamp(state_updated_after)
+        route = await self._conn.route(name)
+        found = await asyncio.gather(
+            *(
+                _rpc.call(name, h.list_sessions, after, retries=_rpc.READ_RETRIES)
+                for _pid, h in route.existing()
+            )
+        )
+        return sorted({sid for ids in found for sid in ids})
 
     async def close(self) -> None:
         """Nothing to release: senders and receivers close themselves."""

@@ -27,7 +27,10 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+import ray
+
 from .. import _rpc
+from .._actors.namespace import Route
 from .._clock import from_timestamp
 from .._connection import Connection, SettleResults
 from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
@@ -37,11 +40,14 @@ from ..exceptions import (
     InvalidArgumentError,
     MessageAlreadySettled,
     MessageLockLostError,
+    MessageNotFoundError,
     MessagingEntityNotFoundError,
+    ServiceBusConnectionError,
     ServiceBusError,
     SettlementFailedError,
 )
 from ..message import ServiceBusReceivedMessage
+from ._session import ServiceBusSession, check_session_id
 
 __all__ = ["ServiceBusReceiver"]
 
@@ -118,13 +124,15 @@ class ServiceBusReceiver:
                 queue_name,
                 "sub_queue",
             )
+        self.session: ServiceBusSession | None = None
         if session_id is not None:
-            raise InvalidArgumentError(
-                "session receivers need a session-enabled queue; sessions are not available "
-                "in this version of raybus",
-                queue_name,
-                "session_id",
-            )
+            if self.sub_queue is not None:
+                raise InvalidArgumentError(
+                    "the dead-letter sub-queue has no sessions: receive from it without session_id",
+                    queue_name,
+                    "session_id",
+                )
+            self.session = ServiceBusSession(self, check_session_id(session_id, queue_name))
         self.max_wait_time = _check_wait(max_wait_time, "max_wait_time", queue_name)
         if (
             isinstance(prefetch_count, bool)
@@ -141,6 +149,8 @@ class ServiceBusReceiver:
         self._delete = self.receive_mode is ServiceBusReceiveMode.RECEIVE_AND_DELETE
         self._buffer: deque[ServiceBusReceivedMessage] = deque()
         self._peek_cursor = 0
+        self._peek_cursors: dict[int, int] = {}  # per partition, on a partitioned queue
+        self._turn = 0
         self._pending: set[asyncio.Future[SettleResults]] = set()
         # Settlements sent without waiting (from any thread) and how many the broker has
         # answered (loop thread), so a sync call can wait for those sent before it.
@@ -162,7 +172,54 @@ class ServiceBusReceiver:
         if self._closed:
             raise InvalidArgumentError("the receiver is closed", self.entity_path, "receiver")
         route = await self._conn.route(self.entity_path)
-        return route.properties.name, route.partitions[partition], route.properties.lock_duration_s
+        handle = route.handle(partition)
+        if handle is None:  # removed by a scale-down, which waits for every lock to end
+            raise MessageLockLostError(
+                f"partition {partition} of the queue no longer exists; its locks ended",
+                self.entity_path,
+            )
+        return route.properties.name, handle, route.properties.lock_duration_s
+
+    def _next_turn(self) -> int:
+        """Rotates the partition that a partitioned receive asks first (fairness)."""
+        self._turn += 1
+        return self._turn
+
+    def _session_args(self) -> tuple[Any, ...]:
+        """The (session id, token) argument of calls made within the accepted session."""
+        if self.session is None:
+            return ()
+        assert self.session.session_id is not None
+        return ((self.session.session_id, self.session._token),)
+
+    async def _wait_any(
+        self, parts: list[tuple[int, Any]], wait_s: float, dead_letter: bool
+    ) -> list[tuple[int, Any]]:
+        """Wait (without polling) until some partition has a message or an acceptable
+        session; returns those that said so (none after ``wait_s``). The other waits are
+        cancelled; one that cannot be cancelled ends by itself within ``wait_s``."""
+        entity = self.entity_path
+        refs = [h.wait_available.remote(wait_s, dead_letter) for _pid, h in parts]
+        futs = {asyncio.wrap_future(ref.future()): i for i, ref in enumerate(refs)}
+        ready: list[tuple[int, Any]] = []
+        pending = set(futs)
+        try:
+            while pending and not ready:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for fut in done:
+                    try:
+                        if fut.result():
+                            ready.append(parts[futs[fut]])
+                    except Exception as exc:  # a restarting partition: try the others
+                        error = _rpc.translate(exc, entity)
+                        if not isinstance(error, ServiceBusConnectionError):
+                            raise error from None
+                if not ready and pending and all(f.done() for f in pending):
+                    break
+        finally:
+            for fut in pending:
+                ray.cancel(refs[futs[fut]])
+        return ready
 
     async def _call(
         self, method_name: str, *args: Any, partition: int = 0, timeout: Any = None
@@ -215,16 +272,83 @@ class ServiceBusReceiver:
         if ready:
             return ready
         sent_before = list(self._pending)
-        while True:
-            rows = await self._call("receive", *self._receive_args(fetch, deadline))
-            if rows or _past(deadline):
-                break
+        route = await self._conn.route(self.entity_path)
+        if self.session is not None:
+            _sid, _token, pid = await self.session.ensure()
+            while True:
+                rows = await self._call(
+                    "receive",
+                    *self._receive_args(fetch, deadline),
+                    *self._session_args(),
+                    partition=pid,
+                )
+                if rows or _past(deadline):
+                    break
+        elif route.single:
+            while True:
+                rows = await self._call("receive", *self._receive_args(fetch, deadline))
+                if rows or _past(deadline):
+                    break
+        else:
+            rows = await self._receive_partitioned(route, fetch, deadline)
         # The settlements sent before this call ran alongside it; report a refusal now.
         if sent_before:
             await asyncio.gather(*sent_before, return_exceptions=True)
         if self._failures and rows:
-            await self._call("settle", self._release_ops(rows))
+            await self._release_rows(rows)
         return self._receive_done(rows, count)
+
+    async def _receive_partitioned(
+        self, route: Route, fetch: int, deadline: float | None
+    ) -> list[WireRecord]:
+        """Receive from a queue of several partitions, fairly and without polling.
+
+        First every partition is asked, without waiting, for an equal share of ``fetch``
+        (the first partition in a rotating order gets the remainder), so no partition
+        starves and no more than ``fetch`` messages are locked. When that finds nothing, the
+        receiver waits on all partitions at once (``wait_available``, which locks nothing)
+        and receives from the first that has a message.
+        """
+        parts = route.existing()
+        n = len(parts)
+        start = self._next_turn() % n
+        parts = parts[start:] + parts[:start]
+        shares = [fetch // n + (1 if i < fetch % n else 0) for i in range(n)]
+        asked = [(p, share) for p, share in zip(parts, shares, strict=True) if share]
+        results = await asyncio.gather(
+            *(self._receive_from(pid, share, 0.0) for (pid, _h), share in asked),
+            return_exceptions=True,
+        )
+        rows = [r for got in results if not isinstance(got, BaseException) for r in got]
+        errors = [e for e in results if isinstance(e, BaseException)]
+        if rows or (errors and len(errors) == len(results)):
+            if not rows:
+                raise errors[0]
+            return rows
+        while True:
+            remaining = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            ready = await self._wait_any(parts, min(remaining, _WAIT_SLICE_S), self._dead_letter)
+            for pid, _handle in ready:
+                rows = await self._receive_from(pid, fetch, 0.0)
+                if rows:
+                    return rows
+
+    async def _receive_from(self, pid: int, count: int, wait_s: float) -> list[WireRecord]:
+        rows: list[WireRecord] = await self._call(
+            "receive", count, wait_s, self._dead_letter, self._delete, partition=pid
+        )
+        return rows
+
+    async def _release_rows(self, rows: list[WireRecord]) -> None:
+        """Give back messages received by a call that must raise instead."""
+        by_partition: dict[int, list[tuple[Any, ...]]] = {}
+        for rec in from_wire(rows):
+            op = SettleOp(RELEASE, rec.lock_token or "").to_wire()
+            by_partition.setdefault(rec.sequence_number >> 48, []).append(op)
+        for pid, ops in by_partition.items():
+            await self._call("settle", ops, partition=pid)
 
     # receive_messages in three steps, so the sync API can run the same steps with a blocking
     # call in between (it differs only in how it waits).
@@ -259,7 +383,7 @@ class ServiceBusReceiver:
         got = self._wrap(rows, "deleted" if self._delete else "locked")
         out, extra = got[:count], got[count:]
         self._buffer.extend(extra)
-        if self._renewer is not None and not self._delete:
+        if self._renewer is not None and not self._delete and self.session is None:
             for msg in out:
                 self._renewer.register(self, msg)
         return out
@@ -277,7 +401,7 @@ class ServiceBusReceiver:
         the event-loop path, which resolves it).
         """
         route = self._conn.cached_route(self.entity_path)
-        if route is None or self._closed:
+        if route is None or self._closed or not self.direct_ok(route):
             return None
         entity = route.properties.name
         try:
@@ -291,16 +415,20 @@ class ServiceBusReceiver:
             self._conn.forget(self.entity_path)
             raise
 
+    def direct_ok(self, route: Route | None) -> bool:
+        """Whether the sync API may call the (single) partition from its own thread."""
+        return route is not None and route.single and self.session is None
+
     def _from_buffer(self, count: int) -> list[ServiceBusReceivedMessage]:
         out: list[ServiceBusReceivedMessage] = []
         now = time.time()
         while self._buffer and len(out) < count:
             msg = self._buffer.popleft()
             # A prefetched message whose lock ran out is already back in the queue: skip it.
-            if msg._kind == "locked" and msg._record.locked_until <= now:
+            if msg._kind == "locked" and self._lock_expiry(msg) <= now:
                 continue
             out.append(msg)
-        if out and self._renewer is not None and not self._delete:
+        if out and self._renewer is not None and not self._delete and self.session is None:
             for msg in out:
                 self._renewer.register(self, msg)
         return out
@@ -323,12 +451,59 @@ class ServiceBusReceiver:
                 self.entity_path,
                 "sequence_number",
             )
-        start = sequence_number or self._peek_cursor
-        rows = await self._call("peek", start, count, self._dead_letter, timeout=timeout)
-        peeked = self._wrap(rows, "peeked")
+        route = await self._conn.route(self.entity_path)
+        if self.session is not None:
+            session_id, _token, pid = await self.session.ensure()
+            start = sequence_number or self._peek_cursors.get(pid, 0)
+            rows = await self._call(
+                "peek", start, count, False, session_id, partition=pid, timeout=timeout
+            )
+            peeked = self._wrap(rows, "peeked")
+        elif route.single:
+            start = sequence_number or self._peek_cursor
+            rows = await self._call("peek", start, count, self._dead_letter, timeout=timeout)
+            peeked = self._wrap(rows, "peeked")
+        else:
+            peeked = await self._peek_partitioned(route, count, sequence_number, timeout)
         if peeked:
             self._peek_cursor = peeked[-1].sequence_number + 1
+            for msg in peeked:
+                pid = msg.partition_id
+                self._peek_cursors[pid] = max(
+                    self._peek_cursors.get(pid, 0), msg.sequence_number + 1
+                )
         return peeked
+
+    async def _peek_partitioned(
+        self, route: Route, count: int, sequence_number: int, timeout: Any
+    ) -> list[ServiceBusReceivedMessage]:
+        """Peek a partitioned queue: from ``sequence_number`` within the partition it names,
+        else from where this receiver left off in every partition, oldest first."""
+        if sequence_number:
+            pid = sequence_number >> 48
+            if route.handle(pid) is None:
+                return []
+            rows = await self._call(
+                "peek", sequence_number, count, self._dead_letter, partition=pid, timeout=timeout
+            )
+            return self._wrap(rows, "peeked")
+        parts = route.existing()
+        results = await asyncio.gather(
+            *(
+                self._call(
+                    "peek",
+                    self._peek_cursors.get(pid, pid << 48),
+                    count,
+                    self._dead_letter,
+                    partition=pid,
+                    timeout=timeout,
+                )
+                for pid, _h in parts
+            )
+        )
+        merged = [m for rows in results for m in self._wrap(rows, "peeked")]
+        merged.sort(key=lambda m: (m._record.enqueued_time, m.sequence_number))
+        return merged[:count]
 
     async def receive_deferred_messages(
         self, sequence_numbers: int | Iterable[int], *, timeout: Any = None
@@ -345,8 +520,52 @@ class ServiceBusReceiver:
             )
         if not seqs:
             return []
-        records = await self._call("receive_deferred", seqs, self._delete, timeout=timeout)
-        return self._wrap(records, "deleted" if self._delete else "locked")
+        kind = "deleted" if self._delete else "locked"
+        if self.session is not None:
+            _sid, _token, pid = await self.session.ensure()
+            rows = await self._call(
+                "receive_deferred",
+                seqs,
+                self._delete,
+                *self._session_args(),
+                partition=pid,
+                timeout=timeout,
+            )
+            return self._wrap(rows, kind)
+        by_partition: dict[int, list[int]] = {}
+        for seq in seqs:
+            by_partition.setdefault(seq >> 48, []).append(seq)
+        route = await self._conn.route(self.entity_path)
+        gone = [s for pid, ss in by_partition.items() if route.handle(pid) is None for s in ss]
+        if gone:
+            raise MessageNotFoundError(
+                f"no deferred message is available with sequence number(s) {gone}",
+                self.entity_path,
+                gone,
+            )
+        results = await asyncio.gather(
+            *(
+                self._call("receive_deferred", ss, self._delete, partition=pid, timeout=timeout)
+                for pid, ss in by_partition.items()
+            ),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:  # all or none: give back what the other partitions locked
+            got = [row for r in results if not isinstance(r, BaseException) for row in r]
+            if got and not self._delete:
+                await self._release_rows(got)
+            not_found = [e for e in errors if isinstance(e, MessageNotFoundError)]
+            if len(not_found) == len(errors):
+                missing = [seq for e in not_found for seq in e.sequence_numbers]
+                raise MessageNotFoundError(
+                    f"no deferred message is available with sequence number(s) {missing}",
+                    self.entity_path,
+                    missing,
+                )
+            raise errors[0]
+        rows = [row for r in results if not isinstance(r, BaseException) for row in r]
+        return self._wrap(rows, kind)
 
     def __aiter__(self) -> AsyncIterator[ServiceBusReceivedMessage]:
         return self._iterate()
@@ -388,7 +607,9 @@ class ServiceBusReceiver:
         for value, name in ((op.reason, "reason"), (op.description, "error_description")):
             if value is not None and not isinstance(value, str):
                 raise InvalidArgumentError(f"{name} must be a str", self.entity_path, name)
-        if message._record.locked_until <= time.time():
+        if self.session is not None:
+            self.session.check_held()
+        elif message._record.locked_until <= time.time():
             raise MessageLockLostError(
                 "the message's lock has expired; it is being delivered again",
                 self.entity_path,
@@ -397,10 +618,21 @@ class ServiceBusReceiver:
             )
         return op
 
-    @staticmethod
-    def _lock_is_comfortable(message: ServiceBusReceivedMessage, lock_s: float) -> bool:
+    def _lock_expiry(self, message: ServiceBusReceivedMessage) -> float:
+        """When the message's lock ends: its session's lock, in a session."""
+        if self.session is not None:
+            return self.session._locked_until
+        return message._record.locked_until
+
+    def _lock_is_comfortable(self, message: ServiceBusReceivedMessage, lock_s: float) -> bool:
         """Whether the lock has so much time left that the settlement need not be awaited."""
-        return message._record.locked_until - time.time() > min(5.0, lock_s / 2)
+        return self._lock_expiry(message) - time.time() > min(5.0, lock_s / 2)
+
+    def _session_error(self, error: BaseException) -> BaseException:
+        """In a session, a refused message lock means the session lock is gone."""
+        if self.session is not None and isinstance(error, MessageLockLostError):
+            return self.session._lost()
+        return error
 
     async def _settle(self, message: ServiceBusReceivedMessage, op: SettleOp) -> None:
         self._raise_failures()
@@ -419,7 +651,7 @@ class ServiceBusReceiver:
             raise
         if error is not None:
             message._settled = False
-            raise error
+            raise self._session_error(error)
 
     def _submit_nowait(
         self, items: list[tuple[ServiceBusReceivedMessage, SettleOp]], entity: str, actor: Any
@@ -448,8 +680,11 @@ class ServiceBusReceiver:
             return False
         if not self._lock_is_comfortable(message, route.properties.lock_duration_s):
             return False
+        handle = route.handle(message.partition_id)
+        if handle is None:
+            return False
         message._settled = True
-        item = (message, op, route.properties.name, route.partitions[message.partition_id])
+        item = (message, op, route.properties.name, handle)
         with self._answers:
             self._handed += 1
         with self._handoff_lock:
@@ -570,6 +805,13 @@ class ServiceBusReceiver:
 
     async def _renew(self, message: ServiceBusReceivedMessage, timeout: Any = None) -> datetime:
         """Renew without reporting other messages' refused settlements (for the renewer)."""
+        if self.session is not None:
+            raise InvalidArgumentError(
+                "a session's messages are locked by the session: renew the session lock "
+                "(receiver.session.renew_lock()) instead",
+                self.entity_path,
+                "message",
+            )
         self._settle_op(message, SettleOp(COMPLETE, message.lock_token or ""))
         (result,) = await self._call(
             "renew_locks", [message.lock_token], partition=message.partition_id, timeout=timeout
@@ -603,10 +845,16 @@ class ServiceBusReceiver:
                 pass  # their locks will expire and release them anyway
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
+        if self.session is not None:
+            await self.session.release()
         self._closed = True
         self._raise_failures()
 
     async def __aenter__(self) -> ServiceBusReceiver:
+        if self.session is not None:  # accept now, so receiver.session.session_id is known
+            await self.session.ensure()
+            if self._renewer is not None:
+                self._renewer.register(self, self.session)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

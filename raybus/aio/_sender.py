@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from .. import _rpc
+from .._actors.namespace import Route
 from .._clock import to_timestamp
 from .._connection import Connection
+from .._core.partition import SEQUENCE_BITS
 from .._core.record import MessageRecord, snapshot, to_wire
+from .._core.slots import partition_key
 from ..exceptions import (
     InvalidArgumentError,
+    MessageNotFoundError,
     MessagingEntityNotFoundError,
     OperationTimeoutError,
+    PartitionMovedError,
 )
 from ..message import ServiceBusMessage, ServiceBusMessageBatch
 
 __all__ = ["ServiceBusSender"]
+
+# How long a send keeps following partition changes before giving up.
+REDIRECT_DEADLINE_S = 60.0
 
 SendInput = ServiceBusMessage | ServiceBusMessageBatch | Iterable[ServiceBusMessage]
 
@@ -71,43 +80,108 @@ class ServiceBusSender:
         self._conn = connection
         self.entity_path = queue_name
         self._closed = False
+        self._turn = 0  # rotates the partition that unkeyed messages go to on ties
 
-    async def _partition(self, records: Sequence[MessageRecord]) -> tuple[str, Any]:
+    async def _route(self, refresh: bool = False) -> Route:
         if self._closed:
             raise InvalidArgumentError("the sender is closed", self.entity_path, "sender")
-        route = await self._conn.route(self.entity_path)
-        # One partition per queue for now; the partition id stays in the route so that
-        # partition selection by key can follow.
-        return route.properties.name, route.partitions[0]
+        return await self._conn.route(self.entity_path, refresh=refresh)
+
+    def _groups(self, route: Route, records: list[MessageRecord]) -> dict[int, list[int]]:
+        """Indexes of ``records`` per partition id: keyed messages by the map, the unkeyed
+        ones all to the live partition with the fewest sends in flight from this client."""
+        if route.single:
+            return {0: list(range(len(records)))}
+        pmap = route.pmap
+        dedup = route.properties.requires_duplicate_detection
+        groups: dict[int, list[int]] = {}
+        spread: int | None = None
+        for i, rec in enumerate(records):
+            key = partition_key(rec, dedup)
+            if key is not None:
+                pid = pmap.owner(key)
+            else:
+                if spread is None:
+                    spread = self._least_loaded(route)
+                pid = spread
+            groups.setdefault(pid, []).append(i)
+        return groups
+
+    def _least_loaded(self, route: Route) -> int:
+        live = route.pmap.live
+        self._turn += 1
+        n = len(live)
+        order = [live[(self._turn + i) % n] for i in range(n)]
+        name = route.properties.name
+        return min(order, key=lambda pid: self._conn.sender(name, route.partitions[pid]).pending)
 
     async def _send(self, records: list[MessageRecord], timeout: float | None) -> list[int]:
         if not records:
             return []
-        entity, actor = await self._partition(records)
         try:
-            fut = self._conn.sender(entity, actor).submit(records)
             if timeout is None:
-                return await fut
+                return await self._send_routed(records)
             try:
-                return await asyncio.wait_for(fut, timeout)
+                return await asyncio.wait_for(self._send_routed(records), timeout)
             except asyncio.TimeoutError:
                 raise OperationTimeoutError(
                     f"the send did not finish within {timeout} s; it may or may not have "
                     "been stored",
-                    entity,
+                    self.entity_path,
                 ) from None
         except MessagingEntityNotFoundError:
             self._conn.forget(self.entity_path)
             raise
 
+    async def _send_routed(self, records: list[MessageRecord]) -> list[int]:
+        """Send each partition's share; resend a share whose partition moved its keys away
+        (after refreshing the map), until ``REDIRECT_DEADLINE_S`` passes."""
+        out: list[int] = [0] * len(records)
+        todo = list(range(len(records)))
+        route = await self._route()
+        deadline = time.monotonic() + REDIRECT_DEADLINE_S
+        delay = 0.005
+        while True:
+            subset = [records[i] for i in todo]
+            groups = self._groups(route, subset)
+            entity = route.properties.name
+            futs = [
+                self._conn.sender(entity, route.partitions[pid]).submit([subset[j] for j in idxs])
+                for pid, idxs in groups.items()
+            ]
+            results = await asyncio.gather(*futs, return_exceptions=True)
+            moved: list[int] = []
+            first_error: BaseException | None = None
+            for (_pid, idxs), result in zip(groups.items(), results, strict=True):
+                if isinstance(result, PartitionMovedError):
+                    moved.extend(todo[j] for j in idxs)
+                elif isinstance(result, BaseException):
+                    first_error = first_error or result
+                else:
+                    for j, seq in zip(idxs, result, strict=True):
+                        out[todo[j]] = seq
+            if first_error is not None:
+                raise first_error
+            if not moved:
+                return out
+            if time.monotonic() > deadline:
+                raise OperationTimeoutError(
+                    "the queue's partitions kept changing; some messages were not sent",
+                    entity,
+                )
+            await asyncio.sleep(delay)
+            delay = min(0.1, delay * 2)
+            todo = sorted(moved)
+            route = await self._route(refresh=True)
+
     def send_blocking(self, records: list[MessageRecord]) -> bool:
         """For the sync API: send from the caller's thread, blocking until accepted.
 
-        Returns False without sending when the route is not cached yet (the caller then takes
-        the event-loop path, which resolves it).
+        Returns False without sending when the route is not cached yet or the queue has
+        several partitions (the caller then takes the event-loop path).
         """
         route = self._conn.cached_route(self.entity_path)
-        if route is None or self._closed:
+        if route is None or self._closed or not route.single:
             return False
         if records:
             entity = route.properties.name
@@ -118,6 +192,8 @@ class ServiceBusSender:
             except MessagingEntityNotFoundError:
                 self._conn.forget(self.entity_path)
                 raise
+            if isinstance(result, PartitionMovedError):
+                return False  # the partition count changed: resend by the new map
             if isinstance(result, BaseException):
                 raise result
         return True
@@ -163,9 +239,28 @@ class ServiceBusSender:
             )
         if not seqs:
             return
-        entity, actor = await self._partition([])
-        await _rpc.call(
-            entity, actor.cancel_scheduled, seqs, timeout=_check_timeout(timeout, self.entity_path)
+        route = await self._route()
+        timeout_s = _check_timeout(timeout, self.entity_path)
+        by_partition: dict[int, list[int]] = {}
+        for seq in seqs:
+            by_partition.setdefault(seq >> SEQUENCE_BITS, []).append(seq)
+        missing = [s for pid, ss in by_partition.items() if route.handle(pid) is None for s in ss]
+        if missing:
+            raise MessageNotFoundError(
+                f"no scheduled message has sequence number(s) {missing}", self.entity_path, missing
+            )
+        # Each partition's share is all-or-none; a share is checked before any is cancelled
+        # only within its partition (cancelling is idempotent to repeat).
+        await asyncio.gather(
+            *(
+                _rpc.call(
+                    route.properties.name,
+                    route.partitions[pid].cancel_scheduled,
+                    ss,
+                    timeout=timeout_s,
+                )
+                for pid, ss in by_partition.items()
+            )
         )
 
     async def create_message_batch(

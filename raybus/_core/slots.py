@@ -1,0 +1,101 @@
+"""Partition maps: which partition serves which partition key, versioned so it can change.
+
+A partitioned entity hashes each message's partition key (as in Service Bus: ``session_id``,
+else ``partition_key``, else ``message_id`` when duplicate detection is on) onto one of
+``SLOTS`` slots, and the map assigns every slot to one partition. Messages without a key go
+to any *live* partition (the sender spreads them by load). Changing the partition count
+moves whole slots from one partition to another, never splits one, so everything that must
+stay together (a session's messages and state, the duplicate-detection ids of a key) moves
+together.
+
+A map is an immutable snapshot with a ``version``; the namespace actor owns the current one
+and every partition knows which slots it owns, so a sender holding an old map is told to
+refresh (``PartitionMovedError``) rather than served by the wrong partition.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .record import MessageRecord
+
+__all__ = ["SLOTS", "PartitionMap", "partition_key", "slot_of"]
+
+SLOTS = 1024  # a power of two; at least 16 slots per partition at the 64-partition maximum
+
+
+def slot_of(key: str) -> int:
+    """The slot of a partition key (stable across processes and Python versions)."""
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) & (SLOTS - 1)
+
+
+def partition_key(rec: MessageRecord, dedup: bool) -> str | None:
+    """The key that places ``rec``: session id, partition key, or (with duplicate detection)
+    message id; None when the message may go to any partition."""
+    if rec.session_id is not None:
+        return rec.session_id
+    if rec.partition_key is not None:
+        return rec.partition_key
+    if dedup:
+        return rec.message_id
+    return None
+
+
+@dataclass(frozen=True)
+class PartitionMap:
+    """One version of an entity's partitioning.
+
+    ``slots[i]`` is the partition that owns slot ``i``. ``live`` partitions take new messages;
+    ``retiring`` ones (being removed by a scale-down) take none but are still received from
+    until their messages have moved away. Partition ids are never reused within one entity
+    incarnation, so a sequence number's partition id (its top 16 bits) is unambiguous.
+    """
+
+    version: int
+    slots: tuple[int, ...]
+    live: tuple[int, ...]
+    retiring: tuple[int, ...] = ()
+
+    @classmethod
+    def initial(cls, count: int) -> PartitionMap:
+        """``count`` partitions (ids 0..count-1), each owning a contiguous run of slots."""
+        return cls(1, tuple(s * count // SLOTS for s in range(SLOTS)), tuple(range(count)))
+
+    @property
+    def partition_ids(self) -> tuple[int, ...]:
+        """Every partition that exists (live, then retiring)."""
+        return self.live + self.retiring
+
+    @property
+    def next_id(self) -> int:
+        return max(self.partition_ids, default=-1) + 1
+
+    def owner(self, key: str) -> int:
+        return self.slots[slot_of(key)]
+
+    def owned_by(self, partition_id: int) -> frozenset[int]:
+        return frozenset(s for s, p in enumerate(self.slots) if p == partition_id)
+
+    def balanced(self, live: Iterable[int]) -> tuple[int, ...]:
+        """A slot assignment spreading the slots evenly over ``live`` with the fewest moves:
+        a partition keeps its slots up to its fair share; the rest go to those below it."""
+        targets = sorted(live)
+        if not targets:
+            raise ValueError("a map needs at least one live partition")
+        base, extra = divmod(SLOTS, len(targets))
+        quota = {p: base + (1 if i < extra else 0) for i, p in enumerate(targets)}
+        held = dict.fromkeys(targets, 0)
+        out = list(self.slots)
+        orphans: list[int] = []
+        for s, p in enumerate(self.slots):
+            if p in held and held[p] < quota[p]:
+                held[p] += 1
+            else:
+                orphans.append(s)
+        it = iter(orphans)
+        for p in targets:
+            for _ in range(quota[p] - held[p]):
+                out[next(it)] = p
+        return tuple(out)
