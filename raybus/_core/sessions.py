@@ -1,8 +1,9 @@
 """Session bookkeeping of one partition: per-session queues, session locks, session state.
 
 Plain Python, owned by ``raybus._core.partition.Partition`` (which keeps the messages
-themselves). A session exists while it has a message, a lock or a state; an empty, unlocked,
-stateless session is forgotten at once, so session ids used once cost nothing afterwards.
+themselves). A session exists while it has a message, a lock or a state; an unlocked,
+stateless session is forgotten when it is found empty (on release, expiry, or when
+``accept_next_session`` passes it), so session ids used once cost nothing afterwards.
 
 Ordering: each session keeps its own min-heap of available sequence numbers, so its messages
 are handed out strictly in sequence order and an abandoned message (which goes back on the
