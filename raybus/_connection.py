@@ -8,10 +8,12 @@ actor calls.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -97,11 +99,18 @@ def resolve_storage_path(storage_path: str | None) -> str | None:
     return path if "://" in path else os.path.abspath(os.path.expanduser(path))
 
 
+# A cached route older than this is refreshed in the background (the partition map may have
+# changed: receivers must learn of new partitions even if no send is ever redirected).
+ROUTE_TTL_S = 1.0
+
+
 class Connection:
     """The shared state of one client: namespace actor, routes, coalescers.
 
-    Routes are cached per entity name; ``forget`` drops one after the entity turned out to be
-    deleted, so the next use resolves it again.
+    Routes are cached per entity name and refreshed in the background once older than
+    ``ROUTE_TTL_S`` (the stale one is used meanwhile: a partition that moved keys away
+    redirects, and one that was removed is only removed once empty). ``forget`` drops one
+    after the entity turned out to be deleted, so the next use resolves it again.
     """
 
     def __init__(
@@ -121,6 +130,8 @@ class Connection:
         self.namespace = namespace
         self.registry = namespace_actor(namespace, resolve_storage_path(storage_path))
         self._routes: dict[str, Route] = {}
+        self._fetched: dict[str, float] = {}
+        self._refreshing: dict[str, asyncio.Task[Any]] = {}
         self._senders: dict[Any, Coalescer[Sequence[MessageRecord], list[int]]] = {}
         self._settlers: dict[Any, Coalescer[list[SettleOp], SettleResults]] = {}
 
@@ -128,16 +139,56 @@ class Connection:
         key = name.lower() if isinstance(name, str) else name
         route = None if refresh else self._routes.get(key)
         if route is None:
-            route = await _rpc.call(None, self.registry.route, name, retries=_rpc.READ_RETRIES)
+            return await self._fetch(name, key)
+        if time.monotonic() - self._fetched.get(key, 0.0) > ROUTE_TTL_S:
+            task = self._refreshing.get(key)
+            if task is None or task.done():
+                self._refreshing[key] = asyncio.ensure_future(self._fetch(name, key))
+        return route
+
+    async def _fetch(self, name: str, key: str) -> Route:
+        route: Route = await _rpc.call(None, self.registry.route, name, retries=_rpc.READ_RETRIES)
+        old = self._routes.get(key)
+        if (
+            old is None
+            or old.incarnation != route.incarnation
+            or (old.pmap.version <= route.pmap.version)
+        ):
             self._routes[key] = route
+            self._fetched[key] = time.monotonic()
         return route
 
     def cached_route(self, name: str) -> Route | None:
-        """The route if already resolved (safe to call from any thread)."""
-        return self._routes.get(name.lower())
+        """The route if resolved and fresh (safe to call from any thread); None sends the
+        caller to the event-loop path, which refreshes it."""
+        key = name.lower()
+        if time.monotonic() - self._fetched.get(key, 0.0) > ROUTE_TTL_S:
+            return None
+        return self._routes.get(key)
+
+    async def locate(self, route: Route, seqs: list[int]) -> dict[int, list[int]]:
+        """Which partition holds each (deferred or scheduled) sequence number: the one its
+        top bits name, unless a partition change moved it (then the one that adopted it).
+        Numbers found nowhere are given to the partition they name (which reports them)."""
+        by_partition: dict[int, list[int]] = {}
+        parts = route.existing()
+        if len(parts) > 1:
+            found = await asyncio.gather(
+                *(_rpc.call(route.properties.name, h.locate, seqs) for _pid, h in parts)
+            )
+            where = {seq: pid for (pid, _h), held in zip(parts, found, strict=True) for seq in held}
+        else:
+            where = dict.fromkeys(seqs, parts[0][0])
+        for seq in seqs:
+            pid = where.get(seq, seq >> 48)
+            if route.handle(pid) is None:
+                pid = parts[0][0]
+            by_partition.setdefault(pid, []).append(seq)
+        return by_partition
 
     def forget(self, name: str) -> None:
         self._routes.pop(name.lower(), None)
+        self._fetched.pop(name.lower(), None)
 
     def sender(self, entity: str, actor: Any) -> Coalescer[Sequence[MessageRecord], list[int]]:
         """The coalescer of sends to one partition actor."""

@@ -250,6 +250,8 @@ class QueueRuntimeProperties:
     created_at_utc: datetime | None = None
     updated_at_utc: datetime | None = None
     accessed_at_utc: datetime | None = None
+    partition_count: int = 1  # partitions serving now (raybus; differs while one changes)
+    partition_map_version: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

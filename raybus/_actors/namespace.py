@@ -26,6 +26,7 @@ from .._models import QueueProperties
 from .._storage import DurableLog, open_storage
 from ..exceptions import MessagingEntityNotFoundError, ServiceBusError
 from .partition import partition_actor
+from .scaling import Scaler
 
 __all__ = ["NamespaceActor", "Route", "namespace_actor", "namespace_actor_name"]
 
@@ -82,6 +83,7 @@ class NamespaceActor:
         self._handles: dict[str, dict[int, Any]] = {}
         self._log: DurableLog | None = None
         self._logged = 0
+        self._scaler = Scaler(self)
         if storage_path is not None:
             self._log = DurableLog.from_storage_path(storage_path, namespace, "registry")
             found = self._log.recover()
@@ -94,6 +96,8 @@ class NamespaceActor:
                 self._handles[entry.properties.name.lower()] = self._partition_actors(entry)
 
     def _partition_actors(self, entry: EntityEntry) -> dict[int, Any]:
+        pmap = entry.pmap
+        single = len(pmap.partition_ids) == 1
         return {
             pid: partition_actor(
                 name,
@@ -102,6 +106,7 @@ class NamespaceActor:
                 pid,
                 entry.incarnation,
                 self._storage_path,
+                None if single else pmap.owned_by(pid),
             )
             for pid, name in entry.partition_names(self._namespace).items()
         }
@@ -124,6 +129,15 @@ class NamespaceActor:
 
     async def storage_path(self) -> str | None:
         return self._storage_path
+
+    async def partition_map(self, name: str, incarnation: int) -> PartitionMap | None:
+        """The entity's current map, if ``incarnation`` is still the current one."""
+        self._scaler.start()
+        try:
+            entry = self._registry.get(name)
+        except MessagingEntityNotFoundError:
+            return None
+        return entry.pmap if entry.incarnation == incarnation else None
 
     async def ping(self) -> str:
         return self._namespace
@@ -170,12 +184,15 @@ class NamespaceActor:
             _log.info("could not delete storage of %s: %s", entry.properties.name, exc)
 
     async def route(self, name: str) -> Route:
+        self._scaler.start()
         return self._route(self._registry.get(name))
 
     async def list_queues(self) -> list[Route]:
         return [self._route(e) for e in self._registry.list()]
 
     async def update_queue(self, properties: QueueProperties) -> Route:
+        """Change settings. A new ``partition_count`` is reached in the background (see
+        ``raybus._actors.scaling``); the returned route still shows the map of now."""
         old = self._registry.get(properties.name)
         entry = self._registry.update(properties)
         try:
@@ -187,10 +204,23 @@ class NamespaceActor:
         await asyncio.gather(
             *(h.update_properties.remote(entry.properties) for h in handles.values())
         )
+        self._scaler.start()
+        self._scaler.wake(entry.properties.name)
         return self._route(entry)
+
+    async def wait_partitions(self, name: str, timeout_s: float) -> Route:
+        """Wait until the entity's partitions match its ``partition_count`` (every slot
+        balanced, nothing retiring) or ``timeout_s`` passed; the route of then."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            entry = self._registry.get(name)
+            if self._scaler.converged(entry) or time.monotonic() > deadline:
+                return self._route(entry)
+            await asyncio.sleep(0.05)
 
     async def delete_queue(self, name: str) -> None:
         entry = self._registry.get(name)
+        self._scaler.stop(entry.properties.name)
         await self._persist(("del", entry.properties.name))
         self._registry.delete(name)
         for handle in self._handles.pop(entry.properties.name.lower()).values():

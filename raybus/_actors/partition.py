@@ -21,6 +21,7 @@ from typing import Any
 import ray
 
 from .._clock import SystemClock
+from .._core import migration
 from .._core.committer import Committer
 from .._core.partition import Partition, PartitionCounts, SettleOp
 from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
@@ -60,9 +61,17 @@ class PartitionActor:
         partition_id: int,
         incarnation: int,
         storage_path: str | None = None,
+        owned: frozenset[int] | None = None,
     ) -> None:
         self._namespace = namespace
         self._incarnation = incarnation
+        self._partition_id = partition_id
+        self._flushing: asyncio.Task[None] | None = None
+        # A memory-only partition that Ray restarted has lost which slots it serves (a
+        # durable one reads them from its log): it asks the namespace before serving keys.
+        self._ask_slots = (
+            storage_path is None and ray.get_runtime_context().was_current_actor_reconstructed
+        )
         self._changed = asyncio.Event()
         self._idle_task: asyncio.Task[None] | None = None
         log = None
@@ -74,7 +83,9 @@ class PartitionActor:
 
         def make_core() -> Partition:
             # Results are turned into tuples before the next await: no defensive copies.
-            return Partition(properties, SystemClock(), partition_id, export=_same)
+            core = Partition(properties, SystemClock(), partition_id, export=_same)
+            core.owned = owned  # the log's record of it, if any, replaces this
+            return core
 
         # Recovery (blocking) happens here, so a restarted actor answers with its data back.
         self._commit = Committer(
@@ -98,6 +109,8 @@ class PartitionActor:
         """Answer once constructed; start the idle timer. Returns the partition id."""
         if self._idle_task is None:
             self._idle_task = asyncio.get_running_loop().create_task(self._idle_loop())
+        if self._core.outbox:  # moves this partition started before a restart
+            self._flush_soon()
         return self._core.partition_id
 
     # -------------------------------------------------------------- sending
@@ -109,6 +122,8 @@ class PartitionActor:
 
         Records travel as tuples (``raybus._core.record.to_wire``), as in every method here.
         """
+        if self._ask_slots:
+            await self._learn_slots()
         results: list[list[int] | ServiceBusError] = []
         for group in groups:
             try:
@@ -215,6 +230,8 @@ class PartitionActor:
     # -------------------------------------------------------------- sessions
 
     async def accept_session(self, session_id: str) -> tuple[str, float]:
+        if self._ask_slots:
+            await self._learn_slots()
         core = await self._settled_core()
         return core.accept_session(session_id)
 
@@ -269,6 +286,86 @@ class PartitionActor:
     async def counts(self) -> PartitionCounts:
         return self._core.counts()
 
+    async def locate(self, sequence_numbers: list[int]) -> list[int]:
+        """Which of these deferred or scheduled messages this partition holds."""
+        return self._core.locate(sequence_numbers)
+
+    # -------------------------------------------------------------- partition changes
+
+    async def hand_over(
+        self, moves: dict[int, frozenset[int]], spill: int | None
+    ) -> tuple[dict[int, frozenset[int]], frozenset[int], bool]:
+        """Move slots to other partitions (see ``raybus._core.migration``).
+
+        Returns (slots each target now serves, pinned slots kept here, whether this retiring
+        partition is now empty and may stop). A target that fails keeps its bundle in this
+        partition's outbox; ``flush_outbox`` (or the next call) sends it again.
+        """
+        migration.hand_over(self._core, moves, spill)
+        await self._commit.durable()  # removed here and kept in the outbox, durably
+        adopted = await self._flush_outbox()
+        done: dict[int, frozenset[int]] = {}
+        for target, slots in adopted:
+            done[target] = done.get(target, frozenset()) | slots
+        pinned = frozenset(s for slots in moves.values() for s in slots) - frozenset(
+            s for slots in done.values() for s in slots
+        )
+        return done, pinned, migration.is_empty(self._core) and spill is not None
+
+    async def flush_outbox(self) -> list[tuple[int, frozenset[int]]]:
+        return await self._flush_outbox()
+
+    async def _flush_outbox(self) -> list[tuple[int, frozenset[int]]]:
+        """Send every pending move to its target; (target, slots) of those applied."""
+        from .._core.registry import partition_actor_name
+
+        applied: list[tuple[int, frozenset[int]]] = []
+        for move_id, (target, bundle) in list(self._core.outbox.items()):
+            name = partition_actor_name(
+                self._namespace, self._core.entity, self._incarnation, target
+            )
+            try:
+                handle = ray.get_actor(name, namespace="raybus")
+                await handle.adopt.remote(move_id, bundle)
+            except Exception as exc:  # the target is restarting: try again later
+                _log.warning("move %s to partition %s failed: %s", move_id, target, exc)
+                self._flush_soon(2.0)
+                continue
+            migration.finish(self._core, move_id)
+            applied.append((target, bundle.slots))
+        await self._commit.durable()
+        return applied
+
+    def _flush_soon(self, delay: float = 0.0) -> None:
+        if self._flushing is not None and not self._flushing.done():
+            return
+
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            await self._flush_outbox()
+
+        self._flushing = asyncio.get_running_loop().create_task(later())
+
+    async def adopt(self, move_id: str, bundle: migration.Bundle) -> bool:
+        """Take over a moved-in bundle, durably and at most once."""
+        applied = migration.adopt(self._core, move_id, bundle)
+        await self._commit.durable()
+        self._notify()
+        return applied
+
+    async def slots(self) -> tuple[frozenset[int] | None, bool]:
+        return self._core.owned, self._core.retiring
+
+    async def _learn_slots(self) -> None:
+        from .namespace import namespace_actor_name
+
+        registry = ray.get_actor(namespace_actor_name(self._namespace), "raybus")
+        pmap = await registry.partition_map.remote(self._core.entity, self._incarnation)
+        if pmap is not None:
+            self._core.owned = pmap.owned_by(self._partition_id)
+            self._core.retiring = self._partition_id in pmap.retiring
+        self._ask_slots = False
+
     async def _idle_loop(self) -> None:
         """Ask the namespace to delete the queue once it has been idle long enough."""
         while True:
@@ -299,8 +396,10 @@ def partition_actor(
     partition_id: int,
     incarnation: int,
     storage_path: str | None,
+    owned: frozenset[int] | None = None,
 ) -> Any:
-    """Create (or find) a named, detached partition actor."""
+    """Create (or find) a named, detached partition actor serving ``owned`` slots (None:
+    all of them)."""
     cls = ray.remote(PartitionActor)
     return cls.options(
         name=name,
@@ -312,4 +411,4 @@ def partition_actor(
         max_concurrency=10_000,
         # Partitions of one entity go to different nodes where there are several.
         scheduling_strategy="SPREAD",
-    ).remote(namespace, properties, partition_id, incarnation, storage_path)
+    ).remote(namespace, properties, partition_id, incarnation, storage_path, owned)

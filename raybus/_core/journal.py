@@ -22,14 +22,19 @@ import pyarrow as pa
 from .record import ACTIVE, MessageRecord, _to_wire
 
 __all__ = [
+    "ADOPTED",
+    "ALIAS",
     "DEDUP",
     "DEL",
     "MAIN",
     "MOVE",
     "NEXT",
+    "OUTBOX",
+    "OUTBOX_DONE",
     "PROPS",
     "PUT",
     "SESSION",
+    "SLOTS",
     "SUB_DLQ",
     "UPD",
     "Entry",
@@ -51,6 +56,11 @@ DEDUP = 5  # payload: (message_id, accepted_at)
 NEXT = 6  # seq: the next sequence number to assign (in checkpoints)
 PROPS = 7  # payload: the entity's QueueProperties (so a restarted actor has the latest)
 SESSION = 8  # payload: (session id, state bytes or None, updated at)
+SLOTS = 9  # payload: (owned slots as a frozenset or None for all, retiring flag)
+ALIAS = 10  # seq: a moved-in message's new number; payload: its number in the old partition
+ADOPTED = 11  # payload: the id of a partition move applied here (moves are idempotent)
+OUTBOX = 12  # payload: (move id, target partition id, raybus._core.migration.Bundle)
+OUTBOX_DONE = 13  # payload: the move id the target has applied
 
 # stores
 MAIN, SUB_DLQ = 0, 1
@@ -108,6 +118,11 @@ class ReplayedState:
         self.next_seq = 0
         self.properties: Any = None
         self.sessions: dict[str, tuple[bytes, float]] = {}  # session id -> (state, updated)
+        self.slots: tuple[frozenset[int] | None, bool] | None = None  # (owned, retiring)
+        self.aliases: dict[int, int] = {}  # old sequence number -> new, for moved messages
+        self.adopted: set[str] = set()
+        self.dedup_slots: dict[str, int] = {}
+        self.outbox: dict[str, tuple[int, Any]] = {}  # move id -> (target, bundle)
 
     def sorted(self) -> ReplayedState:
         self.main = dict(sorted(self.main.items()))
@@ -142,12 +157,25 @@ def replay(entries: Iterable[Entry], state: ReplayedState | None = None) -> Repl
                 moved.state = ACTIVE
                 st.dead_letter[seq] = moved
         elif op == DEDUP:
-            message_id, accepted_at = payload
+            message_id, accepted_at = payload[:2]
             st.dedup[message_id] = (accepted_at, seq)
+            if len(payload) > 2:
+                st.dedup_slots[message_id] = payload[2]
         elif op == NEXT:
             st.next_seq = max(st.next_seq, seq)
         elif op == PROPS:
             st.properties = payload
+        elif op == SLOTS:
+            st.slots = payload
+        elif op == ALIAS:
+            st.aliases[payload] = seq
+        elif op == ADOPTED:
+            st.adopted.add(payload)
+        elif op == OUTBOX:
+            move_id, target, bundle = payload
+            st.outbox[move_id] = (target, bundle)
+        elif op == OUTBOX_DONE:
+            st.outbox.pop(payload, None)
         elif op == SESSION:
             session_id, data, updated = payload
             if data is None:

@@ -36,6 +36,7 @@ from ..exceptions import (
     MessageNotFoundError,
     MessageSizeExceededError,
     MessagingEntityDisabledError,
+    PartitionMovedError,
     ServiceBusError,
     ServiceBusQuotaExceededError,
     SessionCannotBeLockedError,
@@ -51,6 +52,7 @@ from .record import (
     snapshot,
 )
 from .sessions import Session, SessionTable
+from .slots import partition_key, slot_of
 
 __all__ = [
     "ABANDON",
@@ -176,6 +178,15 @@ class Partition:
         self._tokens = _LockTokens()
         # Session-enabled queues serve their main store through per-session queues.
         self._sessions = SessionTable() if properties.requires_session else None
+        # Partitioned entities (raybus._core.slots): the slots whose keys this partition
+        # serves (None: all), and whether it is being removed (it then takes no unkeyed
+        # messages). Changed only by raybus._core.migration.
+        self.owned: frozenset[int] | None = None
+        self.retiring = False
+        self._aliases: dict[int, int] = {}  # moved-in messages: old sequence number -> new
+        self._adopted: set[str] = set()  # ids of moves applied here
+        self._dedup_slots: dict[str, int] = {}  # message id -> slot, on partitioned entities
+        self.outbox: dict[str, tuple[int, Any]] = {}  # moves not yet applied by their target
         # Durable mode (see enable_journal): changes are recorded for the storage log, and
         # receivers see new messages only up to visible_seq, the last one made durable.
         self._journal: list[journal.Entry] | None = None
@@ -204,6 +215,8 @@ class Partition:
         """
         now = self._begin()
         props = self._props
+        if self.owned is not None or self.retiring:
+            self._check_owned(records)
         if not props.status.can_send:
             raise MessagingEntityDisabledError(
                 f"the queue is {props.status.value}; sending is not allowed",
@@ -286,16 +299,52 @@ class Partition:
                 self._record(journal.PUT, self._main, seq, journal.put_payload(rec))
             if dedup and rec.message_id is not None:
                 self._dedup[rec.message_id] = (now, seq)
-                self._record(journal.DEDUP, self._main, seq, (rec.message_id, now))
+                if self.owned is not None:
+                    slot = slot_of(partition_key(rec, True) or rec.message_id)
+                    self._dedup_slots[rec.message_id] = slot
+                    payload: tuple[Any, ...] = (rec.message_id, now, slot)
+                else:
+                    payload = (rec.message_id, now)
+                self._record(journal.DEDUP, self._main, seq, payload)
         return [
             rec.sequence_number if ok else self._dedup[rec.message_id or ""][1]
             for rec, ok in zip(records, is_fresh, strict=True)
         ]
 
+    def _check_owned(self, records: Sequence[MessageRecord]) -> None:
+        """Refuse a batch holding a message this partition no longer serves."""
+        dedup = self._props.requires_duplicate_detection
+        owned = self.owned
+        for rec in records:
+            key = partition_key(rec, dedup)
+            if (key is None and self.retiring) or (
+                key is not None and owned is not None and slot_of(key) not in owned
+            ):
+                raise PartitionMovedError(
+                    "this partition no longer serves that partition key: refresh the "
+                    "partition map and send again",
+                    self.entity,
+                )
+
+    def _check_session_owned(self, session_id: str) -> None:
+        if self.owned is not None and slot_of(session_id) not in self.owned:
+            raise PartitionMovedError(
+                f"session {session_id!r} has moved to another partition", self.entity
+            )
+
+    def resolve(self, seq: int) -> int:
+        """The sequence number a message has here (a moved-in message got a new one)."""
+        return self._aliases.get(seq, seq)
+
+    def locate(self, sequence_numbers: Iterable[int]) -> list[int]:
+        """Which of these (deferred or scheduled) messages this partition holds."""
+        main = self._main.messages
+        return [s for s in sequence_numbers if self.resolve(s) in main]
+
     def cancel_scheduled(self, sequence_numbers: Iterable[int]) -> None:
         """Remove scheduled messages; all or none (``MessageNotFoundError`` names the missing)."""
         self._begin()
-        seqs = list(sequence_numbers)
+        seqs = [self.resolve(s) for s in sequence_numbers]
         missing = [
             s for s in seqs if (rec := self._main.messages.get(s)) is None or rec.state != SCHEDULED
         ]
@@ -411,6 +460,7 @@ class Partition:
         session_id = None
         if session is not None or self._sessions is not None:
             session_id = self._held_session(session).id
+        sequence_numbers = [self.resolve(s) for s in sequence_numbers]
         missing: list[int] = []
         expired: list[MessageRecord] = []
         found: list[MessageRecord] = []
@@ -490,6 +540,7 @@ class Partition:
             raise InvalidArgumentError(
                 f"session_id must be a non-empty str, not {session_id!r}", self.entity, "session_id"
             )
+        self._check_session_owned(session_id)
         s = sessions.by_id.get(session_id)
         if s is not None and s.holder is not None:
             raise SessionCannotBeLockedError(
@@ -789,6 +840,7 @@ class Partition:
             if dedup[first][0] + window > now:
                 break
             del dedup[first]
+            self._dedup_slots.pop(first, None)
         return woke
 
     def next_deadline(self) -> float | None:
@@ -951,7 +1003,19 @@ class Partition:
             for seq, rec in store.messages.items():
                 out.append((journal.PUT, store.id, seq, journal.put_payload(rec)))
         for message_id, (accepted_at, seq) in self._dedup.items():
-            out.append((journal.DEDUP, journal.MAIN, seq, (message_id, accepted_at)))
+            slot = self._dedup_slots.get(message_id)
+            payload: tuple[Any, ...] = (message_id, accepted_at)
+            if slot is not None:
+                payload += (slot,)
+            out.append((journal.DEDUP, journal.MAIN, seq, payload))
+        if self.owned is not None or self.retiring:
+            out.append((journal.SLOTS, journal.MAIN, 0, (self.owned, self.retiring)))
+        for old, new in self._aliases.items():
+            out.append((journal.ALIAS, journal.MAIN, new, old))
+        for move_id in self._adopted:
+            out.append((journal.ADOPTED, journal.MAIN, 0, move_id))
+        for move_id, (target, bundle) in self.outbox.items():
+            out.append((journal.OUTBOX, journal.MAIN, 0, (move_id, target, bundle)))
         if self._sessions is not None:
             for s in self._sessions.by_id.values():
                 if s.state is not None:
@@ -971,6 +1035,12 @@ class Partition:
             self._props = state.properties
         self._main.messages, self._dlq.messages = state.main, state.dead_letter
         self._dedup = state.dedup
+        self._dedup_slots = state.dedup_slots
+        if state.slots is not None:
+            self.owned, self.retiring = state.slots
+        self._aliases = state.aliases
+        self._adopted = state.adopted
+        self.outbox = state.outbox
         self._next_seq = max(self._next_seq, state.next_seq)
         for store in (self._main, self._dlq):
             for seq, rec in store.messages.items():

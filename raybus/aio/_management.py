@@ -93,7 +93,25 @@ class ServiceBusAdministrationClient:
             created_at_utc=from_timestamp(route.created_at),
             updated_at_utc=from_timestamp(route.updated_at),
             accessed_at_utc=from_timestamp(max(c.accessed_at for c in counts)),
+            partition_count=len(route.pmap.live),
+            partition_map_version=route.pmap.version,
         )
+
+    async def wait_for_partitions(self, queue_name: str, *, timeout: float = 60.0) -> int:
+        """Wait until a change of ``partition_count`` has completed (every slot moved, removed
+        partitions drained and stopped) or ``timeout`` seconds passed; returns the number of
+        live partitions. A raybus extension: senders and receivers need not wait for it."""
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise InvalidArgumentError("timeout must be a positive number", queue_name, "timeout")
+        route = await _rpc.call(
+            queue_name,
+            self._conn.registry.wait_partitions,
+            validate_entity_name(queue_name),
+            float(timeout),
+            timeout=timeout + 10,
+        )
+        self._conn.forget(queue_name)
+        return len(route.pmap.live)
 
     async def list_queues_runtime_properties(self) -> list[QueueRuntimeProperties]:
         return [await self.get_queue_runtime_properties(q.name) for q in await self.list_queues()]

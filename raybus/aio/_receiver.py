@@ -62,6 +62,12 @@ def _retries(method_name: str) -> int:
     return _rpc.READ_RETRIES if method_name in ("receive", "peek") else 0
 
 
+def _ignore_outcome(fut: asyncio.Future[Any]) -> None:
+    """Retrieve a cancelled wait's outcome, so asyncio does not report it as lost."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
@@ -218,6 +224,7 @@ class ServiceBusReceiver:
                     break
         finally:
             for fut in pending:
+                fut.add_done_callback(_ignore_outcome)
                 ray.cancel(refs[futs[fut]])
         return ready
 
@@ -532,17 +539,8 @@ class ServiceBusReceiver:
                 timeout=timeout,
             )
             return self._wrap(rows, kind)
-        by_partition: dict[int, list[int]] = {}
-        for seq in seqs:
-            by_partition.setdefault(seq >> 48, []).append(seq)
         route = await self._conn.route(self.entity_path)
-        gone = [s for pid, ss in by_partition.items() if route.handle(pid) is None for s in ss]
-        if gone:
-            raise MessageNotFoundError(
-                f"no deferred message is available with sequence number(s) {gone}",
-                self.entity_path,
-                gone,
-            )
+        by_partition = await self._conn.locate(route, seqs)
         results = await asyncio.gather(
             *(
                 self._call("receive_deferred", ss, self._delete, partition=pid, timeout=timeout)

@@ -12,12 +12,10 @@ from .. import _rpc
 from .._actors.namespace import Route
 from .._clock import to_timestamp
 from .._connection import Connection
-from .._core.partition import SEQUENCE_BITS
 from .._core.record import MessageRecord, snapshot, to_wire
 from .._core.slots import partition_key
 from ..exceptions import (
     InvalidArgumentError,
-    MessageNotFoundError,
     MessagingEntityNotFoundError,
     OperationTimeoutError,
     PartitionMovedError,
@@ -241,14 +239,7 @@ class ServiceBusSender:
             return
         route = await self._route()
         timeout_s = _check_timeout(timeout, self.entity_path)
-        by_partition: dict[int, list[int]] = {}
-        for seq in seqs:
-            by_partition.setdefault(seq >> SEQUENCE_BITS, []).append(seq)
-        missing = [s for pid, ss in by_partition.items() if route.handle(pid) is None for s in ss]
-        if missing:
-            raise MessageNotFoundError(
-                f"no scheduled message has sequence number(s) {missing}", self.entity_path, missing
-            )
+        by_partition = await self._conn.locate(route, seqs)
         # Each partition's share is all-or-none; a share is checked before any is cancelled
         # only within its partition (cancelling is idempotent to repeat).
         await asyncio.gather(

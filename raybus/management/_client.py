@@ -43,6 +43,9 @@ class ServiceBusAdministrationClient:
     def get_queue_runtime_properties(self, queue_name: str) -> QueueRuntimeProperties:
         return run(self._aio.get_queue_runtime_properties(queue_name))
 
+    def wait_for_partitions(self, queue_name: str, *, timeout: float = 60.0) -> int:
+        return run(self._aio.wait_for_partitions(queue_name, timeout=timeout))
+
     def list_queues_runtime_properties(self) -> list[QueueRuntimeProperties]:
         return run(self._aio.list_queues_runtime_properties())
 

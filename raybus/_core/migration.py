@@ -1,0 +1,202 @@
+"""Moving slots (and messages) between partitions while the entity keeps running.
+
+A partition change (``raybus._actors.namespace`` drives it) moves whole slots of the partition
+map (``raybus._core.slots``) from a source partition to a target:
+
+1. ``hand_over`` (source): the slots stop being served here at once (a send or session accept
+   for them gets ``PartitionMovedError`` and the client retries with the new map). Slots that
+   hold a session locked by a receiver are *pinned*: they stay, so a session never moves while
+   someone works on it. For the other slots the source takes out, in sequence order, the
+   session messages (every state), the session states and the duplicate-detection ids; a
+   *retiring* source (scale-down) also takes out every other unlocked message, dead-lettered
+   ones included, for the ``spill`` partition. What is taken out is written to the source's
+   log as an *outbox* entry in the same durable step that removes it, so it is never lost and
+   never visible in two places.
+2. ``adopt`` (target): stores the bundle durably, under new sequence numbers (taken in the
+   original order, so a session's order holds). Deferred and scheduled messages keep working
+   under their old numbers (an alias). Each bundle is applied at most once (its move id is
+   logged with it), so the source may resend it after any failure.
+3. ``finish`` (source): the target confirmed; the outbox entry is dropped.
+
+A message keeps its delivery count, times, state and properties; it gets a new sequence number
+in its new partition (as a scheduled message does when it turns active). A message locked by a
+receiver is never moved: a retiring partition keeps it until it is settled or its lock ends.
+"""
+
+from __future__ import annotations
+
+import heapq
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import journal
+from .partition import Partition
+from .record import ACTIVE, DEFERRED, SCHEDULED, MessageRecord
+from .slots import SLOTS, partition_key, slot_of
+
+__all__ = ["Bundle", "adopt", "finish", "hand_over", "is_empty"]
+
+
+@dataclass
+class Bundle:
+    """What one move carries to one target."""
+
+    slots: frozenset[int]
+    records: list[tuple[int, tuple[Any, ...]]] = field(default_factory=list)  # (store, row)
+    dedup: list[tuple[str, float, int, int]] = field(default_factory=list)  # id, at, seq, slot
+    sessions: list[tuple[str, bytes, float]] = field(default_factory=list)  # id, state, at
+
+
+def hand_over(
+    p: Partition, moves: dict[int, frozenset[int]], spill: int | None
+) -> tuple[dict[str, tuple[int, Bundle]], frozenset[int]]:
+    """Stop serving the slots in ``moves`` (target partition id -> slots) and take out what
+    goes with them. With ``spill`` the partition is retiring: it also takes no more unkeyed
+    messages, and its other unlocked messages go to ``spill``.
+
+    Returns the new outbox entries (move id -> (target, bundle)), also kept in ``p.outbox``
+    and journaled, and the pinned slots (not moved, still served here).
+    """
+    now = p._begin()
+    slot_target = {s: t for t, slots in moves.items() for s in slots}
+    pinned: set[int] = set()
+    sessions = p._sessions
+    if sessions is not None:
+        for s in sessions.by_id.values():
+            slot = slot_of(s.id)
+            if s.holder is not None and slot in slot_target:
+                pinned.add(slot)
+    for slot in pinned:
+        del slot_target[slot]
+    owned = p.owned if p.owned is not None else frozenset(range(SLOTS))
+    p.owned = owned - frozenset(slot_target)
+    if spill is not None:
+        p.retiring = True
+    p._record(journal.SLOTS, p._main, 0, (p.owned, p.retiring))
+
+    bundles: dict[int, Bundle] = {}
+
+    def bundle(target: int) -> Bundle:
+        b = bundles.get(target)
+        if b is None:
+            slots = frozenset(s for s, t in slot_target.items() if t == target)
+            b = bundles[target] = Bundle(slots)
+        return b
+
+    dedup = p._props.requires_duplicate_detection
+    for store in (p._main, p._dlq):
+        for seq in sorted(store.messages):
+            rec = store.messages[seq]
+            if rec.lock_token is not None:
+                continue  # in a receiver's hands: never moved
+            key = partition_key(rec, dedup) if store is p._main else None
+            target = slot_target.get(slot_of(key)) if key is not None else None
+            in_session = rec.session_id is not None and sessions is not None
+            if target is None:
+                if spill is None or (in_session and store is p._main):
+                    continue  # stays: not retiring, or its session's slot is pinned
+                target = spill
+            _take_out(p, store, rec)
+            bundle(target).records.append((store.id, journal.put_payload(rec)))
+    for message_id, (accepted_at, seq) in p._dedup.items():
+        slot = p._dedup_slots.get(message_id, slot_of(message_id))
+        target = slot_target.get(slot)
+        if target is not None:
+            bundle(target).dedup.append((message_id, accepted_at, seq, slot))
+    if sessions is not None:
+        for s in list(sessions.by_id.values()):
+            target = slot_target.get(slot_of(s.id))
+            if target is None:
+                continue
+            if s.state is not None:
+                bundle(target).sessions.append((s.id, s.state, s.state_updated))
+                p._size -= len(s.state)
+                p._record(journal.SESSION, p._main, 0, (s.id, None, now))
+            sessions.by_id.pop(s.id, None)
+            sessions.ready.pop(s.id, None)
+    for target in set(slot_target.values()):  # one that gets slots but no messages, too
+        bundle(target)
+    out: dict[str, tuple[int, Bundle]] = {}
+    for target, b in bundles.items():
+        move_id = uuid.uuid4().hex
+        out[move_id] = (target, b)
+        p.outbox[move_id] = (target, b)
+        p._record(journal.OUTBOX, p._main, 0, (move_id, target, b))
+    return out, frozenset(pinned)
+
+
+def _take_out(p: Partition, store: Any, rec: MessageRecord) -> None:
+    seq = rec.sequence_number
+    del store.messages[seq]
+    p._size -= rec.size
+    if rec.state == SCHEDULED and store is p._main:
+        p._scheduled_count -= 1
+    p._record(journal.DEL, store, seq)
+
+
+def adopt(p: Partition, move_id: str, b: Bundle) -> bool:
+    """Store a moved-in bundle and serve its slots; False if it was applied before."""
+    p._begin()
+    if move_id in p._adopted:
+        return False
+    for store_id, row in b.records:
+        rec = MessageRecord(*row)
+        old = rec.sequence_number
+        new = p._take_seq()
+        rec.sequence_number = new
+        store = p._main if store_id == journal.MAIN else p._dlq
+        store.messages[new] = rec
+        p._size += rec.size
+        p._record(journal.PUT, store, new, journal.put_payload(rec))
+        if store is p._dlq:
+            heapq.heappush(store.available, new)
+        elif rec.state == SCHEDULED:
+            p._scheduled_count += 1
+            heapq.heappush(p._schedule_heap, (rec.enqueued_time, new))
+        elif rec.state == ACTIVE:
+            p._push_available(store, rec)
+            if rec.expires_at != float("inf"):
+                heapq.heappush(p._ttl_heap, (rec.expires_at, new))
+        if rec.state in (DEFERRED, SCHEDULED) and store is p._main:
+            p._aliases[old] = new
+            p._record(journal.ALIAS, p._main, new, old)
+    if b.dedup:
+        merged = dict(p._dedup)
+        for message_id, accepted_at, seq, slot in b.dedup:
+            merged[message_id] = (accepted_at, seq)
+            p._dedup_slots[message_id] = slot
+            p._record(journal.DEDUP, p._main, seq, (message_id, accepted_at, slot))
+        # The window sweep expects the oldest first.
+        p._dedup = dict(sorted(merged.items(), key=lambda kv: kv[1][0]))
+    if b.sessions and p._sessions is not None:
+        for session_id, state, updated in b.sessions:
+            s = p._sessions.get(session_id)
+            p._size += len(state) - (len(s.state) if s.state is not None else 0)
+            s.state, s.state_updated = state, updated
+            p._record(journal.SESSION, p._main, 0, (session_id, state, updated))
+    if p.owned is not None:
+        p.owned = p.owned | b.slots
+        p._record(journal.SLOTS, p._main, 0, (p.owned, p.retiring))
+    p._adopted.add(move_id)
+    p._record(journal.ADOPTED, p._main, 0, move_id)
+    return True
+
+
+def finish(p: Partition, move_id: str) -> None:
+    """The target applied the move: forget it."""
+    if p.outbox.pop(move_id, None) is not None:
+        p._record(journal.OUTBOX_DONE, p._main, 0, move_id)
+
+
+def is_empty(p: Partition) -> bool:
+    """A retiring partition may stop: no message, no slot, no session, nothing in transit."""
+    p.tick()
+    sessions = p._sessions
+    return (
+        not p._main.messages
+        and not p._dlq.messages
+        and not p.owned
+        and not p.outbox
+        and (sessions is None or not any(s.holder or s.state for s in sessions.by_id.values()))
+    )
