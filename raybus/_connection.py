@@ -14,8 +14,8 @@ import os
 import re
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import ray
 
@@ -24,7 +24,12 @@ from ._actors.namespace import Route, namespace_actor
 from ._batching import Coalescer
 from ._core.partition import SettleOp
 from ._core.record import MessageRecord, to_wire
-from .exceptions import InvalidArgumentError, ServiceBusConnectionError, ServiceBusError
+from .exceptions import (
+    InvalidArgumentError,
+    MessagingEntityNotFoundError,
+    ServiceBusConnectionError,
+    ServiceBusError,
+)
 
 __all__ = ["Connection", "ensure_ray"]
 
@@ -102,6 +107,8 @@ def resolve_storage_path(storage_path: str | None) -> str | None:
 # A cached route older than this is refreshed in the background (the partition map may have
 # changed: receivers must learn of new partitions even if no send is ever redirected).
 ROUTE_TTL_S = 1.0
+ROUTE_RETRIES = 5
+T = TypeVar("T")
 
 
 class Connection:
@@ -166,25 +173,57 @@ class Connection:
             return None
         return self._routes.get(key)
 
-    async def locate(self, route: Route, seqs: list[int]) -> dict[int, list[int]]:
+    async def locate(
+        self, route: Route, seqs: list[int], state: int | None = None
+    ) -> tuple[dict[int, list[int]], list[int]]:
         """Which partition holds each (deferred or scheduled) sequence number: the one its
         top bits name, unless a partition change moved it (then the one that adopted it).
-        Numbers found nowhere are given to the partition they name (which reports them)."""
+
+        Returns (numbers per partition, numbers found nowhere (in ``state``, when given));
+        those found nowhere are also given to the partition they name, which reports them.
+        """
         by_partition: dict[int, list[int]] = {}
         parts = route.existing()
-        if len(parts) > 1:
+        missing: list[int] = []
+        if len(parts) > 1 or state is not None:
             found = await asyncio.gather(
-                *(_rpc.call(route.properties.name, h.locate, seqs) for _pid, h in parts)
+                *(_rpc.call(route.properties.name, h.locate, seqs, state) for _pid, h in parts)
             )
             where = {seq: pid for (pid, _h), held in zip(parts, found, strict=True) for seq in held}
         else:
             where = dict.fromkeys(seqs, parts[0][0])
         for seq in seqs:
+            if seq not in where:
+                missing.append(seq)
             pid = where.get(seq, seq >> 48)
             if route.handle(pid) is None:
                 pid = parts[0][0]
             by_partition.setdefault(pid, []).append(seq)
-        return by_partition
+        return by_partition, missing
+
+    async def recheck(self, name: str) -> bool:
+        """After a partition actor turned out to be gone: True if the entity still exists (a
+        partition change removed that partition; the route is now fresh), False if the entity
+        was deleted (the route is forgotten; the caller raises)."""
+        key = name.lower()
+        old = self._routes.get(key)
+        try:
+            new = await self._fetch(name, key)
+        except MessagingEntityNotFoundError:
+            self.forget(name)
+            return False
+        return old is None or new.incarnation == old.incarnation
+
+    async def retrying(self, name: str, op: Callable[[], Awaitable[T]]) -> T:
+        """Run ``op`` (which must be safe to repeat), again with a fresh route when a
+        partition it reached had been removed by a partition change."""
+        for attempt in range(ROUTE_RETRIES):
+            try:
+                return await op()
+            except MessagingEntityNotFoundError:
+                if attempt == ROUTE_RETRIES - 1 or not await self.recheck(name):
+                    raise
+        raise AssertionError("unreachable")
 
     def forget(self, name: str) -> None:
         self._routes.pop(name.lower(), None)

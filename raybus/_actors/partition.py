@@ -286,9 +286,10 @@ class PartitionActor:
     async def counts(self) -> PartitionCounts:
         return self._core.counts()
 
-    async def locate(self, sequence_numbers: list[int]) -> list[int]:
-        """Which of these deferred or scheduled messages this partition holds."""
-        return self._core.locate(sequence_numbers)
+    async def locate(self, sequence_numbers: list[int], state: int | None = None) -> list[int]:
+        """Which of these messages this partition holds (in ``state``, when given)."""
+        self._core.tick()
+        return self._core.locate(sequence_numbers, state)
 
     # -------------------------------------------------------------- partition changes
 

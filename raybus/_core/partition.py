@@ -336,10 +336,15 @@ class Partition:
         """The sequence number a message has here (a moved-in message got a new one)."""
         return self._aliases.get(seq, seq)
 
-    def locate(self, sequence_numbers: Iterable[int]) -> list[int]:
-        """Which of these (deferred or scheduled) messages this partition holds."""
+    def locate(self, sequence_numbers: Iterable[int], state: int | None = None) -> list[int]:
+        """Which of these messages this partition holds (in ``state``, when given)."""
         main = self._main.messages
-        return [s for s in sequence_numbers if self.resolve(s) in main]
+        out = []
+        for s in sequence_numbers:
+            rec = main.get(self.resolve(s))
+            if rec is not None and (state is None or rec.state == state):
+                out.append(s)
+        return out
 
     def cancel_scheduled(self, sequence_numbers: Iterable[int]) -> None:
         """Remove scheduled messages; all or none (``MessageNotFoundError`` names the missing)."""

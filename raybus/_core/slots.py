@@ -26,9 +26,17 @@ __all__ = ["SLOTS", "PartitionMap", "partition_key", "slot_of"]
 SLOTS = 1024  # a power of two; at least 16 slots per partition at the 64-partition maximum
 
 
+_SLOT_SHIFT = 32 - (SLOTS.bit_length() - 1)
+
+
 def slot_of(key: str) -> int:
-    """The slot of a partition key (stable across processes and Python versions)."""
-    return zlib.crc32(key.encode("utf-8", "surrogatepass")) & (SLOTS - 1)
+    """The slot of a partition key (stable across processes and Python versions).
+
+    CRC-32's low bits barely differ between similar keys ("s1", "s2", ...), so the CRC is
+    mixed by Fibonacci hashing and the slot taken from the top bits.
+    """
+    crc = zlib.crc32(key.encode("utf-8", "surrogatepass"))
+    return ((crc * 0x9E3779B1) & 0xFFFFFFFF) >> _SLOT_SHIFT
 
 
 def partition_key(rec: MessageRecord, dedup: bool) -> str | None:

@@ -216,9 +216,11 @@ class ServiceBusReceiver:
                     try:
                         if fut.result():
                             ready.append(parts[futs[fut]])
-                    except Exception as exc:  # a restarting partition: try the others
+                    except Exception as exc:  # restarting or removed: try the others
                         error = _rpc.translate(exc, entity)
-                        if not isinstance(error, ServiceBusConnectionError):
+                        if not isinstance(
+                            error, ServiceBusConnectionError | MessagingEntityNotFoundError
+                        ):
                             raise error from None
                 if not ready and pending and all(f.done() for f in pending):
                     break
@@ -242,7 +244,8 @@ class ServiceBusReceiver:
                 retries=_retries(method_name),
             )
         except MessagingEntityNotFoundError:
-            self._conn.forget(self.entity_path)
+            if partition == 0:
+                self._conn.forget(self.entity_path)
             raise
 
     async def _settle_pending(self) -> None:
@@ -279,6 +282,16 @@ class ServiceBusReceiver:
         if ready:
             return ready
         sent_before = list(self._pending)
+        rows = await self._conn.retrying(self.entity_path, lambda: self._fetch(fetch, deadline))
+        # The settlements sent before this call ran alongside it; report a refusal now.
+        if sent_before:
+            await asyncio.gather(*sent_before, return_exceptions=True)
+        if self._failures and rows:
+            await self._release_rows(rows)
+        return self._receive_done(rows, count)
+
+    async def _fetch(self, fetch: int, deadline: float | None) -> list[WireRecord]:
+        """Receive up to ``fetch`` messages from the broker (waiting until ``deadline``)."""
         route = await self._conn.route(self.entity_path)
         if self.session is not None:
             _sid, _token, pid = await self.session.ensure()
@@ -298,12 +311,8 @@ class ServiceBusReceiver:
                     break
         else:
             rows = await self._receive_partitioned(route, fetch, deadline)
-        # The settlements sent before this call ran alongside it; report a refusal now.
-        if sent_before:
-            await asyncio.gather(*sent_before, return_exceptions=True)
-        if self._failures and rows:
-            await self._release_rows(rows)
-        return self._receive_done(rows, count)
+        result: list[WireRecord] = rows
+        return result
 
     async def _receive_partitioned(
         self, route: Route, fetch: int, deadline: float | None
@@ -471,7 +480,10 @@ class ServiceBusReceiver:
             rows = await self._call("peek", start, count, self._dead_letter, timeout=timeout)
             peeked = self._wrap(rows, "peeked")
         else:
-            peeked = await self._peek_partitioned(route, count, sequence_number, timeout)
+            peeked = await self._conn.retrying(
+                self.entity_path,
+                lambda: self._peek_partitioned(count, sequence_number, timeout),
+            )
         if peeked:
             self._peek_cursor = peeked[-1].sequence_number + 1
             for msg in peeked:
@@ -482,10 +494,11 @@ class ServiceBusReceiver:
         return peeked
 
     async def _peek_partitioned(
-        self, route: Route, count: int, sequence_number: int, timeout: Any
+        self, count: int, sequence_number: int, timeout: Any
     ) -> list[ServiceBusReceivedMessage]:
         """Peek a partitioned queue: from ``sequence_number`` within the partition it names,
         else from where this receiver left off in every partition, oldest first."""
+        route = await self._conn.route(self.entity_path)
         if sequence_number:
             pid = sequence_number >> 48
             if route.handle(pid) is None:
@@ -539,8 +552,7 @@ class ServiceBusReceiver:
                 timeout=timeout,
             )
             return self._wrap(rows, kind)
-        route = await self._conn.route(self.entity_path)
-        by_partition = await self._conn.locate(route, seqs)
+        by_partition = await self._conn.retrying(self.entity_path, lambda: self._locate(seqs))
         results = await asyncio.gather(
             *(
                 self._call("receive_deferred", ss, self._delete, partition=pid, timeout=timeout)
@@ -564,6 +576,11 @@ class ServiceBusReceiver:
             raise errors[0]
         rows = [row for r in results if not isinstance(r, BaseException) for row in r]
         return self._wrap(rows, kind)
+
+    async def _locate(self, seqs: list[int]) -> dict[int, list[int]]:
+        route = await self._conn.route(self.entity_path)
+        by_partition, _missing = await self._conn.locate(route, seqs)
+        return by_partition
 
     def __aiter__(self) -> AsyncIterator[ServiceBusReceivedMessage]:
         return self._iterate()

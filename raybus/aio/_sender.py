@@ -12,10 +12,13 @@ from .. import _rpc
 from .._actors.namespace import Route
 from .._clock import to_timestamp
 from .._connection import Connection
-from .._core.record import MessageRecord, snapshot, to_wire
+from .._core.record import SCHEDULED, MessageRecord, snapshot, to_wire
 from .._core.slots import partition_key
 from ..exceptions import (
     InvalidArgumentError,
+    MessageNotFoundError,
+    MessageSizeExceededError,
+    MessagingEntityDisabledError,
     MessagingEntityNotFoundError,
     OperationTimeoutError,
     PartitionMovedError,
@@ -52,6 +55,33 @@ def _records(messages: SendInput) -> list[MessageRecord]:
             )
         out.append(m._to_record())
     return out
+
+
+def _check_spanning(route: Route, records: list[MessageRecord]) -> None:
+    """A list that spans partitions is refused for bad input before any share is sent, so a
+    rejected list stores nothing (the partitions repeat these checks)."""
+    name = route.properties.name
+    limit = route.properties.max_message_size
+    for rec in records:
+        if rec.partition_key is not None and rec.session_id not in (None, rec.partition_key):
+            raise InvalidArgumentError(
+                f"partition_key {rec.partition_key!r} differs from session_id "
+                f"{rec.session_id!r}: a session's messages are partitioned by their session",
+                name,
+                "partition_key",
+            )
+        if rec.size > limit:
+            raise MessageSizeExceededError(
+                f"message of {rec.size} bytes exceeds the queue's limit of {limit} bytes",
+                name,
+                rec.size,
+                limit,
+            )
+    status = route.properties.status
+    if not status.can_send:
+        raise MessagingEntityDisabledError(
+            f"the queue is {status.value}; sending is not allowed", name, status.value
+        )
 
 
 def _check_timeout(timeout: Any, entity: str) -> float | None:
@@ -142,6 +172,8 @@ class ServiceBusSender:
         while True:
             subset = [records[i] for i in todo]
             groups = self._groups(route, subset)
+            if len(groups) > 1:
+                _check_spanning(route, subset)
             entity = route.properties.name
             futs = [
                 self._conn.sender(entity, route.partitions[pid]).submit([subset[j] for j in idxs])
@@ -150,8 +182,13 @@ class ServiceBusSender:
             results = await asyncio.gather(*futs, return_exceptions=True)
             moved: list[int] = []
             first_error: BaseException | None = None
+            gone = any(isinstance(r, MessagingEntityNotFoundError) for r in results)
+            # A partition removed by a change (not the queue deleted): resend by the new map.
+            removed = gone and await self._conn.recheck(self.entity_path)
             for (_pid, idxs), result in zip(groups.items(), results, strict=True):
-                if isinstance(result, PartitionMovedError):
+                if isinstance(result, PartitionMovedError) or (
+                    removed and isinstance(result, MessagingEntityNotFoundError)
+                ):
                     moved.extend(todo[j] for j in idxs)
                 elif isinstance(result, BaseException):
                     first_error = first_error or result
@@ -199,8 +236,12 @@ class ServiceBusSender:
     async def send_messages(self, message: SendInput, *, timeout: float | None = None) -> None:
         """Send one message, a list, or a batch. Returns once the broker accepted all of it.
 
-        A list or batch is all-or-nothing: on any error nothing of it was stored. With
-        duplicate detection on, repeated message ids are dropped silently.
+        A list or batch is all-or-nothing: on any error nothing of it was stored. On a queue of
+        several partitions a list whose messages have different partition keys is split by
+        partition: bad input still stores nothing (checked before any share is sent), but a
+        refusal only one partition can make (its size quota) leaves the other shares stored
+        (give the list one partition key to make it all-or-nothing). With duplicate detection
+        on, repeated message ids are dropped silently.
         """
         records = _records(message)
         await self._send(records, _check_timeout(timeout, self.entity_path))
@@ -239,9 +280,13 @@ class ServiceBusSender:
             return
         route = await self._route()
         timeout_s = _check_timeout(timeout, self.entity_path)
-        by_partition = await self._conn.locate(route, seqs)
-        # Each partition's share is all-or-none; a share is checked before any is cancelled
-        # only within its partition (cancelling is idempotent to repeat).
+        by_partition, missing = await self._conn.locate(route, seqs, SCHEDULED)
+        if missing:  # checked in every partition before anything is cancelled
+            raise MessageNotFoundError(
+                f"no scheduled message has sequence number(s) {missing}", self.entity_path, missing
+            )
+        # A message that activates between the check and its cancellation makes its
+        # partition's share fail (all or none within a partition); the others are cancelled.
         await asyncio.gather(
             *(
                 _rpc.call(

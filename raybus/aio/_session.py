@@ -99,7 +99,8 @@ class ServiceBusSession:
                 self._accepting = asyncio.Lock()
             async with self._accepting:
                 if self._token is None:
-                    await self._accept()
+                    conn = self._receiver._conn
+                    await conn.retrying(self._entity, self._accept)
         assert self.session_id is not None and self._token is not None
         return self.session_id, self._token, self._pid
 

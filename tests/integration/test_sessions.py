@@ -831,3 +831,61 @@ async def test_aio_sessions_of_a_partitioned_queue_are_served_exactly_once_by_co
 
     await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(3))), 60)
     _check_partitioned_sessions(workload, received)
+
+
+def test_a_session_of_a_partitioned_queue_keeps_state_deferral_and_peek_in_its_partition(
+    client: raybus.ServiceBusClient, partitioned_session_queue: str
+) -> None:
+    q = partitioned_session_queue
+    pmap = PartitionMap.initial(PARTITIONS)
+    sid = next(s for s in (f"part-{i}" for i in range(1000)) if pmap.owner(s) == PARTITIONS - 1)
+    _send(client, q, _msgs(sid, "d0", "d1", "d2"))
+    with client.get_queue_receiver(q, session_id=sid, max_wait_time=5) as receiver:
+        assert receiver.session is not None
+        peeked = receiver.peek_messages(10)
+        assert _bodies(peeked) == ["d0", "d1", "d2"]
+        got = _receive_n(receiver, 3)
+        assert {m.partition_id for m in got} == {PARTITIONS - 1}
+        receiver.defer_message(got[0])
+        receiver.session.set_state("deferred d0")
+        receiver.complete_message(got[1])
+        receiver.complete_message(got[2])
+        (back,) = receiver.receive_deferred_messages([got[0].sequence_number])
+        assert back.body == "d0"
+        receiver.complete_message(back)
+        assert receiver.session.get_state() == b"deferred d0"
+        receiver.session.set_state(None)
+    # Receiving without a session is refused by the partitioned session queue too.
+    with (
+        client.get_queue_receiver(q, max_wait_time=1) as plain,
+        pytest.raises(InvalidArgumentError),
+    ):
+        plain.receive_messages()
+    assert sid not in client.list_queue_sessions(q)
+
+
+async def test_aio_next_available_on_a_partitioned_queue_wakes_for_a_session_in_any_partition(
+    aclient: aio.ServiceBusClient, partitioned_session_queue: str
+) -> None:
+    q = partitioned_session_queue
+    pmap = PartitionMap.initial(PARTITIONS)
+    sid = next(s for s in (f"wake-{i}" for i in range(1000)) if pmap.owner(s) == PARTITIONS - 1)
+
+    async def send_later() -> None:
+        await asyncio.sleep(0.5)
+        async with aclient.get_queue_sender(q) as sender:
+            await sender.send_messages(_msgs(sid, "w0", "w1"))
+
+    sending = asyncio.create_task(send_later())
+    started = time.monotonic()
+    async with aclient.get_queue_receiver(
+        q, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=20
+    ) as receiver:
+        assert time.monotonic() - started < 10, "the waiting accept was not woken"
+        assert receiver.session is not None and receiver.session.session_id == sid
+        got = await _areceive_n(receiver, 2)
+        assert _bodies(got) == ["w0", "w1"]
+        assert {m.partition_id for m in got} == {PARTITIONS - 1}
+        for m in got:
+            await receiver.complete_message(m)
+    await sending
