@@ -23,9 +23,7 @@ Guarantees:
 from __future__ import annotations
 
 import heapq
-import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .._clock import Clock
@@ -39,10 +37,9 @@ from ..exceptions import (
     PartitionMovedError,
     ServiceBusError,
     ServiceBusQuotaExceededError,
-    SessionCannotBeLockedError,
-    SessionLockLostError,
 )
 from . import journal
+from .partition_sessions import SessionOps
 from .record import (
     ACTIVE,
     DEFERRED,
@@ -51,8 +48,9 @@ from .record import (
     check_application_properties,
     snapshot,
 )
-from .sessions import Session, SessionTable
+from .sessions import SessionTable
 from .slots import partition_key, slot_of
+from .store import LockTokens, PartitionCounts, SettleOp, Store
 
 __all__ = [
     "ABANDON",
@@ -80,72 +78,7 @@ SESSION_ID_IS_NULL = "Session ID is null"
 SEQUENCE_BITS = 48  # the partition id lives above these
 
 
-@dataclass(slots=True)
-class SettleOp:
-    """One settlement: ``kind`` is complete/abandon/dead_letter/defer/release.
-
-    ``properties`` (abandon, dead-letter, defer) are merged into the message's application
-    properties; ``reason``/``description`` are the dead-letter reason and error description.
-    """
-
-    kind: str
-    lock_token: str
-    properties: dict[str, Any] | None = None
-    reason: str | None = None
-    description: str | None = None
-
-    def to_wire(self) -> tuple[Any, ...]:
-        """As a tuple for a remote call (rebuild with ``SettleOp(*t)``)."""
-        return (self.kind, self.lock_token, self.properties, self.reason, self.description)
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionCounts:
-    """Counters of one partition at one moment."""
-
-    active: int
-    dead_letter: int
-    scheduled: int
-    size_in_bytes: int
-    accessed_at: float
-
-
-class _LockTokens:
-    """Lock tokens in UUID form: a random prefix per partition instance and a counter.
-
-    Unique for the life of the instance; a restarted partition draws a new prefix, so tokens
-    issued before the restart can never match. Several times cheaper than ``uuid.uuid4()``.
-    """
-
-    __slots__ = ("_count", "_prefix")
-
-    def __init__(self) -> None:
-        hexes = uuid.uuid4().hex
-        self._prefix = f"{hexes[:8]}-{hexes[8:12]}-4{hexes[13:16]}-{hexes[16:20]}-"
-        self._count = int(hexes[20:], 16) >> 8  # random start, far from wrapping 48 bits
-
-    def next(self) -> str:
-        self._count += 1
-        return f"{self._prefix}{self._count & 0xFFFFFFFFFFFF:012x}"
-
-
-class _Store:
-    """The messages of one queue or sub-queue and the heap of those ready for delivery."""
-
-    __slots__ = ("available", "id", "messages", "name")
-
-    def __init__(self, name: str, store_id: int) -> None:
-        self.name = name
-        self.id = store_id  # journal.MAIN or journal.SUB_DLQ
-        self.messages: dict[int, MessageRecord] = {}
-        self.available: list[int] = []  # min-heap of sequence numbers; may hold stale entries
-
-    def is_available(self, seq: int) -> bool:
-        rec = self.messages.get(seq)
-        return rec is not None and rec.lock_token is None and rec.state == ACTIVE
-
-
-class Partition:
+class Partition(SessionOps):
     """The state of one partition of a queue (main queue and dead-letter sub-queue)."""
 
     def __init__(
@@ -166,16 +99,16 @@ class Partition:
         self._next_seq = (partition_id << SEQUENCE_BITS) + 1
         self._props = properties
         self.entity = properties.name
-        self._main = _Store(properties.name, journal.MAIN)
-        self._dlq = _Store(f"{properties.name}/$DeadLetterQueue", journal.SUB_DLQ)
-        self._locks: dict[str, tuple[_Store, int]] = {}
+        self._main = Store(properties.name, journal.MAIN)
+        self._dlq = Store(f"{properties.name}/$DeadLetterQueue", journal.SUB_DLQ)
+        self._locks: dict[str, tuple[Store, int]] = {}
         self._lock_heap: list[tuple[float, str]] = []
         self._schedule_heap: list[tuple[float, int]] = []
         self._ttl_heap: list[tuple[float, int]] = []
         self._dedup: dict[str, tuple[float, int]] = {}  # message id -> (accepted at, seq)
         self._scheduled_count = 0
         self._size = 0
-        self._tokens = _LockTokens()
+        self._tokens = LockTokens()
         # Session-enabled queues serve their main store through per-session queues.
         self._sessions = SessionTable() if properties.requires_session else None
         # Partitioned entities (raybus._core.slots): the slots whose keys this partition
@@ -326,12 +259,6 @@ class Partition:
                     self.entity,
                 )
 
-    def _check_session_owned(self, session_id: str) -> None:
-        if self.owned is not None and slot_of(session_id) not in self.owned:
-            raise PartitionMovedError(
-                f"session {session_id!r} has moved to another partition", self.entity
-            )
-
     def resolve(self, seq: int) -> int:
         """The sequence number a message has here (a moved-in message got a new one)."""
         return self._aliases.get(seq, seq)
@@ -406,30 +333,6 @@ class Partition:
             else:
                 out.append(self._lock(store, rec, now))
         return out
-
-    def _held_session(self, session: tuple[str, str] | None) -> Session:
-        """The session that ``session`` (id, lock token) holds; raises if it does not."""
-        if self._sessions is None:
-            raise InvalidArgumentError(
-                "the queue does not require sessions: receive without a session",
-                self.entity,
-                "session_id",
-            )
-        if session is None:
-            raise InvalidArgumentError(
-                "the queue requires sessions: accept a session to receive from it",
-                self.entity,
-                "session_id",
-            )
-        session_id, token = session
-        s = self._sessions.by_id.get(session_id)
-        if s is None or s.holder != token:
-            raise SessionLockLostError(
-                f"the lock on session {session_id!r} was lost: it expired or was released",
-                self.entity,
-                session_id,
-            )
-        return s
 
     def has_available(self, *, dead_letter: bool = False) -> bool:
         """Whether a receive (or, on a session-enabled queue, ``accept_next_session``) would
@@ -532,162 +435,6 @@ class Partition:
             out.append(rec)
         return out
 
-    # ------------------------------------------------------------------ sessions
-
-    def accept_session(self, session_id: str) -> tuple[str, float]:
-        """Lock ``session_id`` (which need not have messages yet) for the entity's lock
-        duration; returns (session lock token, locked until). Raises
-        ``SessionCannotBeLockedError`` while another receiver holds it."""
-        now = self._begin()
-        self._check_receive()
-        sessions = self._require_sessions()
-        if not isinstance(session_id, str) or not session_id:
-            raise InvalidArgumentError(
-                f"session_id must be a non-empty str, not {session_id!r}", self.entity, "session_id"
-            )
-        self._check_session_owned(session_id)
-        s = sessions.by_id.get(session_id)
-        if s is not None and s.holder is not None:
-            raise SessionCannotBeLockedError(
-                f"session {session_id!r} is locked by another receiver until {s.locked_until:.3f}",
-                self.entity,
-                session_id,
-            )
-        s = sessions.get(session_id)
-        token = self._tokens.next()
-        sessions.lock(s, token, now + self._props.lock_duration_s)
-        return token, s.locked_until
-
-    def accept_next_session(self) -> tuple[str, str, float] | None:
-        """Lock the unlocked session that has waited longest with an available message;
-        (session id, token, locked until), or None when there is none."""
-        now = self._begin()
-        self._check_receive()
-        sessions = self._require_sessions()
-        for session_id in list(sessions.ready):
-            if self._session_head_visible(session_id):
-                s = sessions.by_id[session_id]
-                token = self._tokens.next()
-                sessions.lock(s, token, now + self._props.lock_duration_s)
-                return session_id, token, s.locked_until
-        return None
-
-    def _session_head_visible(self, session_id: str) -> bool:
-        """Whether a ready session's first message can be received now; drops sessions
-        that turn out to have none."""
-        sessions = self._sessions
-        assert sessions is not None
-        s = sessions.by_id.get(session_id)
-        if s is None or s.holder is not None:
-            sessions.ready.pop(session_id, None)
-            return False
-        heap, main = s.available, self._main
-        while heap and not main.is_available(heap[0]):
-            heapq.heappop(heap)
-        if not heap:
-            sessions.ready.pop(session_id, None)
-            sessions.forget_if_empty(s)
-            return False
-        return self.visible_seq is None or heap[0] <= self.visible_seq
-
-    def renew_session_lock(self, session_id: str, token: str) -> float:
-        """Extend the session lock (and so its messages' locks); returns the new expiry."""
-        now = self._begin()
-        self._check_receive()
-        s = self._held_session((session_id, token))
-        assert self._sessions is not None
-        self._sessions.extend(s, now + self._props.lock_duration_s)
-        for msg_token in s.locked:
-            store, seq = self._locks[msg_token]
-            store.messages[seq].locked_until = s.locked_until
-        return s.locked_until
-
-    def release_session(self, session_id: str, token: str) -> bool:
-        """Give the session up (a receiver closing): its locked messages are available again
-        without a delivery counted. Returns False when the lock was already gone."""
-        now = self._begin()
-        sessions = self._require_sessions()
-        s = sessions.by_id.get(session_id)
-        if s is None or s.holder != token:
-            return False
-        self._release_session(s, now, count=False)
-        return True
-
-    def _release_session(self, s: Session, now: float, *, count: bool) -> None:
-        """End a session lock: unlock its messages (counting a delivery when the lock
-        expired, as for an expired message lock), in sequence order."""
-        sessions = self._sessions
-        assert sessions is not None
-        tokens = sorted(s.locked, key=lambda t: self._locks[t][1])
-        sessions.unlock(s)
-        for msg_token in tokens:
-            store, seq = self._locks.pop(msg_token)
-            rec = store.messages[seq]
-            rec.lock_token, rec.locked_until = None, 0.0
-            self._redeliver(store, rec, now, count=count)
-        self._session_head_visible(s.id)  # forgets it if nothing is left
-
-    def get_session_state(self, session_id: str, token: str) -> bytes | None:
-        self._begin()
-        return self._held_session((session_id, token)).state
-
-    def set_session_state(self, session_id: str, token: str, state: bytes | None) -> None:
-        """Replace the session's state (None clears it). It counts toward the queue's size."""
-        now = self._begin()
-        self._check_receive()
-        s = self._held_session((session_id, token))
-        if state is not None and not isinstance(state, bytes):
-            raise InvalidArgumentError(
-                f"session state must be bytes or None, not {type(state).__name__}",
-                self.entity,
-                "state",
-            )
-        new = len(state) if state is not None else 0
-        limit = self._props.max_message_size
-        if new > limit:
-            raise MessageSizeExceededError(
-                f"session state of {new} bytes exceeds the queue's limit of {limit} bytes",
-                self.entity,
-                new,
-                limit,
-            )
-        delta = new - (len(s.state) if s.state is not None else 0)
-        if delta > 0 and self._size + delta > self._props.max_size:
-            raise ServiceBusQuotaExceededError(
-                f"the queue holds {self._size} bytes; a session state {delta} bytes larger "
-                "would exceed its size limit",
-                self.entity,
-                self._size + delta,
-                self._props.max_size,
-            )
-        self._size += delta
-        s.state, s.state_updated = state, now
-        self._record(journal.SESSION, self._main, 0, (session_id, state, now))
-
-    def list_sessions(self, updated_after: float | None = None) -> list[str]:
-        """Ids of the sessions that hold messages or state; with ``updated_after``, only
-        those whose state was set after that time (epoch seconds)."""
-        self._begin()
-        sessions = self._require_sessions()
-        with_state = {
-            sid: s.state_updated for sid, s in sessions.by_id.items() if s.state is not None
-        }
-        if updated_after is not None:
-            return sorted(sid for sid, at in with_state.items() if at > updated_after)
-        ids = set(with_state)
-        ids.update(r.session_id for r in self._main.messages.values() if r.session_id)
-        return sorted(ids)
-
-    def _require_sessions(self) -> SessionTable:
-        if self._sessions is None:
-            raise InvalidArgumentError(
-                "the queue does not require sessions; session operations need "
-                "requires_session=True",
-                self.entity,
-                "session_id",
-            )
-        return self._sessions
-
     # ------------------------------------------------------------------ settling
 
     def settle(self, ops: Sequence[SettleOp]) -> list[ServiceBusError | None]:
@@ -772,7 +519,7 @@ class Partition:
             rec.state = DEFERRED
             self._record_update(store, rec)
 
-    def _locked(self, token: str) -> tuple[_Store, int]:
+    def _locked(self, token: str) -> tuple[Store, int]:
         entry = self._locks.get(token)
         if entry is None:
             raise MessageLockLostError(
@@ -891,7 +638,7 @@ class Partition:
         self._next_seq += 1
         return seq
 
-    def _lock(self, store: _Store, rec: MessageRecord, now: float) -> MessageRecord:
+    def _lock(self, store: Store, rec: MessageRecord, now: float) -> MessageRecord:
         token = self._tokens.next()
         rec.lock_token = token
         self._locks[token] = (store, rec.sequence_number)
@@ -906,10 +653,10 @@ class Partition:
             heapq.heappush(self._lock_heap, (until, token))
         return self._export(rec)
 
-    def _in_session(self, store: _Store, rec: MessageRecord) -> bool:
+    def _in_session(self, store: Store, rec: MessageRecord) -> bool:
         return self._sessions is not None and store is self._main and rec.session_id is not None
 
-    def _push_available(self, store: _Store, rec: MessageRecord) -> None:
+    def _push_available(self, store: Store, rec: MessageRecord) -> None:
         if self._in_session(store, rec):
             assert self._sessions is not None and rec.session_id is not None
             self._sessions.push(rec.session_id, rec.sequence_number)
@@ -924,7 +671,7 @@ class Partition:
             heapq.heappush(self._ttl_heap, (rec.expires_at, rec.sequence_number))
 
     def _redeliver(
-        self, store: _Store, rec: MessageRecord, now: float, *, count: bool = True
+        self, store: Store, rec: MessageRecord, now: float, *, count: bool = True
     ) -> bool:
         """A lock ended without settlement (abandon, expiry, or a release that does not
         ``count``): requeue, dead-letter or expire. Returns whether it is available again."""
@@ -973,11 +720,11 @@ class Partition:
 
     # ------------------------------------------------------------------ durability
 
-    def _record(self, op: int, store: _Store, seq: int, payload: Any = None) -> None:
+    def _record(self, op: int, store: Store, seq: int, payload: Any = None) -> None:
         if self._journal is not None:
             self._journal.append((op, store.id, seq, payload))
 
-    def _record_update(self, store: _Store, rec: MessageRecord) -> None:
+    def _record_update(self, store: Store, rec: MessageRecord) -> None:
         if self._journal is not None:
             payload = (rec.delivery_count, rec.state, rec.application_properties)
             self._journal.append((journal.UPD, store.id, rec.sequence_number, payload))

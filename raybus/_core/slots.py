@@ -87,23 +87,37 @@ class PartitionMap:
         return frozenset(s for s, p in enumerate(self.slots) if p == partition_id)
 
     def balanced(self, live: Iterable[int]) -> tuple[int, ...]:
-        """A slot assignment spreading the slots evenly over ``live`` with the fewest moves:
-        a partition keeps its slots up to its fair share; the rest go to those below it."""
-        targets = sorted(live)
+        """A slot assignment spreading the slots evenly over ``live`` (counts differing by
+        at most one) with the fewest moves: every partition keeps its slots up to ``base``
+        (``SLOTS // len(live)``); the ``SLOTS % len(live)`` partitions allowed one more are
+        first those that already hold more; the freed and orphaned slots fill the rest.
+        An evenly spread map is returned unchanged."""
+        targets = sorted(set(live))
         if not targets:
             raise ValueError("a map needs at least one live partition")
         base, extra = divmod(SLOTS, len(targets))
-        quota = {p: base + (1 if i < extra else 0) for i, p in enumerate(targets)}
-        held = dict.fromkeys(targets, 0)
-        out = list(self.slots)
-        orphans: list[int] = []
+        own: dict[int, list[int]] = {p: [] for p in targets}
+        pool: list[int] = []
         for s, p in enumerate(self.slots):
-            if p in held and held[p] < quota[p]:
-                held[p] += 1
-            else:
-                orphans.append(s)
-        it = iter(orphans)
+            (own[p] if p in own else pool).append(s)
+        keep: dict[int, list[int]] = {}
         for p in targets:
-            for _ in range(quota[p] - held[p]):
-                out[next(it)] = p
+            mine = own[p]
+            keep[p] = mine[: base + 1] if extra and len(mine) > base else mine[:base]
+            if len(keep[p]) > base:
+                extra -= 1
+            pool.extend(mine[len(keep[p]) :])
+        pool.sort()
+        it = iter(pool)
+        for p in targets:
+            while len(keep[p]) < base:
+                keep[p].append(next(it))
+        for p in targets:
+            if extra and len(keep[p]) == base:
+                keep[p].append(next(it))
+                extra -= 1
+        out = list(self.slots)
+        for p, slots in keep.items():
+            for s in slots:
+                out[s] = p
         return tuple(out)
