@@ -12,7 +12,8 @@ listing the refused messages; they were not settled and will be delivered again.
 waits for the settlements sent before it (a receive runs alongside them, so this costs no extra
 round trip) and, when it raises, gives back any messages it had received. A receive served
 entirely from the prefetch buffer does not reach the broker and reports nothing. A settlement
-with little lock time left, and ``complete_messages``, wait for the broker's answer. Processing
+with little lock time left, an abandon in a session (so that the abandoned message is the
+next one received), and ``complete_messages`` wait for the broker's answer. Processing
 must therefore be idempotent (it must be anyway under at-least-once delivery).
 """
 
@@ -639,6 +640,16 @@ class ServiceBusReceiver:
             return self.session._locked_until
         return message._record.locked_until
 
+    def _may_skip_answer(
+        self, message: ServiceBusReceivedMessage, op: SettleOp, lock_s: float
+    ) -> bool:
+        """Whether the settlement may return before the broker answers. In a session an
+        abandon waits: the abandoned message must be the next one a receive returns, so the
+        receive must not overtake it."""
+        if self.session is not None and op.kind == ABANDON:
+            return False
+        return self._lock_is_comfortable(message, lock_s)
+
     def _lock_is_comfortable(self, message: ServiceBusReceivedMessage, lock_s: float) -> bool:
         """Whether the lock has so much time left that the settlement need not be awaited."""
         return self._lock_expiry(message) - time.time() > min(5.0, lock_s / 2)
@@ -654,7 +665,7 @@ class ServiceBusReceiver:
         self._settle_op(message, op)
         entity, actor, lock_s = await self._actor(message.partition_id)
         message._settled = True
-        if self._lock_is_comfortable(message, lock_s):
+        if self._may_skip_answer(message, op, lock_s):
             with self._answers:
                 self._handed += 1
             self._submit_nowait([(message, op)], entity, actor)
@@ -693,7 +704,7 @@ class ServiceBusReceiver:
         route = self._conn.cached_route(self.entity_path)
         if route is None or self._closed:
             return False
-        if not self._lock_is_comfortable(message, route.properties.lock_duration_s):
+        if not self._may_skip_answer(message, op, route.properties.lock_duration_s):
             return False
         handle = route.handle(message.partition_id)
         if handle is None:
