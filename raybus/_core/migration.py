@@ -46,6 +46,8 @@ class Bundle:
     records: list[tuple[int, tuple[Any, ...]]] = field(default_factory=list)  # (store, row)
     dedup: list[tuple[str, float, int, int]] = field(default_factory=list)  # id, at, seq, slot
     sessions: list[tuple[str, bytes, float]] = field(default_factory=list)  # id, state, at
+    # Earlier numbers of moved records (moved before): number at the source -> older numbers.
+    aliases: dict[int, list[int]] = field(default_factory=dict)
 
 
 def hand_over(
@@ -85,6 +87,9 @@ def hand_over(
         return b
 
     dedup = p._props.requires_duplicate_detection
+    earlier: dict[int, list[int]] = {}
+    for old, new in p._aliases.items():
+        earlier.setdefault(new, []).append(old)
     for store in (p._main, p._dlq):
         for seq in sorted(store.messages):
             rec = store.messages[seq]
@@ -98,7 +103,10 @@ def hand_over(
                     continue  # stays: not retiring, or its session's slot is pinned
                 target = spill
             _take_out(p, store, rec)
-            bundle(target).records.append((store.id, journal.put_payload(rec)))
+            b = bundle(target)
+            b.records.append((store.id, journal.put_payload(rec)))
+            if seq in earlier and store is p._main:
+                b.aliases[seq] = earlier[seq]
     for message_id, (accepted_at, seq) in p._dedup.items():
         slot = p._dedup_slots.get(message_id, slot_of(message_id))
         target = slot_target.get(slot)
@@ -159,8 +167,9 @@ def adopt(p: Partition, move_id: str, b: Bundle) -> bool:
             if rec.expires_at != float("inf"):
                 heapq.heappush(p._ttl_heap, (rec.expires_at, new))
         if rec.state in (DEFERRED, SCHEDULED) and store is p._main:
-            p._aliases[old] = new
-            p._record(journal.ALIAS, p._main, new, old)
+            for number in (old, *b.aliases.get(old, ())):  # every number it was known by
+                p._aliases[number] = new
+                p._record(journal.ALIAS, p._main, new, number)
     if b.dedup:
         merged = dict(p._dedup)
         for message_id, accepted_at, seq, slot in b.dedup:

@@ -232,13 +232,11 @@ class Partition(SessionOps):
                 self._record(journal.PUT, self._main, seq, journal.put_payload(rec))
             if dedup and rec.message_id is not None:
                 self._dedup[rec.message_id] = (now, seq)
-                if self.owned is not None:
-                    slot = slot_of(partition_key(rec, True) or rec.message_id)
-                    self._dedup_slots[rec.message_id] = slot
-                    payload: tuple[Any, ...] = (rec.message_id, now, slot)
-                else:
-                    payload = (rec.message_id, now)
-                self._record(journal.DEDUP, self._main, seq, payload)
+                # The slot of the message's key (not of its id): the id moves with that slot
+                # if the partition count changes, even from a single partition.
+                slot = slot_of(partition_key(rec, True) or rec.message_id)
+                self._dedup_slots[rec.message_id] = slot
+                self._record(journal.DEDUP, self._main, seq, (rec.message_id, now, slot))
         return [
             rec.sequence_number if ok else self._dedup[rec.message_id or ""][1]
             for rec, ok in zip(records, is_fresh, strict=True)
