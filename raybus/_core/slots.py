@@ -99,7 +99,7 @@ class PartitionMap:
         own: dict[int, list[int]] = {p: [] for p in targets}
         pool: list[int] = []
         for s, p in enumerate(self.slots):
-            (own[p] if p in own else pool).append(s)
+            own.get(p, pool).append(s)
         keep: dict[int, list[int]] = {}
         for p in targets:
             mine = own[p]
