@@ -140,6 +140,7 @@ class NamespaceActor:
         return entry.pmap if entry.incarnation == incarnation else None
 
     async def ping(self) -> str:
+        self._scaler.start()  # (re)started lazily: the actor may have restarted
         return self._namespace
 
     def _route(self, entry: EntityEntry) -> Route:
@@ -155,6 +156,7 @@ class NamespaceActor:
         )
 
     async def create_queue(self, properties: QueueProperties) -> Route:
+        self._scaler.start()  # (re)started lazily: the actor may have restarted
         entry = self._registry.create(properties)
         handles = self._partition_actors(entry)
         self._handles[properties.name.lower()] = handles
@@ -188,6 +190,7 @@ class NamespaceActor:
         return self._route(self._registry.get(name))
 
     async def list_queues(self) -> list[Route]:
+        self._scaler.start()  # (re)started lazily: the actor may have restarted
         return [self._route(e) for e in self._registry.list()]
 
     async def update_queue(self, properties: QueueProperties) -> Route:
@@ -211,6 +214,7 @@ class NamespaceActor:
     async def wait_partitions(self, name: str, timeout_s: float) -> Route:
         """Wait until the entity's partitions match its ``partition_count`` (every slot
         balanced, nothing retiring) or ``timeout_s`` passed; the route of then."""
+        self._scaler.start()  # (re)started lazily: the actor may have restarted
         deadline = time.monotonic() + timeout_s
         while True:
             entry = self._registry.get(name)
@@ -228,6 +232,7 @@ class NamespaceActor:
         await self._delete_storage(entry)
 
     async def counts(self, name: str) -> tuple[Route, list[PartitionCounts]]:
+        self._scaler.start()  # (re)started lazily: the actor may have restarted
         route = self._route(self._registry.get(name))
         counts = await asyncio.gather(*(h.counts.remote() for _pid, h in route.existing()))
         return route, list(counts)

@@ -15,11 +15,13 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import ray
 
 import raybus
 from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, aio
+from raybus._actors.namespace import namespace_actor_name
 from raybus._core.slots import PartitionMap
-from raybus.exceptions import InvalidArgumentError, OperationTimeoutError
+from raybus.exceptions import InvalidArgumentError, OperationTimeoutError, ServiceBusError
 from raybus.management import ServiceBusAdministrationClient
 
 
@@ -322,3 +324,43 @@ def test_invalid_partition_settings_are_refused_and_change_nothing(
         admin.update_queue(admin.get_queue(name), **option)
     assert admin.get_queue(name).partition_count == 2
     assert admin.get_queue_runtime_properties(name).partition_count == 2
+
+
+def _wait_converged(admin: ServiceBusAdministrationClient, name: str, count: int) -> None:
+    """Wait for the change, riding out the namespace actor's restart."""
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if admin.wait_for_partitions(name, timeout=5) == count:
+                runtime = admin.get_queue_runtime_properties(name)
+                if runtime.partition_count == count:
+                    return
+        except ServiceBusError:
+            pass  # restarting
+        assert time.monotonic() < deadline, "the change did not finish"
+        time.sleep(0.2)
+
+
+def test_a_change_resumes_after_the_namespace_actor_restarts(
+    namespace: str, admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    name = _name()
+    admin.create_queue(name, partition_count=1, requires_duplicate_detection=True)
+    with client.get_queue_sender(name) as sender:
+        for i in range(20):
+            sender.send_messages(
+                [ServiceBusMessage(f"{i}-{j}", message_id=f"{i}-{j}") for j in range(10)]
+            )
+    registry = ray.get_actor(namespace_actor_name(namespace), namespace="raybus")
+    for count in (3, 1):
+        admin.update_queue(admin.get_queue(name), partition_count=count)
+        ray.kill(registry, no_restart=False)  # mid-change: it restarts and resumes
+        _wait_converged(admin, name, count)
+    runtime = admin.get_queue_runtime_properties(name)
+    assert runtime.active_message_count == 200
+    seen: list[str] = []
+    with client.get_queue_receiver(name, max_wait_time=1) as receiver:
+        while got := receiver.receive_messages(100):
+            seen += [str(m) for m in got]
+            receiver.complete_messages(got)
+    assert sorted(seen) == sorted(f"{i}-{j}" for i in range(20) for j in range(10))
