@@ -320,18 +320,28 @@ class ServiceBusReceiver:
     ) -> list[WireRecord]:
         """Receive from a queue of several partitions, fairly and without polling.
 
-        First every partition is asked, without waiting, for an equal share of ``fetch``
-        (the first partition in a rotating order gets the remainder), so no partition
-        starves and no more than ``fetch`` messages are locked. When that finds nothing, the
-        receiver waits on all partitions at once (``wait_available``, which locks nothing)
-        and receives from the first that has a message.
+        The partition whose turn it is (the turn rotates with every receive, so none starves)
+        is asked for all of ``fetch`` without waiting; if it has none, the others are asked at
+        once for equal shares (so no more than ``fetch`` messages are locked). When that finds
+        nothing, the receiver waits on all partitions at once (``wait_available``, which locks
+        nothing) and receives from the first that has a message.
         """
         parts = route.existing()
         n = len(parts)
         start = self._next_turn() % n
         parts = parts[start:] + parts[:start]
-        shares = [fetch // n + (1 if i < fetch % n else 0) for i in range(n)]
-        asked = [(p, share) for p, share in zip(parts, shares, strict=True) if share]
+        # One call when the partition whose turn it is has messages (the usual case under
+        # load): a receive costs one round trip whatever the partition count.
+        try:
+            first = await self._receive_from(parts[0][0], fetch, 0.0)
+        except ServiceBusConnectionError:
+            first = []
+        if first:
+            return first
+        rest = parts[1:]
+        m = max(1, len(rest))
+        shares = [fetch // m + (1 if i < fetch % m else 0) for i in range(len(rest))]
+        asked = [(p, share) for p, share in zip(rest, shares, strict=True) if share]
         results = await asyncio.gather(
             *(self._receive_from(pid, share, 0.0) for (pid, _h), share in asked),
             return_exceptions=True,
@@ -807,14 +817,25 @@ class ServiceBusReceiver:
             op = self._settle_op(msg, SettleOp(COMPLETE, msg.lock_token or ""))
             by_partition.setdefault(msg.partition_id, []).append((msg, op))
         failures: list[tuple[int | None, str | None, str]] = []
-        for pid, items in by_partition.items():
-            entity, actor, _ = await self._actor(pid)
+
+        async def settle(pid: int, items: list[tuple[ServiceBusReceivedMessage, SettleOp]]) -> None:
             for msg, _op in items:
                 msg._settled = True
-            results = await _rpc.call(entity, actor.settle, [op.to_wire() for _, op in items])
+            try:
+                entity, actor, _ = await self._actor(pid)
+                results = await _rpc.call(entity, actor.settle, [op.to_wire() for _, op in items])
+            except BaseException as exc:  # outcome unknown: the messages may be settled again
+                for msg, _op in items:
+                    msg._settled = False
+                    failures.append((msg.sequence_number, msg.lock_token, str(exc)))
+                return
             for (msg, _op), err in zip(items, results, strict=True):
                 if err is not None:
+                    msg._settled = False
                     failures.append((msg.sequence_number, msg.lock_token, str(err)))
+
+        # One call per partition, all at once.
+        await asyncio.gather(*(settle(pid, items) for pid, items in by_partition.items()))
         if failures:
             raise SettlementFailedError(
                 f"{len(failures)} of {len(messages)} completions were refused",
