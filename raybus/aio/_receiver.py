@@ -28,8 +28,6 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-import ray
-
 from .. import _rpc
 from .._actors.namespace import Route
 from .._clock import from_timestamp
@@ -43,11 +41,11 @@ from ..exceptions import (
     MessageLockLostError,
     MessageNotFoundError,
     MessagingEntityNotFoundError,
-    ServiceBusConnectionError,
     ServiceBusError,
     SettlementFailedError,
 )
 from ..message import ServiceBusReceivedMessage
+from ._fanout import peek_partitioned, receive_partitioned
 from ._session import ServiceBusSession, check_session_id
 
 __all__ = ["ServiceBusReceiver"]
@@ -61,12 +59,6 @@ def _retries(method_name: str) -> int:
     """Receives and peeks ride out a partition restart; settlements are not repeated (a
     repeated one would fail on the new lock table anyway)."""
     return _rpc.READ_RETRIES if method_name in ("receive", "peek") else 0
-
-
-def _ignore_outcome(fut: asyncio.Future[Any]) -> None:
-    """Retrieve a cancelled wait's outcome, so asyncio does not report it as lost."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 def _past(deadline: float | None) -> bool:
@@ -199,38 +191,6 @@ class ServiceBusReceiver:
         assert self.session.session_id is not None
         return ((self.session.session_id, self.session._token),)
 
-    async def _wait_any(
-        self, parts: list[tuple[int, Any]], wait_s: float, dead_letter: bool
-    ) -> list[tuple[int, Any]]:
-        """Wait (without polling) until some partition has a message or an acceptable
-        session; returns those that said so (none after ``wait_s``). The other waits are
-        cancelled; one that cannot be cancelled ends by itself within ``wait_s``."""
-        entity = self.entity_path
-        refs = [h.wait_available.remote(wait_s, dead_letter) for _pid, h in parts]
-        futs = {asyncio.wrap_future(ref.future()): i for i, ref in enumerate(refs)}
-        ready: list[tuple[int, Any]] = []
-        pending = set(futs)
-        try:
-            while pending and not ready:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for fut in done:
-                    try:
-                        if fut.result():
-                            ready.append(parts[futs[fut]])
-                    except Exception as exc:  # restarting or removed: try the others
-                        error = _rpc.translate(exc, entity)
-                        if not isinstance(
-                            error, ServiceBusConnectionError | MessagingEntityNotFoundError
-                        ):
-                            raise error from None
-                if not ready and pending and all(f.done() for f in pending):
-                    break
-        finally:
-            for fut in pending:
-                fut.add_done_callback(_ignore_outcome)
-                ray.cancel(refs[futs[fut]])
-        return ready
-
     async def _call(
         self, method_name: str, *args: Any, partition: int = 0, timeout: Any = None
     ) -> Any:
@@ -311,56 +271,9 @@ class ServiceBusReceiver:
                 if rows or _past(deadline):
                     break
         else:
-            rows = await self._receive_partitioned(route, fetch, deadline)
+            rows = await receive_partitioned(self, route, fetch, deadline)
         result: list[WireRecord] = rows
         return result
-
-    async def _receive_partitioned(
-        self, route: Route, fetch: int, deadline: float | None
-    ) -> list[WireRecord]:
-        """Receive from a queue of several partitions, fairly and without polling.
-
-        The partition whose turn it is (the turn rotates with every receive, so none starves)
-        is asked for all of ``fetch`` without waiting; if it has none, the others are asked at
-        once for equal shares (so no more than ``fetch`` messages are locked). When that finds
-        nothing, the receiver waits on all partitions at once (``wait_available``, which locks
-        nothing) and receives from the first that has a message.
-        """
-        parts = route.existing()
-        n = len(parts)
-        start = self._next_turn() % n
-        parts = parts[start:] + parts[:start]
-        # One call when the partition whose turn it is has messages (the usual case under
-        # load): a receive costs one round trip whatever the partition count.
-        try:
-            first = await self._receive_from(parts[0][0], fetch, 0.0)
-        except ServiceBusConnectionError:
-            first = []
-        if first:
-            return first
-        rest = parts[1:]
-        m = max(1, len(rest))
-        shares = [fetch // m + (1 if i < fetch % m else 0) for i in range(len(rest))]
-        asked = [(p, share) for p, share in zip(rest, shares, strict=True) if share]
-        results = await asyncio.gather(
-            *(self._receive_from(pid, share, 0.0) for (pid, _h), share in asked),
-            return_exceptions=True,
-        )
-        rows = [r for got in results if not isinstance(got, BaseException) for r in got]
-        errors = [e for e in results if isinstance(e, BaseException)]
-        if rows or (errors and len(errors) == len(results)):
-            if not rows:
-                raise errors[0]
-            return rows
-        while True:
-            remaining = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
-            if remaining <= 0:
-                return []
-            ready = await self._wait_any(parts, min(remaining, _WAIT_SLICE_S), self._dead_letter)
-            for pid, _handle in ready:
-                rows = await self._receive_from(pid, fetch, 0.0)
-                if rows:
-                    return rows
 
     async def _receive_from(self, pid: int, count: int, wait_s: float) -> list[WireRecord]:
         rows: list[WireRecord] = await self._call(
@@ -493,7 +406,7 @@ class ServiceBusReceiver:
         else:
             peeked = await self._conn.retrying(
                 self.entity_path,
-                lambda: self._peek_partitioned(count, sequence_number, timeout),
+                lambda: peek_partitioned(self, count, sequence_number, timeout),
             )
         if peeked:
             self._peek_cursor = peeked[-1].sequence_number + 1
@@ -503,38 +416,6 @@ class ServiceBusReceiver:
                     self._peek_cursors.get(pid, 0), msg.sequence_number + 1
                 )
         return peeked
-
-    async def _peek_partitioned(
-        self, count: int, sequence_number: int, timeout: Any
-    ) -> list[ServiceBusReceivedMessage]:
-        """Peek a partitioned queue: from ``sequence_number`` within the partition it names,
-        else from where this receiver left off in every partition, oldest first."""
-        route = await self._conn.route(self.entity_path)
-        if sequence_number:
-            pid = sequence_number >> 48
-            if route.handle(pid) is None:
-                return []
-            rows = await self._call(
-                "peek", sequence_number, count, self._dead_letter, partition=pid, timeout=timeout
-            )
-            return self._wrap(rows, "peeked")
-        parts = route.existing()
-        results = await asyncio.gather(
-            *(
-                self._call(
-                    "peek",
-                    self._peek_cursors.get(pid, pid << 48),
-                    count,
-                    self._dead_letter,
-                    partition=pid,
-                    timeout=timeout,
-                )
-                for pid, _h in parts
-            )
-        )
-        merged = [m for rows in results for m in self._wrap(rows, "peeked")]
-        merged.sort(key=lambda m: (m._record.enqueued_time, m.sequence_number))
-        return merged[:count]
 
     async def receive_deferred_messages(
         self, sequence_numbers: int | Iterable[int], *, timeout: Any = None

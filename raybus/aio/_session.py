@@ -25,6 +25,7 @@ from ..exceptions import (
     ServiceBusError,
     SessionLockLostError,
 )
+from ._fanout import wait_any
 
 if TYPE_CHECKING:
     from ._receiver import ServiceBusReceiver
@@ -160,7 +161,8 @@ class ServiceBusSession:
                     self._pid = pid
                     return
                 continue
-            ready = await self._receiver._wait_any(parts, min(remaining, _WAIT_SLICE_S), False)
+            wait_s = min(remaining, _WAIT_SLICE_S)
+            ready = await wait_any(self._receiver, parts, wait_s, False)
             parts = ready + [p for p in parts if p not in ready]
 
     # ------------------------------------------------------------------ lock and state

@@ -1,0 +1,149 @@
+"""Receiving from a queue of several partitions: fair, without polling, few calls.
+
+Functions of a ``ServiceBusReceiver`` (kept apart for size). Each asks the partitions the
+receiver's route lists, retiring ones included (their messages are still delivered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from .. import _rpc
+from .._actors.namespace import Route
+from .._core.record import WireRecord
+from ..exceptions import MessagingEntityNotFoundError, ServiceBusConnectionError
+from ..message import ServiceBusReceivedMessage
+
+if TYPE_CHECKING:
+    from ._receiver import ServiceBusReceiver
+
+__all__ = ["peek_partitioned", "receive_partitioned", "wait_any"]
+
+# A wait with no deadline is made in slices of this length.
+_WAIT_SLICE_S = 30.0
+
+
+def _ignore_outcome(fut: asyncio.Future[Any]) -> None:
+    """Retrieve a cancelled wait's outcome, so asyncio does not report it as lost."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+async def wait_any(
+    receiver: ServiceBusReceiver, parts: list[tuple[int, Any]], wait_s: float, dead_letter: bool
+) -> list[tuple[int, Any]]:
+    """Wait (without polling) until some partition has a message or an acceptable
+    session; returns those that said so (none after ``wait_s``). The other waits are
+    cancelled; one that cannot be cancelled ends by itself within ``wait_s``."""
+    entity = receiver.entity_path
+    refs = [h.wait_available.remote(wait_s, dead_letter) for _pid, h in parts]
+    futs = {asyncio.wrap_future(ref.future()): i for i, ref in enumerate(refs)}
+    ready: list[tuple[int, Any]] = []
+    pending = set(futs)
+    try:
+        while pending and not ready:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for fut in done:
+                try:
+                    if fut.result():
+                        ready.append(parts[futs[fut]])
+                except Exception as exc:  # restarting or removed: try the others
+                    error = _rpc.translate(exc, entity)
+                    if not isinstance(
+                        error, ServiceBusConnectionError | MessagingEntityNotFoundError
+                    ):
+                        raise error from None
+            if not ready and pending and all(f.done() for f in pending):
+                break
+    finally:
+        for fut in pending:
+            fut.add_done_callback(_ignore_outcome)
+            ray.cancel(refs[futs[fut]])
+    return ready
+
+
+async def receive_partitioned(
+    receiver: ServiceBusReceiver, route: Route, fetch: int, deadline: float | None
+) -> list[WireRecord]:
+    """Receive from a queue of several partitions, fairly and without polling.
+
+    The partition whose turn it is (the turn rotates with every receive, so none starves)
+    is asked for all of ``fetch`` without waiting; if it has none, the others are asked at
+    once for equal shares (so no more than ``fetch`` messages are locked). When that finds
+    nothing, the receiver waits on all partitions at once (``wait_available``, which locks
+    nothing) and receives from the first that has a message.
+    """
+    parts = route.existing()
+    n = len(parts)
+    start = receiver._next_turn() % n
+    parts = parts[start:] + parts[:start]
+    # One call when the partition whose turn it is has messages (the usual case under
+    # load): a receive costs one round trip whatever the partition count.
+    try:
+        first = await receiver._receive_from(parts[0][0], fetch, 0.0)
+    except ServiceBusConnectionError:
+        first = []
+    if first:
+        return first
+    rest = parts[1:]
+    m = max(1, len(rest))
+    shares = [fetch // m + (1 if i < fetch % m else 0) for i in range(len(rest))]
+    asked = [(p, share) for p, share in zip(rest, shares, strict=True) if share]
+    results = await asyncio.gather(
+        *(receiver._receive_from(pid, share, 0.0) for (pid, _h), share in asked),
+        return_exceptions=True,
+    )
+    rows = [r for got in results if not isinstance(got, BaseException) for r in got]
+    errors = [e for e in results if isinstance(e, BaseException)]
+    if rows or (errors and len(errors) == len(results)):
+        if not rows:
+            raise errors[0]
+        return rows
+    while True:
+        remaining = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+        if remaining <= 0:
+            return []
+        ready = await wait_any(
+            receiver, parts, min(remaining, _WAIT_SLICE_S), receiver._dead_letter
+        )
+        for pid, _handle in ready:
+            rows = await receiver._receive_from(pid, fetch, 0.0)
+            if rows:
+                return rows
+
+
+async def peek_partitioned(
+    receiver: ServiceBusReceiver, count: int, sequence_number: int, timeout: Any
+) -> list[ServiceBusReceivedMessage]:
+    """Peek a partitioned queue: from ``sequence_number`` within the partition it names,
+    else from where this receiver left off in every partition, oldest first."""
+    route = await receiver._conn.route(receiver.entity_path)
+    if sequence_number:
+        pid = sequence_number >> 48
+        if route.handle(pid) is None:
+            return []
+        rows = await receiver._call(
+            "peek", sequence_number, count, receiver._dead_letter, partition=pid, timeout=timeout
+        )
+        return receiver._wrap(rows, "peeked")
+    parts = route.existing()
+    results = await asyncio.gather(
+        *(
+            receiver._call(
+                "peek",
+                receiver._peek_cursors.get(pid, pid << 48),
+                count,
+                receiver._dead_letter,
+                partition=pid,
+                timeout=timeout,
+            )
+            for pid, _h in parts
+        )
+    )
+    merged = [m for rows in results for m in receiver._wrap(rows, "peeked")]
+    merged.sort(key=lambda m: (m._record.enqueued_time, m.sequence_number))
+    return merged[:count]
