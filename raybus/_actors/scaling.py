@@ -57,6 +57,7 @@ class Scaler:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._watch: asyncio.Task[None] | None = None
         self._low: dict[str, int] = {}
+        self._converged: dict[str, tuple[tuple[tuple[str, int, int], int], bool]] = {}
 
     # ------------------------------------------------------------------ control
 
@@ -77,15 +78,22 @@ class Scaler:
         if task is not None:
             task.cancel()
         self._low.pop(name.lower(), None)
+        self._converged.pop(name.lower(), None)
 
-    @staticmethod
-    def converged(entry: EntityEntry) -> bool:
+    def converged(self, entry: EntityEntry) -> bool:
+        """Whether the entity's partitions match its settings (cached per map version: the
+        watcher asks for every entity every few seconds)."""
         pmap = entry.pmap
-        return (
-            not pmap.retiring
-            and len(pmap.live) == entry.properties.partition_count
-            and pmap.slots == pmap.balanced(pmap.live)
+        key = (entry.properties.name.lower(), entry.incarnation, pmap.version)
+        count = entry.properties.partition_count
+        cached = self._converged.get(key[0])
+        if cached is not None and cached[0] == (key, count):
+            return cached[1]
+        result = (
+            not pmap.retiring and len(pmap.live) == count and pmap.slots == pmap.balanced(pmap.live)
         )
+        self._converged[key[0]] = ((key, count), result)
+        return result
 
     # ------------------------------------------------------------------ loops
 
