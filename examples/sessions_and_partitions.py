@@ -13,10 +13,10 @@ import uuid
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-import raybus  # noqa: E402
-from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage  # noqa: E402
-from raybus.exceptions import OperationTimeoutError  # noqa: E402
-from raybus.management import ServiceBusAdministrationClient  # noqa: E402
+import raybus
+from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage
+from raybus.exceptions import OperationTimeoutError
+from raybus.management import ServiceBusAdministrationClient
 
 
 def main() -> None:
@@ -28,9 +28,7 @@ def main() -> None:
     customers = ["alice", "bob", "carol"]
     with client.get_queue_sender("orders") as sender:
         for n in range(1, 4):
-            sender.send_messages(
-                [ServiceBusMessage(f"order {n}", session_id=c) for c in customers]
-            )
+            sender.send_messages([ServiceBusMessage(f"order {n}", session_id=c) for c in customers])
 
     # Grow the queue while messages wait in it: sessions keep their messages and order.
     admin.update_queue(admin.get_queue("orders"), partition_count=4)
