@@ -12,6 +12,7 @@ from ._sync_client import (
     ServiceBusReceiver,
     ServiceBusSender,
     ServiceBusSession,
+    ServiceBusTransaction,
     connect,
 )
 from .enums import (
@@ -43,5 +44,6 @@ __all__ = [
     "ServiceBusSession",
     "ServiceBusSessionFilter",
     "ServiceBusSubQueue",
+    "ServiceBusTransaction",
     "connect",
 ]

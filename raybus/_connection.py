@@ -135,12 +135,23 @@ class Connection:
             )
         ensure_ray(address)
         self.namespace = namespace
-        self.registry = namespace_actor(namespace, resolve_storage_path(storage_path))
+        self.storage_path = resolve_storage_path(storage_path)
+        self.registry = namespace_actor(namespace, self.storage_path)
+        self._coordinator: Any = None
         self._routes: dict[str, Route] = {}
         self._fetched: dict[str, float] = {}
         self._refreshing: dict[str, asyncio.Task[Any]] = {}
         self._senders: dict[Any, Coalescer[Sequence[MessageRecord], list[int]]] = {}
         self._settlers: dict[Any, Coalescer[list[SettleOp], SettleResults]] = {}
+
+    @property
+    def coordinator(self) -> Any:
+        """The namespace's transaction coordinator (created on first use)."""
+        if self._coordinator is None:
+            from ._actors.coordinator import coordinator_actor
+
+            self._coordinator = coordinator_actor(self.namespace, self.storage_path)
+        return self._coordinator
 
     async def route(self, name: str, *, refresh: bool = False) -> Route:
         key = name.lower() if isinstance(name, str) else name

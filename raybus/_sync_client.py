@@ -25,6 +25,7 @@ __all__ = [
     "ServiceBusReceiver",
     "ServiceBusSender",
     "ServiceBusSession",
+    "ServiceBusTransaction",
     "connect",
 ]
 
@@ -36,7 +37,16 @@ class ServiceBusSender:
         self._aio = inner
         self.entity_path = inner.entity_path
 
-    def send_messages(self, message: SendInput, *, timeout: float | None = None) -> None:
+    def send_messages(
+        self,
+        message: SendInput,
+        *,
+        timeout: float | None = None,
+        transaction: ServiceBusTransaction | None = None,
+    ) -> None:
+        if transaction is not None:
+            run(self._aio.send_messages(message, timeout=timeout, transaction=transaction._aio))
+            return
         # Without a timeout, send from this thread (no hop through the loop); one thread's
         # sends cannot be coalesced with each other anyway.
         if timeout is not None or not self._aio.send_blocking(_records(message)):
@@ -48,8 +58,14 @@ class ServiceBusSender:
         schedule_time_utc: datetime,
         *,
         timeout: float | None = None,
+        transaction: ServiceBusTransaction | None = None,
     ) -> list[int]:
-        return run(self._aio.schedule_messages(messages, schedule_time_utc, timeout=timeout))
+        txn = None if transaction is None else transaction._aio
+        return run(
+            self._aio.schedule_messages(
+                messages, schedule_time_utc, timeout=timeout, transaction=txn
+            )
+        )
 
     def cancel_scheduled_messages(
         self, sequence_numbers: int | Iterable[int], *, timeout: float | None = None
@@ -118,14 +134,27 @@ class ServiceBusReceiver:
     ) -> list[ServiceBusReceivedMessage]:
         return run(self._aio.receive_deferred_messages(sequence_numbers, timeout=timeout))
 
-    def _settle(self, message: ServiceBusReceivedMessage, op: SettleOp) -> None:
+    def _settle(
+        self,
+        message: ServiceBusReceivedMessage,
+        op: SettleOp,
+        transaction: ServiceBusTransaction | None = None,
+    ) -> None:
+        if transaction is not None:
+            run(self._aio._in_transaction(transaction._aio, message, op))
+            return
         # Fast path: hand the settlement over without waiting for the loop thread (the
         # receiver's settlement guarantee applies); otherwise run the waiting coroutine.
         if not self._aio.settle_from_thread(message, op, _sync.loop()):
             run(self._aio._settle(message, op))
 
-    def complete_message(self, message: ServiceBusReceivedMessage) -> None:
-        self._settle(message, SettleOp(COMPLETE, message.lock_token or ""))
+    def complete_message(
+        self,
+        message: ServiceBusReceivedMessage,
+        *,
+        transaction: ServiceBusTransaction | None = None,
+    ) -> None:
+        self._settle(message, SettleOp(COMPLETE, message.lock_token or ""), transaction)
 
     def complete_messages(self, messages: Sequence[ServiceBusReceivedMessage]) -> None:
         run(self._aio.complete_messages(messages))
@@ -134,15 +163,21 @@ class ServiceBusReceiver:
         self,
         message: ServiceBusReceivedMessage,
         properties_to_modify: dict[str, Any] | None = None,
+        *,
+        transaction: ServiceBusTransaction | None = None,
     ) -> None:
-        self._settle(message, SettleOp(ABANDON, message.lock_token or "", properties_to_modify))
+        op = SettleOp(ABANDON, message.lock_token or "", properties_to_modify)
+        self._settle(message, op, transaction)
 
     def defer_message(
         self,
         message: ServiceBusReceivedMessage,
         properties_to_modify: dict[str, Any] | None = None,
+        *,
+        transaction: ServiceBusTransaction | None = None,
     ) -> None:
-        self._settle(message, SettleOp(DEFER, message.lock_token or "", properties_to_modify))
+        op = SettleOp(DEFER, message.lock_token or "", properties_to_modify)
+        self._settle(message, op, transaction)
 
     def dead_letter_message(
         self,
@@ -150,6 +185,8 @@ class ServiceBusReceiver:
         reason: str | None = None,
         error_description: str | None = None,
         properties_to_modify: dict[str, Any] | None = None,
+        *,
+        transaction: ServiceBusTransaction | None = None,
     ) -> None:
         self._settle(
             message,
@@ -160,12 +197,18 @@ class ServiceBusReceiver:
                 reason,
                 error_description,
             ),
+            transaction,
         )
 
     def renew_message_lock(
-        self, message: ServiceBusReceivedMessage, *, timeout: Any = None
-    ) -> datetime:
-        return run(self._aio.renew_message_lock(message, timeout=timeout))
+        self,
+        message: ServiceBusReceivedMessage,
+        *,
+        timeout: Any = None,
+        transaction: ServiceBusTransaction | None = None,
+    ) -> datetime | None:
+        txn = None if transaction is None else transaction._aio
+        return run(self._aio.renew_message_lock(message, timeout=timeout, transaction=txn))
 
     def __iter__(self) -> Iterator[ServiceBusReceivedMessage]:
         it = self._aio._iterate()
@@ -216,6 +259,34 @@ class ServiceBusSession:
 
     def renew_lock(self, *, timeout: Any = None) -> datetime:
         return run(self._aio.renew_lock(timeout=timeout))
+
+
+class ServiceBusTransaction:
+    """A transaction (see ``raybus.aio.ServiceBusTransaction`` for its guarantees):
+    ``with client.transaction() as txn:`` commits on a clean exit, rolls back on an error."""
+
+    def __init__(self, inner: aio.ServiceBusTransaction) -> None:
+        self._aio = inner
+
+    @property
+    def transaction_id(self) -> str:
+        return self._aio.transaction_id
+
+    @property
+    def state(self) -> str:
+        return self._aio.state
+
+    def commit(self) -> None:
+        run(self._aio.commit())
+
+    def rollback(self) -> None:
+        run(self._aio.rollback())
+
+    def __enter__(self) -> ServiceBusTransaction:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        run(self._aio.__aexit__(exc_type, exc, tb))
 
 
 class AutoLockRenewer:
@@ -294,6 +365,10 @@ class ServiceBusClient:
                 prefetch_count=prefetch_count,
             )
         )
+
+    def transaction(self) -> ServiceBusTransaction:
+        """A new transaction (``with client.transaction() as txn:``)."""
+        return ServiceBusTransaction(self._aio.transaction())
 
     def list_queue_sessions(
         self, queue_name: str, *, state_updated_after: datetime | None = None

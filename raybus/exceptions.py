@@ -19,6 +19,8 @@ from typing import Any
 __all__ = [
     "AutoLockRenewFailed",
     "AutoLockRenewTimeout",
+    "FilterEvaluationError",
+    "FilterSyntaxError",
     "InvalidArgumentError",
     "MessageAlreadySettled",
     "MessageLockLostError",
@@ -36,6 +38,9 @@ __all__ = [
     "SessionCannotBeLockedError",
     "SessionLockLostError",
     "SettlementFailedError",
+    "TransactionAbortedError",
+    "TransactionSizeExceededError",
+    "TransactionTimeoutError",
 ]
 
 
@@ -211,6 +216,34 @@ class MessageNotFoundError(ServiceBusError):
         self.sequence_numbers = list(sequence_numbers or [])
 
 
+class TransactionAbortedError(ServiceBusError):
+    """The transaction was rolled back: none of its operations took effect (its sends were
+    discarded; the messages it would have settled are still locked by you, until their locks
+    end). ``reason`` says why (the first participant's refusal). Fix the cause and run the
+    operations again in a new transaction."""
+
+    def __init__(
+        self,
+        message: str,
+        entity: str | None = None,
+        transaction_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(message, entity, transaction_id, reason)
+        self.transaction_id = transaction_id
+        self.reason = reason
+
+
+class TransactionSizeExceededError(ServiceBusError):
+    """A transaction may hold at most 100 messages (sent and settled together). The
+    operation was not added; commit what the transaction holds, then start another."""
+
+
+class TransactionTimeoutError(TransactionAbortedError):
+    """The transaction was not committed within two minutes of its first operation and was
+    rolled back. Start a new transaction and commit sooner."""
+
+
 class MessagingEntityNotFoundError(ServiceBusError):
     """The queue (or topic, subscription) does not exist, or was deleted. Create it first."""
 
@@ -251,3 +284,45 @@ class AutoLockRenewFailed(ServiceBusError):
 
 class AutoLockRenewTimeout(ServiceBusError):
     """Automatic lock renewal stopped because ``max_lock_renewal_duration`` elapsed."""
+
+
+class FilterSyntaxError(ServiceBusError):
+    """A SQL rule filter or action text is malformed, longer than 1,024 characters, nests too
+    deeply, or names a parameter that was not supplied.
+
+    ``text`` is the offending text and ``position`` the 0-based character offset of the problem
+    (``None`` when it is not tied to one place, e.g. a bad parameter value). Nothing was created
+    or changed. Fix the expression (or its parameters); retrying unchanged fails again.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        entity: str | None = None,
+        text: str | None = None,
+        position: int | None = None,
+    ) -> None:
+        super().__init__(message, entity, text, position)
+        self.text = text
+        self.position = position
+
+
+class FilterEvaluationError(ServiceBusError):
+    """Evaluating a SQL rule filter or action against one message failed: a type mismatch, an
+    integer overflow or division by zero, a missing system property, or a non-boolean filter
+    result. ``type_name`` names the kind of failure (``"TypeMismatch"``, ``"DivideByZero"``,
+    ``"Overflow"``, ``"MissingSystemProperty"``, ``"NotBoolean"``, ...).
+
+    The broker dead-letters the message on the subscription whose rule failed, with
+    ``type_name`` as the reason. Fix the rule, or the properties the sender sets; the same
+    message fails the same way again.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        entity: str | None = None,
+        type_name: str = "FilterEvaluationError",
+    ) -> None:
+        super().__init__(message, entity, type_name)
+        self.type_name = type_name

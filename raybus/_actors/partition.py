@@ -20,8 +20,9 @@ from typing import Any
 
 import ray
 
+from .. import _failpoints
 from .._clock import SystemClock
-from .._core import migration
+from .._core import migration, transactions
 from .._core.committer import Committer
 from .._core.partition import Partition, PartitionCounts, SettleOp
 from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
@@ -33,6 +34,9 @@ from ..exceptions import ServiceBusError
 __all__ = ["PartitionActor"]
 
 _log = logging.getLogger("raybus.partition")
+
+# A transaction prepared here this long without a decision is asked about.
+TXN_INQUIRY_S = 2.0
 
 
 def _exit_for_restart(exc: BaseException) -> None:
@@ -67,6 +71,9 @@ class PartitionActor:
         self._incarnation = incarnation
         self._partition_id = partition_id
         self._flushing: asyncio.Task[None] | None = None
+        self._txn_watch: asyncio.Task[None] | None = None
+        self._kicked = False
+        self._prepared_at: dict[str, float] = {}
         # A memory-only partition that Ray restarted has lost which slots it serves (a
         # durable one reads them from its log): it asks the namespace before serving keys.
         self._ask_slots = (
@@ -111,6 +118,8 @@ class PartitionActor:
             self._idle_task = asyncio.get_running_loop().create_task(self._idle_loop())
         if self._core.outbox:  # moves this partition started before a restart
             self._flush_soon()
+        if self._core.prepared:  # transactions prepared before a restart
+            self._watch_transactions()
         return self._core.partition_id
 
     # -------------------------------------------------------------- sending
@@ -122,6 +131,7 @@ class PartitionActor:
 
         Records travel as tuples (``raybus._core.record.to_wire``), as in every method here.
         """
+        self._kick()
         if self._ask_slots:
             await self._learn_slots()
         results: list[list[int] | ServiceBusError] = []
@@ -143,8 +153,20 @@ class PartitionActor:
 
     # -------------------------------------------------------------- receiving
 
+    def _kick(self) -> None:
+        """After a restart nobody calls ``ready``: the first call resumes unfinished moves and
+        transactions."""
+        if self._kicked:
+            return
+        self._kicked = True
+        if self._core.outbox:
+            self._flush_soon()
+        if self._core.prepared:
+            self._watch_transactions()
+
     async def _settled_core(self) -> Partition:
         """The core after applying due time-driven changes (durably, if any)."""
+        self._kick()
         core = self._core  # a failed flush may have rebuilt it
         if core.tick():
             self._notify()
@@ -268,6 +290,7 @@ class PartitionActor:
     # -------------------------------------------------------------- settling
 
     async def settle(self, ops: Sequence[tuple[Any, ...]]) -> list[ServiceBusError | None]:
+        self._kick()
         results = self._core.settle([SettleOp(*op) for op in ops])
         await self._commit.durable()  # raises the storage error for the whole call
         self._notify()  # abandoned or released messages are available again
@@ -285,6 +308,73 @@ class PartitionActor:
 
     async def counts(self) -> PartitionCounts:
         return self._core.counts()
+
+    # -------------------------------------------------------------- transactions
+
+    async def txn_prepare(
+        self,
+        txn_id: str,
+        sends: list[WireRecord],
+        ops: list[tuple[Any, ...]],
+        renews: list[str],
+    ) -> None:
+        """Hold this partition's share of a transaction, durably (raises if it cannot)."""
+        _failpoints.hit("participant.before_prepare")
+        if self._ask_slots and sends:
+            await self._learn_slots()
+        transactions.prepare(
+            self._core, txn_id, from_wire(sends), [SettleOp(*op) for op in ops], renews
+        )
+        await self._commit.durable()
+        self._prepared_at[txn_id] = time.monotonic()
+        self._watch_transactions()
+        _failpoints.hit("participant.after_prepare")
+
+    async def txn_commit(self, txn_id: str) -> bool:
+        _failpoints.hit("participant.before_commit")
+        applied = transactions.commit(self._core, txn_id)
+        await self._commit.durable()
+        self._prepared_at.pop(txn_id, None)
+        self._notify()
+        _failpoints.hit("participant.after_commit")
+        return applied
+
+    async def txn_abort(self, txn_id: str) -> bool:
+        aborted = transactions.abort(self._core, txn_id)
+        await self._commit.durable()
+        self._prepared_at.pop(txn_id, None)
+        return aborted
+
+    async def arm_failpoint(self, name: str) -> None:
+        _failpoints.arm(name)
+
+    def _watch_transactions(self) -> None:
+        if self._txn_watch is None or self._txn_watch.done():
+            self._txn_watch = asyncio.get_running_loop().create_task(self._resolve_prepared())
+
+    async def _resolve_prepared(self) -> None:
+        """Ask the coordinator about transactions prepared here long ago (the coordinator or
+        this actor restarted in between): commit or abort them as it says."""
+        from .coordinator import coordinator_actor_name
+
+        while self._core.prepared:
+            await asyncio.sleep(TXN_INQUIRY_S)
+            now = time.monotonic()
+            for txn_id in list(self._core.prepared):
+                if now - self._prepared_at.setdefault(txn_id, now) < TXN_INQUIRY_S:
+                    continue
+                try:
+                    coordinator = ray.get_actor(
+                        coordinator_actor_name(self._namespace), namespace="raybus"
+                    )
+                    outcome = await coordinator.outcome.remote(txn_id)
+                except Exception as exc:  # restarting: ask again later
+                    _log.info("outcome of transaction %s unknown yet: %s", txn_id, exc)
+                    continue
+                if outcome == "commit":
+                    await self.txn_commit(txn_id)
+                elif outcome == "abort":
+                    await self.txn_abort(txn_id)
 
     async def locate(self, sequence_numbers: list[int], state: int | None = None) -> list[int]:
         """Which of these messages this partition holds (in ``state``, when given)."""

@@ -36,6 +36,8 @@ __all__ = [
     "SESSION",
     "SLOTS",
     "SUB_DLQ",
+    "TXN_END",
+    "TXN_PREPARE",
     "UPD",
     "Entry",
     "ReplayedState",
@@ -61,6 +63,8 @@ ALIAS = 10  # seq: a moved-in message's new number; payload: its number in the o
 ADOPTED = 11  # payload: the id of a partition move applied here (moves are idempotent)
 OUTBOX = 12  # payload: (move id, target partition id, raybus._core.migration.Bundle)
 OUTBOX_DONE = 13  # payload: the move id the target has applied
+TXN_PREPARE = 14  # payload: (transaction id, its share; see raybus._core.transactions)
+TXN_END = 15  # payload: the transaction id (committed or aborted: its effects are logged)
 
 # stores
 MAIN, SUB_DLQ = 0, 1
@@ -123,6 +127,7 @@ class ReplayedState:
         self.adopted: set[str] = set()
         self.dedup_slots: dict[str, int] = {}
         self.outbox: dict[str, tuple[int, Any]] = {}  # move id -> (target, bundle)
+        self.prepared: dict[str, tuple[Any, ...]] = {}  # transaction id -> logged share
 
     def sorted(self) -> ReplayedState:
         self.main = dict(sorted(self.main.items()))
@@ -176,6 +181,11 @@ def replay(entries: Iterable[Entry], state: ReplayedState | None = None) -> Repl
             st.outbox[move_id] = (target, bundle)
         elif op == OUTBOX_DONE:
             st.outbox.pop(payload, None)
+        elif op == TXN_PREPARE:
+            txn_id, share = payload
+            st.prepared[txn_id] = share
+        elif op == TXN_END:
+            st.prepared.pop(payload, None)
         elif op == SESSION:
             session_id, data, updated = payload
             if data is None:

@@ -120,6 +120,12 @@ class Partition(SessionOps):
         self._adopted: set[str] = set()  # ids of moves applied here
         self._dedup_slots: dict[str, int] = {}  # message id -> slot, on partitioned entities
         self.outbox: dict[str, tuple[int, Any]] = {}  # moves not yet applied by their target
+        # Transactions (raybus._core.transactions): prepared ones by id, the lock tokens they
+        # pin (those locks neither expire nor settle outside the transaction), and the bytes
+        # their sends reserve against the quota.
+        self.prepared: dict[str, Any] = {}
+        self.pinned: dict[str, str] = {}  # lock token -> transaction id
+        self.reserved = 0
         # Durable mode (see enable_journal): changes are recorded for the storage log, and
         # receivers see new messages only up to visible_seq, the last one made durable.
         self._journal: list[journal.Entry] | None = None
@@ -147,6 +153,18 @@ class Partition(SessionOps):
         a future ``scheduled_enqueue_time`` are stored as scheduled.
         """
         now = self._begin()
+        fresh, is_fresh = self._validate_send(records)
+        self._store_fresh(fresh, now)
+        return [
+            rec.sequence_number if ok else self._dedup[rec.message_id or ""][1]
+            for rec, ok in zip(records, is_fresh, strict=True)
+        ]
+
+    def _validate_send(
+        self, records: Sequence[MessageRecord]
+    ) -> tuple[list[MessageRecord], list[bool]]:
+        """Check a batch (raising, changing nothing); its fresh (non-duplicate) messages and
+        a freshness flag per message. Transactions' reserved bytes count toward the quota."""
         props = self._props
         if self.owned is not None or self.retiring:
             self._check_owned(records)
@@ -188,15 +206,21 @@ class Partition(SessionOps):
             is_fresh.append(not duplicate)
         fresh = [rec for rec, ok in zip(records, is_fresh, strict=True) if ok]
         incoming = sum(rec.size for rec in fresh)
-        if self._size + incoming > props.max_size:
+        held = self._size + self.reserved
+        if held + incoming > props.max_size:
             raise ServiceBusQuotaExceededError(
-                f"the queue holds {self._size} bytes; {incoming} more would exceed its "
+                f"the queue holds {held} bytes; {incoming} more would exceed its "
                 f"max_size_in_megabytes of {props.max_size_in_megabytes}",
                 self.entity,
-                self._size + incoming,
+                held + incoming,
                 props.max_size,
             )
-        # Validated: from here on nothing raises.
+        return fresh, is_fresh
+
+    def _store_fresh(self, fresh: Sequence[MessageRecord], now: float) -> None:
+        """Store validated messages (never raises): numbers in order, journal entries."""
+        props = self._props
+        dedup = props.requires_duplicate_detection
         default_ttl = props.default_ttl_s
         for rec in fresh:
             seq = self._take_seq()
@@ -237,10 +261,6 @@ class Partition(SessionOps):
                 slot = slot_of(partition_key(rec, True) or rec.message_id)
                 self._dedup_slots[rec.message_id] = slot
                 self._record(journal.DEDUP, self._main, seq, (rec.message_id, now, slot))
-        return [
-            rec.sequence_number if ok else self._dedup[rec.message_id or ""][1]
-            for rec, ok in zip(records, is_fresh, strict=True)
-        ]
 
     def _check_owned(self, records: Sequence[MessageRecord]) -> None:
         """Refuse a batch holding a message this partition no longer serves."""
@@ -462,6 +482,12 @@ class Partition(SessionOps):
         for token in lock_tokens:
             try:
                 store, seq = self._locked(token)
+                if token in self.pinned:
+                    raise InvalidArgumentError(
+                        "the message is part of a transaction being committed",
+                        self.entity,
+                        "message",
+                    )
                 if self._in_session(store, store.messages[seq]):
                     raise InvalidArgumentError(
                         "a session's messages are locked by the session lock: renew the "
@@ -477,11 +503,18 @@ class Partition(SessionOps):
             out.append(until)
         return out
 
-    def _settle_one(self, op: SettleOp) -> None:
+    def _settle_one(self, op: SettleOp, *, in_transaction: str | None = None) -> None:
         if op.kind not in _SETTLE_KINDS:
             raise InvalidArgumentError(f"unknown settlement {op.kind!r}", self.entity, "kind")
-        self._check_receive()
+        if in_transaction is None:  # a prepared transaction applies whatever the status
+            self._check_receive()
         store, seq = self._locked(op.lock_token)
+        if self.pinned.get(op.lock_token, in_transaction) != in_transaction:
+            raise InvalidArgumentError(
+                "the message is part of a transaction being committed; settle it there",
+                self.entity,
+                "message",
+            )
         rec = store.messages[seq]
         if op.properties:
             check_application_properties(op.properties)
@@ -564,6 +597,9 @@ class Partition(SessionOps):
             rec = store.messages[seq]
             if rec.locked_until > now:
                 continue  # renewed; a later heap entry covers it
+            if token in self.pinned:  # a prepared transaction holds it: look again later
+                heapq.heappush(heap2, (now + 1.0, token))
+                continue
             del self._locks[token]
             rec.lock_token, rec.locked_until = None, 0.0
             woke |= self._redeliver(store, rec, now)
@@ -766,6 +802,12 @@ class Partition(SessionOps):
             out.append((journal.ADOPTED, journal.MAIN, 0, move_id))
         for move_id, (target, bundle) in self.outbox.items():
             out.append((journal.OUTBOX, journal.MAIN, 0, (move_id, target, bundle)))
+        if self.prepared:
+            from .transactions import _to_payload
+
+            for txn_id, share in self.prepared.items():
+                payload = (txn_id, _to_payload(self, share))
+                out.append((journal.TXN_PREPARE, journal.MAIN, 0, payload))
         if self._sessions is not None:
             for s in self._sessions.by_id.values():
                 if s.state is not None:
@@ -813,5 +855,9 @@ class Partition(SessionOps):
                 s = self._sessions.get(session_id)
                 s.state, s.state_updated = data, updated
                 self._size += len(data)
+        if state.prepared:
+            from .transactions import recover
+
+            recover(self, state.prepared)
         if self.visible_seq is not None:
             self.visible_seq = self._next_seq - 1

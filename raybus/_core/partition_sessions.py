@@ -40,6 +40,7 @@ class SessionOps:
         entity: str
         visible_seq: int | None
         owned: frozenset[int] | None
+        pinned: dict[str, str]
 
         def _begin(self) -> float: ...
         def _check_receive(self) -> None: ...
@@ -162,7 +163,10 @@ class SessionOps:
         expired, as for an expired message lock), in sequence order."""
         sessions = self._sessions
         assert sessions is not None
-        tokens = sorted(s.locked, key=lambda t: self._locks[t][1])
+        # Messages a prepared transaction holds stay locked until it ends.
+        tokens = sorted(
+            (t for t in s.locked if t not in self.pinned), key=lambda t: self._locks[t][1]
+        )
         sessions.unlock(s)
         for msg_token in tokens:
             store, seq = self._locks.pop(msg_token)

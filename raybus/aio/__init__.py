@@ -8,6 +8,7 @@ from ._management import ServiceBusAdministrationClient
 from ._receiver import ServiceBusReceiver
 from ._sender import ServiceBusSender
 from ._session import ServiceBusSession
+from ._transaction import ServiceBusTransaction
 
 __all__ = [
     "AutoLockRenewer",
@@ -16,4 +17,5 @@ __all__ = [
     "ServiceBusReceiver",
     "ServiceBusSender",
     "ServiceBusSession",
+    "ServiceBusTransaction",
 ]

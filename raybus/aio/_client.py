@@ -14,6 +14,7 @@ from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError
 from ._receiver import ServiceBusReceiver
 from ._sender import ServiceBusSender
+from ._transaction import ServiceBusTransaction
 
 __all__ = ["ServiceBusClient"]
 
@@ -67,6 +68,11 @@ class ServiceBusClient:
             session_id=session_id,
             auto_lock_renewer=auto_lock_renewer,
         )
+
+    def transaction(self) -> ServiceBusTransaction:
+        """A new transaction (``async with client.transaction() as txn:``; see
+        ``raybus.aio.ServiceBusTransaction``)."""
+        return ServiceBusTransaction(self._conn)
 
     async def list_queue_sessions(
         self, queue_name: str, *, state_updated_after: datetime | None = None

@@ -47,6 +47,7 @@ from ..exceptions import (
 from ..message import ServiceBusReceivedMessage
 from ._fanout import peek_partitioned, receive_partitioned
 from ._session import ServiceBusSession, check_session_id
+from ._transaction import ServiceBusTransaction
 
 __all__ = ["ServiceBusReceiver"]
 
@@ -641,31 +642,70 @@ class ServiceBusReceiver:
             self._answered += len(messages)
             self._answers.notify_all()
 
-    async def complete_message(self, message: ServiceBusReceivedMessage) -> None:
-        """Remove the message from the queue (see the module's settlement guarantee)."""
-        await self._settle(message, SettleOp(COMPLETE, message.lock_token or ""))
+    async def _in_transaction(
+        self, transaction: ServiceBusTransaction, message: ServiceBusReceivedMessage, op: SettleOp
+    ) -> None:
+        if self._delete:
+            raise InvalidArgumentError(
+                "a RECEIVE_AND_DELETE receiver cannot take part in a transaction",
+                self.entity_path,
+                "transaction",
+            )
+        self._raise_failures()
+        self._settle_op(message, op)
+        route = await self._conn.route(self.entity_path)
+        await transaction.add_settle(route, message, op)
+
+    async def _settle_or_join(
+        self,
+        message: ServiceBusReceivedMessage,
+        op: SettleOp,
+        transaction: ServiceBusTransaction | None,
+    ) -> None:
+        if transaction is None:
+            await self._settle(message, op)
+        else:
+            await self._in_transaction(transaction, message, op)
+
+    async def complete_message(
+        self,
+        message: ServiceBusReceivedMessage,
+        *,
+        transaction: ServiceBusTransaction | None = None,
+    ) -> None:
+        """Remove the message from the queue (see the module's settlement guarantee). With
+        ``transaction``, at its commit."""
+        await self._settle_or_join(
+            message, SettleOp(COMPLETE, message.lock_token or ""), transaction
+        )
 
     async def abandon_message(
         self,
         message: ServiceBusReceivedMessage,
         properties_to_modify: dict[str, Any] | None = None,
+        *,
+        transaction: ServiceBusTransaction | None = None,
     ) -> None:
         """Release the lock now; the message comes again with ``delivery_count + 1``.
 
         ``properties_to_modify`` (a raybus and .NET/Java extension) is merged into the
         message's application properties.
         """
-        await self._settle(
-            message, SettleOp(ABANDON, message.lock_token or "", properties_to_modify)
+        await self._settle_or_join(
+            message, SettleOp(ABANDON, message.lock_token or "", properties_to_modify), transaction
         )
 
     async def defer_message(
         self,
         message: ServiceBusReceivedMessage,
         properties_to_modify: dict[str, Any] | None = None,
+        *,
+        transaction: ServiceBusTransaction | None = None,
     ) -> None:
         """Set the message aside; fetch it later with ``receive_deferred_messages``."""
-        await self._settle(message, SettleOp(DEFER, message.lock_token or "", properties_to_modify))
+        await self._settle_or_join(
+            message, SettleOp(DEFER, message.lock_token or "", properties_to_modify), transaction
+        )
 
     async def dead_letter_message(
         self,
@@ -673,9 +713,11 @@ class ServiceBusReceiver:
         reason: str | None = None,
         error_description: str | None = None,
         properties_to_modify: dict[str, Any] | None = None,
+        *,
+        transaction: ServiceBusTransaction | None = None,
     ) -> None:
         """Move the message to the dead-letter sub-queue with ``reason``/``error_description``."""
-        await self._settle(
+        await self._settle_or_join(
             message,
             SettleOp(
                 DEAD_LETTER,
@@ -684,6 +726,7 @@ class ServiceBusReceiver:
                 reason,
                 error_description,
             ),
+            transaction,
         )
 
     async def complete_messages(self, messages: Sequence[ServiceBusReceivedMessage]) -> None:
@@ -725,10 +768,26 @@ class ServiceBusReceiver:
             )
 
     async def renew_message_lock(
-        self, message: ServiceBusReceivedMessage, *, timeout: Any = None
-    ) -> datetime:
-        """Extend the message's lock by the queue's lock duration; returns the new expiry."""
+        self,
+        message: ServiceBusReceivedMessage,
+        *,
+        timeout: Any = None,
+        transaction: ServiceBusTransaction | None = None,
+    ) -> datetime | None:
+        """Extend the message's lock by the queue's lock duration; returns the new expiry.
+        With ``transaction`` the renewal happens at its commit (and returns None now)."""
         await self._settle_pending()
+        if transaction is not None:
+            self._settle_op(message, SettleOp(COMPLETE, message.lock_token or ""))
+            if self.session is not None:
+                raise InvalidArgumentError(
+                    "a session's messages are locked by the session: renew the session lock",
+                    self.entity_path,
+                    "message",
+                )
+            route = await self._conn.route(self.entity_path)
+            await transaction.add_renew(route, message)
+            return None
         return await self._renew(message, timeout)
 
     async def _renew(self, message: ServiceBusReceivedMessage, timeout: Any = None) -> datetime:

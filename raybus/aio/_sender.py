@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _rpc
 from .._actors.namespace import Route
@@ -24,6 +24,9 @@ from ..exceptions import (
     PartitionMovedError,
 )
 from ..message import ServiceBusMessage, ServiceBusMessageBatch
+
+if TYPE_CHECKING:
+    from ._transaction import ServiceBusTransaction
 
 __all__ = ["ServiceBusSender"]
 
@@ -233,7 +236,13 @@ class ServiceBusSender:
                 raise result
         return True
 
-    async def send_messages(self, message: SendInput, *, timeout: float | None = None) -> None:
+    async def send_messages(
+        self,
+        message: SendInput,
+        *,
+        timeout: float | None = None,
+        transaction: ServiceBusTransaction | None = None,
+    ) -> None:
         """Send one message, a list, or a batch. Returns once the broker accepted all of it.
 
         A list or batch is all-or-nothing: on any error nothing of it was stored. On a queue of
@@ -244,6 +253,9 @@ class ServiceBusSender:
         on, repeated message ids are dropped silently.
         """
         records = _records(message)
+        if transaction is not None:
+            await transaction.add_send(self, records)  # sent at commit
+            return
         await self._send(records, _check_timeout(timeout, self.entity_path))
 
     async def schedule_messages(
@@ -252,9 +264,11 @@ class ServiceBusSender:
         schedule_time_utc: datetime,
         *,
         timeout: float | None = None,
+        transaction: ServiceBusTransaction | None = None,
     ) -> list[int]:
         """Enqueue messages at ``schedule_time_utc``; returns their sequence numbers (for
-        ``cancel_scheduled_messages``). A time in the past enqueues them at once."""
+        ``cancel_scheduled_messages``). A time in the past enqueues them at once. In a
+        ``transaction`` they are numbered at commit, so this returns an empty list."""
         if not isinstance(schedule_time_utc, datetime):
             raise InvalidArgumentError(
                 "schedule_time_utc must be a datetime", self.entity_path, "schedule_time_utc"
@@ -263,6 +277,9 @@ class ServiceBusSender:
         records = [snapshot(rec) for rec in _records(messages)]  # not the messages' own
         for rec in records:
             rec.scheduled_enqueue_time = at
+        if transaction is not None:
+            await transaction.add_send(self, records)
+            return []
         return await self._send(records, _check_timeout(timeout, self.entity_path))
 
     async def cancel_scheduled_messages(

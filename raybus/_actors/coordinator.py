@@ -1,0 +1,196 @@
+"""The transaction coordinator: two-phase commit across partitions and entities of a namespace.
+
+One named, detached actor per namespace (``raybus/txn/<namespace>``), restarted forever by Ray.
+A commit runs:
+
+1. **Prepare** every participant (partition actor) in parallel; each validates and holds its
+   share durably (``raybus._core.transactions``).
+2. If any refuses (or cannot be reached), every participant is told to abort and the caller
+   gets ``TransactionAbortedError``: nothing took effect.
+3. Otherwise the decision is **logged durably** before anyone hears of it, then every
+   participant is told to commit. The caller's ``commit`` returns once they all applied it (or,
+   if one cannot be reached, once the decision is logged: that one applies it when it asks).
+
+Guarantees: a transaction is all-or-nothing. The coordinator answers ``outcome(txn)`` with
+``commit`` for a logged decision, ``pending`` while it is deciding, and ``abort`` otherwise
+(presumed abort: a decision is only ever logged while the caller's commit is in flight in this
+same incarnation, so an unknown transaction can never commit later). A restarted coordinator
+re-sends every logged decision that not all participants have acknowledged; participants that
+restarted while prepared ask for the outcome themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import ray
+
+from .. import _failpoints
+from .._core import journal
+from .._storage import DurableLog
+from ..exceptions import ServiceBusError, TransactionAbortedError
+
+__all__ = ["CoordinatorActor", "coordinator_actor", "coordinator_actor_name"]
+
+_log = logging.getLogger("raybus.coordinator")
+
+# One participant's share as the client sends it:
+# (partition actor name, handle, entity, sends as wire rows, settle ops as wire tuples, renews)
+Participant = tuple[str, Any, str, list[Any], list[Any], list[str]]
+
+
+def coordinator_actor_name(namespace: str) -> str:
+    return f"raybus/txn/{namespace}"
+
+
+class CoordinatorActor:
+    """Runs two-phase commit; see the module docstring for the guarantees."""
+
+    def __init__(self, namespace: str, storage_path: str | None = None) -> None:
+        self._namespace = namespace
+        self._log: DurableLog | None = None
+        self._decided: dict[str, list[str]] = {}  # committed, not acknowledged by all
+        self._inflight: set[str] = set()
+        self._resume: asyncio.Task[None] | None = None
+        self.committed = 0
+        self.aborted = 0
+        if storage_path is not None:
+            self._log = DurableLog.from_storage_path(storage_path, namespace, "coordinator")
+            found = self._log.recover()
+            tables = [found.checkpoint] if found.checkpoint is not None else []
+            tables += [table for _lsn, table in found.entries]
+            for table in tables:
+                for entry in journal.from_table(table):
+                    kind, txn_id, names = entry[3]
+                    if kind == "commit":
+                        self._decided[txn_id] = names
+                    else:
+                        self._decided.pop(txn_id, None)
+
+    async def _append(self, record: tuple[str, str, list[str]]) -> None:
+        log = self._log
+        if log is None:
+            return
+        await asyncio.to_thread(log.append, journal.to_table([(0, 0, 0, record)]))
+        if log.next_lsn % 1000 == 0:  # keep the log short: only undone decisions matter
+            snap = [(0, 0, 0, ("commit", t, n)) for t, n in self._decided.items()]
+            try:
+                await asyncio.to_thread(log.checkpoint, journal.to_table(snap), log.next_lsn - 1)
+            except ServiceBusError as exc:
+                _log.warning("coordinator checkpoint failed: %s", exc)
+
+    def _start_resume(self) -> None:
+        if self._decided and (self._resume is None or self._resume.done()):
+            self._resume = asyncio.get_running_loop().create_task(self._finish_logged())
+
+    async def _finish_logged(self) -> None:
+        """Re-send the decisions logged before a restart until every participant applied."""
+        while self._decided:
+            for txn_id, names in list(self._decided.items()):
+                await self._tell_commit(txn_id, names, [None] * len(names))
+            await asyncio.sleep(1.0)
+
+    async def ping(self) -> str:
+        self._start_resume()
+        return self._namespace
+
+    async def arm_failpoint(self, name: str) -> None:
+        _failpoints.arm(name)
+
+    async def outcome(self, txn_id: str) -> str:
+        """``commit``, ``pending`` or ``abort`` (presumed: see the module docstring)."""
+        self._start_resume()
+        if txn_id in self._decided:
+            return "commit"
+        if txn_id in self._inflight:
+            return "pending"
+        return "abort"
+
+    async def commit(self, txn_id: str, participants: list[Participant]) -> None:
+        """Commit the transaction atomically, or raise ``TransactionAbortedError``."""
+        self._start_resume()
+        if txn_id in self._inflight or txn_id in self._decided:
+            raise TransactionAbortedError(
+                "this transaction is already being committed", None, txn_id, "duplicate"
+            )
+        self._inflight.add(txn_id)
+        names = [p[0] for p in participants]
+        handles = [p[1] for p in participants]
+        try:
+            results = await asyncio.gather(
+                *(h.txn_prepare.remote(txn_id, s, o, r) for _n, h, _e, s, o, r in participants),
+                return_exceptions=True,
+            )
+            failed = [
+                (p[2], res)
+                for p, res in zip(participants, results, strict=True)
+                if isinstance(res, BaseException)
+            ]
+            if failed:
+                await asyncio.gather(
+                    *(h.txn_abort.remote(txn_id) for h in handles), return_exceptions=True
+                )
+                self.aborted += 1
+                entity, error = failed[0]
+                cause = _cause(error)
+                raise TransactionAbortedError(
+                    f"the transaction was rolled back: {cause}", entity, txn_id, cause
+                )
+            _failpoints.hit("coordinator.before_decision")
+            await self._append(("commit", txn_id, names))
+            self._decided[txn_id] = names
+            _failpoints.hit("coordinator.after_decision")
+        finally:
+            self._inflight.discard(txn_id)
+        self.committed += 1
+        await self._tell_commit(txn_id, names, handles)
+
+    async def _tell_commit(self, txn_id: str, names: list[str], handles: list[Any]) -> None:
+        """Tell every participant to commit; log the transaction done once all applied it."""
+
+        async def one(name: str, handle: Any) -> bool:
+            try:
+                if handle is None:
+                    handle = ray.get_actor(name, namespace="raybus")
+                await handle.txn_commit.remote(txn_id)
+                return True
+            except Exception as exc:  # restarting: it asks for the outcome, or we resend
+                _log.info("commit of %s on %s not confirmed yet: %s", txn_id, name, exc)
+                return False
+
+        done = await asyncio.gather(*(one(n, h) for n, h in zip(names, handles, strict=True)))
+        if all(done):
+            if self._decided.pop(txn_id, None) is not None:
+                await self._append(("done", txn_id, []))
+        else:
+            self._start_resume()
+
+    async def stats(self) -> dict[str, int]:
+        return {
+            "committed": self.committed,
+            "aborted": self.aborted,
+            "undone": len(self._decided),
+        }
+
+
+def _cause(error: BaseException) -> str:
+    """The participant's own error, as "TypeName: text" (from inside Ray's wrapper)."""
+    cause = getattr(error, "cause", None)
+    cause = cause if isinstance(cause, BaseException) else error
+    return f"{type(cause).__name__}: {cause}"
+
+
+def coordinator_actor(namespace: str, storage_path: str | None = None) -> Any:
+    """Find or create the namespace's coordinator (named, detached, restarts forever)."""
+    cls = ray.remote(CoordinatorActor)
+    return cls.options(
+        name=coordinator_actor_name(namespace),
+        namespace="raybus",
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        max_restarts=-1,
+        max_concurrency=1000,
+    ).remote(namespace, storage_path)

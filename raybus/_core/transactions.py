@@ -1,0 +1,194 @@
+"""A partition's side of two-phase commit: prepare, commit, abort (pure, journaled).
+
+The coordinator (``raybus._actors.coordinator``) asks every partition a transaction touches to
+``prepare`` its share, logs its decision durably, then tells them to ``commit`` or ``abort``.
+
+Guarantees of a partition that answered ``prepare`` (once the prepare is durable):
+
+* It can apply the share whatever happens next: the sends' bytes are reserved against the
+  quota, the settled messages' locks are *pinned* (they neither expire nor can be settled
+  outside the transaction, and a session expiring leaves them locked), and the share is in the
+  partition's log, so a restarted partition has it again (its messages locked under the
+  transaction) and asks the coordinator for the outcome.
+* ``commit`` applies the share once: sends get their sequence numbers now, in the
+  transaction's order (duplicate detection applies as for any send); settlements apply as if
+  made now. ``abort`` releases the reservations and unpins the locks, which then run their
+  normal course (a rollback leaves locked messages locked, as in Service Bus). Both are
+  idempotent: a transaction id unknown here has already ended.
+* Nothing of a prepared transaction is visible to receivers before ``commit``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..exceptions import InvalidArgumentError, ServiceBusError
+from . import journal
+from .partition import Partition
+from .record import MessageRecord, check_application_properties, from_wire, to_wire
+from .store import SettleOp
+
+__all__ = ["Share", "abort", "commit", "prepare", "recover"]
+
+MAX_OPERATIONS = 100  # messages per transaction (Service Bus's limit)
+
+
+@dataclass
+class Share:
+    """One partition's part of a transaction, as prepared."""
+
+    sends: list[MessageRecord] = field(default_factory=list)
+    settles: list[SettleOp] = field(default_factory=list)
+    renews: list[str] = field(default_factory=list)
+    reserved: int = 0
+
+    def tokens(self) -> list[str]:
+        return [op.lock_token for op in self.settles] + list(self.renews)
+
+
+def prepare(
+    p: Partition,
+    txn_id: str,
+    sends: Sequence[MessageRecord],
+    settles: Sequence[SettleOp],
+    renews: Sequence[str],
+) -> None:
+    """Validate and hold the share (raising, and changing nothing, when it cannot commit)."""
+    p._begin()
+    if txn_id in p.prepared:
+        return  # a repeated prepare (the coordinator retried)
+    if sends:
+        fresh, _ = p._validate_send(sends)
+    else:
+        fresh = []
+    tokens: set[str] = set()
+    for op in settles:
+        p._check_receive()
+        store, seq = p._locked(op.lock_token)
+        if op.lock_token in p.pinned or op.lock_token in tokens:
+            raise InvalidArgumentError(
+                "the message is already part of a transaction", p.entity, "message"
+            )
+        if op.kind not in ("complete", "abandon", "dead_letter", "defer"):
+            raise InvalidArgumentError(
+                f"{op.kind!r} cannot be part of a transaction", p.entity, "kind"
+            )
+        if op.kind == "dead_letter" and store is p._dlq:
+            raise InvalidArgumentError(
+                "the message is already in the dead-letter sub-queue", p.entity, "message"
+            )
+        if op.properties:
+            check_application_properties(op.properties)
+        tokens.add(op.lock_token)
+    for token in renews:
+        store, seq = p._locked(token)
+        if token in p.pinned:
+            raise InvalidArgumentError(
+                "the message is already part of another transaction", p.entity, "message"
+            )
+        if p._in_session(store, store.messages[seq]):
+            raise InvalidArgumentError(
+                "a session's messages are locked by the session: renew the session lock",
+                p.entity,
+                "message",
+            )
+    # Validated: hold it.
+    share = Share(list(sends), list(settles), list(renews), sum(r.size for r in fresh))
+    _hold(p, txn_id, share)
+    p._record(journal.TXN_PREPARE, p._main, 0, (txn_id, _to_payload(p, share)))
+
+
+def _hold(p: Partition, txn_id: str, share: Share) -> None:
+    p.prepared[txn_id] = share
+    p.reserved += share.reserved
+    for token in share.tokens():
+        p.pinned[token] = txn_id
+
+
+def _to_payload(p: Partition, share: Share) -> tuple[Any, ...]:
+    """The share as logged: settlements by message (store, sequence number), since lock
+    tokens do not survive a restart."""
+    settles = []
+    for op in share.settles:
+        store, seq = p._locked(op.lock_token)
+        settles.append((store.id, seq, op.kind, op.properties, op.reason, op.description))
+    renews = [p._locked(t)[1] for t in share.renews]
+    return (to_wire(share.sends), settles, renews)
+
+
+def commit(p: Partition, txn_id: str) -> bool:
+    """Apply a prepared share; False if the transaction is not prepared here (it ended)."""
+    now = p._begin()
+    share = p.prepared.pop(txn_id, None)
+    if share is None:
+        return False
+    _release(p, txn_id, share)
+    if share.sends:
+        # Duplicate detection applies now; the quota was reserved at prepare.
+        dedup = p._props.requires_duplicate_detection
+        seen: set[str] = set()
+        fresh = []
+        for rec in share.sends:
+            mid = rec.message_id
+            if dedup and mid is not None and (mid in p._dedup or mid in seen):
+                continue
+            if mid is not None:
+                seen.add(mid)
+            fresh.append(rec)
+        p._store_fresh(fresh, now)
+    for op in share.settles:
+        try:
+            p._settle_one(op, in_transaction=txn_id)
+        except ServiceBusError:  # cannot happen for a pinned lock; never fail a commit
+            pass
+    until = now + p._props.lock_duration_s
+    for token in share.renews:
+        entry = p._locks.get(token)
+        if entry is not None:
+            store, seq = entry
+            store.messages[seq].locked_until = max(store.messages[seq].locked_until, until)
+            heapq.heappush(p._lock_heap, (until, token))
+    p._record(journal.TXN_END, p._main, 0, txn_id)
+    return True
+
+
+def abort(p: Partition, txn_id: str) -> bool:
+    """Drop a prepared share; False if the transaction is not prepared here."""
+    p._begin()
+    share = p.prepared.pop(txn_id, None)
+    if share is None:
+        return False
+    _release(p, txn_id, share)
+    p._record(journal.TXN_END, p._main, 0, txn_id)
+    return True
+
+
+def _release(p: Partition, txn_id: str, share: Share) -> None:
+    p.reserved -= share.reserved
+    for token in share.tokens():
+        if p.pinned.get(token) == txn_id:
+            del p.pinned[token]
+
+
+def recover(p: Partition, logged: dict[str, tuple[Any, ...]]) -> None:
+    """After a restart: hold again the shares prepared before it. Their messages were
+    unlocked by the restart; they are locked again under the transaction (new tokens)."""
+    now = p._clock.now()
+    for txn_id, (sends_wire, settles, renew_seqs) in logged.items():
+        share = Share(from_wire(sends_wire))
+        share.reserved = sum(r.size for r in share.sends)
+        for store_id, seq, kind, props, reason, desc in settles:
+            store = p._main if store_id == journal.MAIN else p._dlq
+            rec = store.messages.get(seq)
+            if rec is None:
+                continue
+            token = p._tokens.next()
+            rec.lock_token, rec.locked_until = token, now + p._props.lock_duration_s
+            p._locks[token] = (store, seq)
+            heapq.heappush(p._lock_heap, (rec.locked_until, token))
+            share.settles.append(SettleOp(kind, token, props, reason, desc))
+        del renew_seqs  # the renewed locks ended with the restart: nothing left to renew
+        _hold(p, txn_id, share)
