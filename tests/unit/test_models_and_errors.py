@@ -263,6 +263,15 @@ EXAMPLES: dict[str, tuple[tuple, dict]] = {
     "MessageNotFoundError": (("missing", "orders", [3, 4]), {"sequence_numbers": [3, 4]}),
     "MessagingEntityDisabledError": (("disabled", "orders", "Disabled"), {"status": "Disabled"}),
     "MessageAlreadySettled": (("already settled",), {"message": "already settled"}),
+    "PartitionMovedError": (("moved", "orders", 3), {"version": 3}),
+    "TransactionAbortedError": (
+        ("rolled back", "orders", "t-1", "MessageLockLostError: gone"),
+        {"transaction_id": "t-1", "reason": "MessageLockLostError: gone"},
+    ),
+    "TransactionTimeoutError": (
+        ("too late", "orders", "t-2", "timeout"),
+        {"transaction_id": "t-2", "reason": "timeout"},
+    ),
 }
 
 ALL_EXCEPTIONS = sorted(exc_module.__all__)
