@@ -69,6 +69,10 @@ def hand_over(
             slot = slot_of(s.id)
             if s.holder is not None and slot in slot_target:
                 pinned.add(slot)
+    if p.prepared:  # keys a prepared transaction will send here stay until it ends
+        from .transactions import prepared_slots
+
+        pinned |= prepared_slots(p) & set(slot_target)
     for slot in pinned:
         del slot_target[slot]
     owned = p.owned if p.owned is not None else frozenset(range(SLOTS))
@@ -207,5 +211,6 @@ def is_empty(p: Partition) -> bool:
         and not p._dlq.messages
         and not p.owned
         and not p.outbox
+        and not p.prepared
         and (sessions is None or not any(s.holder or s.state for s in sessions.by_id.values()))
     )

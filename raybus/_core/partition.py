@@ -126,6 +126,7 @@ class Partition(SessionOps):
         self.prepared: dict[str, Any] = {}
         self.pinned: dict[str, str] = {}  # lock token -> transaction id
         self.reserved = 0
+        self.ended_transactions: dict[str, None] = {}  # recent ones (a late prepare is refused)
         # Durable mode (see enable_journal): changes are recorded for the storage log, and
         # receivers see new messages only up to visible_seq, the last one made durable.
         self._journal: list[journal.Entry] | None = None

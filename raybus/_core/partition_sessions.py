@@ -36,6 +36,7 @@ class SessionOps:
         _tokens: LockTokens
         _main: Store
         _locks: dict[str, tuple[Store, int]]
+        _lock_heap: list[tuple[float, str]]
         _size: int
         entity: str
         visible_seq: int | None
@@ -167,6 +168,11 @@ class SessionOps:
         tokens = sorted(
             (t for t in s.locked if t not in self.pinned), key=lambda t: self._locks[t][1]
         )
+        for msg_token in s.locked:
+            if msg_token in self.pinned:  # expires on its own once the transaction ends
+                store, seq = self._locks[msg_token]
+                until = store.messages[seq].locked_until
+                heapq.heappush(self._lock_heap, (until, msg_token))
         sessions.unlock(s)
         for msg_token in tokens:
             store, seq = self._locks.pop(msg_token)

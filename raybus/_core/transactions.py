@@ -25,10 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exceptions import InvalidArgumentError, ServiceBusError
+from ..exceptions import InvalidArgumentError, ServiceBusError, TransactionSizeExceededError
 from . import journal
 from .partition import Partition
 from .record import MessageRecord, check_application_properties, from_wire, to_wire
+from .slots import partition_key, slot_of
 from .store import SettleOp
 
 __all__ = ["Share", "abort", "commit", "prepare", "recover"]
@@ -60,6 +61,12 @@ def prepare(
     p._begin()
     if txn_id in p.prepared:
         return  # a repeated prepare (the coordinator retried)
+    if txn_id in p.ended_transactions:
+        raise InvalidArgumentError(f"transaction {txn_id} has already ended", p.entity, "id")
+    if len(sends) + len(settles) + len(renews) > MAX_OPERATIONS:
+        raise TransactionSizeExceededError(
+            f"a transaction holds at most {MAX_OPERATIONS} messages", p.entity
+        )
     if sends:
         fresh, _ = p._validate_send(sends)
     else:
@@ -82,8 +89,12 @@ def prepare(
             )
         if op.properties:
             check_application_properties(op.properties)
+        for text, what in ((op.reason, "reason"), (op.description, "error_description")):
+            if text is not None and not isinstance(text, str):
+                raise InvalidArgumentError(f"{what} must be a str", p.entity, what)
         tokens.add(op.lock_token)
     for token in renews:
+        p._check_receive()
         store, seq = p._locked(token)
         if token in p.pinned:
             raise InvalidArgumentError(
@@ -116,7 +127,7 @@ def _to_payload(p: Partition, share: Share) -> tuple[Any, ...]:
         store, seq = p._locked(op.lock_token)
         settles.append((store.id, seq, op.kind, op.properties, op.reason, op.description))
     renews = [p._locked(t)[1] for t in share.renews]
-    return (to_wire(share.sends), settles, renews)
+    return (to_wire(share.sends), settles, renews, share.reserved)
 
 
 def commit(p: Partition, txn_id: str) -> bool:
@@ -167,19 +178,36 @@ def abort(p: Partition, txn_id: str) -> bool:
 
 
 def _release(p: Partition, txn_id: str, share: Share) -> None:
+    ended = p.ended_transactions
+    ended[txn_id] = None
+    if len(ended) > 10_000:  # remember recent ones only
+        del ended[next(iter(ended))]
     p.reserved -= share.reserved
     for token in share.tokens():
         if p.pinned.get(token) == txn_id:
             del p.pinned[token]
 
 
+def prepared_slots(p: Partition) -> set[int]:
+    """Slots of the keyed messages that prepared transactions will send here: a partition
+    change must not move them before the transactions end."""
+    dedup = p._props.requires_duplicate_detection
+    out: set[int] = set()
+    for share in p.prepared.values():
+        for rec in share.sends:
+            key = partition_key(rec, dedup)
+            if key is not None:
+                out.add(slot_of(key))
+    return out
+
+
 def recover(p: Partition, logged: dict[str, tuple[Any, ...]]) -> None:
     """After a restart: hold again the shares prepared before it. Their messages were
     unlocked by the restart; they are locked again under the transaction (new tokens)."""
     now = p._clock.now()
-    for txn_id, (sends_wire, settles, renew_seqs) in logged.items():
+    for txn_id, (sends_wire, settles, renew_seqs, reserved) in logged.items():
         share = Share(from_wire(sends_wire))
-        share.reserved = sum(r.size for r in share.sends)
+        share.reserved = reserved
         for store_id, seq, kind, props, reason, desc in settles:
             store = p._main if store_id == journal.MAIN else p._dlq
             rec = store.messages.get(seq)
