@@ -263,6 +263,14 @@ EXAMPLES: dict[str, tuple[tuple, dict]] = {
     "MessageNotFoundError": (("missing", "orders", [3, 4]), {"sequence_numbers": [3, 4]}),
     "MessagingEntityDisabledError": (("disabled", "orders", "Disabled"), {"status": "Disabled"}),
     "MessageAlreadySettled": (("already settled",), {"message": "already settled"}),
+    "FilterSyntaxError": (
+        ("bad filter", "orders/subscriptions/s1", "a = = 1", 4),
+        {"text": "a = = 1", "position": 4},
+    ),
+    "FilterEvaluationError": (
+        ("1/0", "orders/subscriptions/s1", "DivideByZero"),
+        {"type_name": "DivideByZero"},
+    ),
     "PartitionMovedError": (("moved", "orders", 3), {"version": 3}),
     "TransactionAbortedError": (
         ("rolled back", "orders", "t-1", "MessageLockLostError: gone"),
@@ -354,6 +362,8 @@ RETRYABLE = {
     "AutoLockRenewTimeout": False,
     "InvalidArgumentError": False,
     "SettlementFailedError": False,
+    "FilterSyntaxError": False,
+    "FilterEvaluationError": False,
 }
 
 
