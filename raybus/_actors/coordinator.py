@@ -29,6 +29,7 @@ import ray
 
 from .. import _failpoints
 from .._core import journal
+from .._metrics import count_transaction
 from .._storage import DurableLog
 from ..exceptions import ServiceBusError, TransactionAbortedError
 
@@ -133,6 +134,7 @@ class CoordinatorActor:
                     *(h.txn_abort.remote(txn_id) for h in handles), return_exceptions=True
                 )
                 self.aborted += 1
+                count_transaction(self._namespace, "aborted")
                 entity, error = failed[0]
                 cause = _cause(error)
                 raise TransactionAbortedError(
@@ -145,6 +147,7 @@ class CoordinatorActor:
         finally:
             self._inflight.discard(txn_id)
         self.committed += 1
+        count_transaction(self._namespace, "committed")
         await self._tell_commit(txn_id, names, handles)
 
     async def _tell_commit(self, txn_id: str, names: list[str], handles: list[Any]) -> None:

@@ -27,6 +27,7 @@ from .._core.committer import Committer
 from .._core.partition import Partition, PartitionCounts, SettleOp
 from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
 from .._core.registry import partition_storage_dirs
+from .._metrics import EXPORT_INTERVAL_S, PartitionMetrics
 from .._models import EXPRESS_FLUSH_INTERVAL, QueueProperties
 from .._storage import DurableLog
 from ..exceptions import ServiceBusError
@@ -73,6 +74,8 @@ class PartitionActor:
         self._flushing: asyncio.Task[None] | None = None
         self._txn_watch: asyncio.Task[None] | None = None
         self._kicked = False
+        self._send_times: list[float] = []  # metric samples, drained every export
+        self._wait_times: list[float] = []
         self._prepared_at: dict[str, float] = {}
         # A memory-only partition that Ray restarted has lost which slots it serves (a
         # durable one reads them from its log): it asks the namespace before serving keys.
@@ -114,6 +117,7 @@ class PartitionActor:
 
     async def ready(self) -> int:
         """Answer once constructed; start the idle timer. Returns the partition id."""
+        self._kick()
         if self._idle_task is None:
             self._idle_task = asyncio.get_running_loop().create_task(self._idle_loop())
         if self._core.outbox:  # moves this partition started before a restart
@@ -132,6 +136,7 @@ class PartitionActor:
         Records travel as tuples (``raybus._core.record.to_wire``), as in every method here.
         """
         self._kick()
+        started = time.perf_counter()
         if self._ask_slots:
             await self._learn_slots()
         results: list[list[int] | ServiceBusError] = []
@@ -145,6 +150,8 @@ class PartitionActor:
         except ServiceBusError as exc:  # nothing of these groups was stored
             return [exc for _ in results]
         self._notify()
+        if len(self._send_times) < 1000:
+            self._send_times.append(time.perf_counter() - started)
         return results
 
     async def cancel_scheduled(self, sequence_numbers: list[int]) -> None:
@@ -155,10 +162,11 @@ class PartitionActor:
 
     def _kick(self) -> None:
         """After a restart nobody calls ``ready``: the first call resumes unfinished moves and
-        transactions."""
+        transactions, and starts the metrics export."""
         if self._kicked:
             return
         self._kicked = True
+        asyncio.get_running_loop().create_task(self._export_metrics())
         if self._core.outbox:
             self._flush_soon()
         if self._core.prepared:
@@ -207,6 +215,8 @@ class PartitionActor:
             core = await self._settled_core()
             got = core.receive(max_count, dead_letter=dead_letter, delete=delete, session=session)
             if got or deadline <= time.monotonic():
+                if got and len(self._wait_times) < 1000:  # one sample per call
+                    self._wait_times.append(max(0.0, time.time() - got[0].enqueued_time))
                 rows = to_wire(got)
                 # Deletions, expiries, activations; locks alone need no write.
                 await self._commit.durable(after_inflight=delete)
@@ -308,6 +318,37 @@ class PartitionActor:
 
     async def counts(self) -> PartitionCounts:
         return self._core.counts()
+
+    def _totals(self) -> dict[str, float]:
+        totals: dict[str, float] = dict(self._core.stats)
+        totals["flushes"] = self._commit.flushes
+        return totals
+
+    async def stats(self) -> dict[str, float]:
+        """Running totals of this partition (what the metrics export): messages sent,
+        delivered, completed, dead-lettered, lock expiries, redeliveries, flushes."""
+        return self._totals()
+
+    async def _export_metrics(self) -> None:
+        metrics = PartitionMetrics(self._namespace, self._core.entity, self._partition_id)
+        while True:
+            await asyncio.sleep(EXPORT_INTERVAL_S)
+            core = self._core
+            c = core.counts()
+            flush_times, self._commit.flush_times = self._commit.flush_times, []
+            samples = {
+                "flush_seconds": flush_times,
+                "send_seconds": self._send_times,
+                "receive_wait_seconds": self._wait_times,
+            }
+            self._send_times, self._wait_times = [], []
+            gauges = {
+                "active": c.active,
+                "dead_letter": c.dead_letter,
+                "scheduled": c.scheduled,
+                "size_bytes": c.size_in_bytes,
+            }
+            metrics.export(self._totals(), gauges, samples)
 
     # -------------------------------------------------------------- transactions
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import Callable
 
 from .._storage import DurableLog
@@ -68,6 +69,7 @@ class Committer:
         self._waiting: asyncio.Future[None] | None = None  # for changes not yet taken
         self._inflight: asyncio.Future[None] | None = None  # for the flush being written
         self._task: asyncio.Task[None] | None = None
+        self.flush_times: list[float] = []  # seconds per flush, since the last metrics export
         self.flushes = 0  # statistics
         self.flushed_entries = 0
         self.core = self._recover()
@@ -150,6 +152,7 @@ class Committer:
                 if waiting is None:
                     waiting = asyncio.get_running_loop().create_future()
                 self._inflight = waiting
+                started = time.perf_counter()
                 try:
                     await asyncio.to_thread(log.append, journal.to_table(entries))
                 except ServiceBusError as exc:
@@ -159,6 +162,8 @@ class Committer:
                     self._inflight = None
                 self.flushes += 1
                 self.flushed_entries += len(entries)
+                if len(self.flush_times) < 1000:  # drained by the metrics export
+                    self.flush_times.append(time.perf_counter() - started)
                 self._since_checkpoint += len(entries)
                 core = self.core
                 if self._express is None:

@@ -127,6 +127,10 @@ class Partition(SessionOps):
         self.pinned: dict[str, str] = {}  # lock token -> transaction id
         self.reserved = 0
         self.ended_transactions: dict[str, None] = {}  # recent ones (a late prepare is refused)
+        # Running totals for metrics (raybus._metrics); plain ints, cheap on hot paths.
+        self.stats = dict.fromkeys(
+            ("sent", "delivered", "completed", "dead_lettered", "lock_expired", "redelivered"), 0
+        )
         # Durable mode (see enable_journal): changes are recorded for the storage log, and
         # receivers see new messages only up to visible_seq, the last one made durable.
         self._journal: list[journal.Entry] | None = None
@@ -223,6 +227,7 @@ class Partition(SessionOps):
         props = self._props
         dedup = props.requires_duplicate_detection
         default_ttl = props.default_ttl_s
+        self.stats["sent"] += len(fresh)
         for rec in fresh:
             seq = self._take_seq()
             rec.sequence_number = rec.enqueued_sequence_number = seq
@@ -351,6 +356,7 @@ class Partition(SessionOps):
                 out.append(rec)
             else:
                 out.append(self._lock(store, rec, now))
+        self.stats["delivered"] += len(out)
         return out
 
     def has_available(self, *, dead_letter: bool = False) -> bool:
@@ -536,6 +542,7 @@ class Partition(SessionOps):
             if s is not None:
                 s.locked.discard(op.lock_token)
         if op.kind == COMPLETE:
+            self.stats["completed"] += 1
             del store.messages[seq]
             self._size -= rec.size
             self._record(journal.DEL, store, seq)
@@ -603,6 +610,7 @@ class Partition(SessionOps):
                 continue
             del self._locks[token]
             rec.lock_token, rec.locked_until = None, 0.0
+            self.stats["lock_expired"] += 1
             woke |= self._redeliver(store, rec, now)
         sessions = self._sessions
         if sessions is not None:
@@ -712,6 +720,7 @@ class Partition(SessionOps):
         ``count``): requeue, dead-letter or expire. Returns whether it is available again."""
         if count:
             rec.delivery_count += 1
+            self.stats["redelivered"] += 1
         if store is self._main:
             if count and rec.delivery_count >= self._props.max_delivery_count:
                 self._dead_letter(
@@ -740,6 +749,7 @@ class Partition(SessionOps):
             self._record(journal.DEL, self._main, rec.sequence_number)
 
     def _dead_letter(self, rec: MessageRecord, reason: str | None, description: str | None) -> None:
+        self.stats["dead_lettered"] += 1
         del self._main.messages[rec.sequence_number]
         rec.state = ACTIVE
         rec.dead_letter_reason = reason
