@@ -143,6 +143,7 @@ class Connection:
         self._refreshing: dict[str, asyncio.Task[Any]] = {}
         self._senders: dict[Any, Coalescer[Sequence[MessageRecord], list[int]]] = {}
         self._settlers: dict[Any, Coalescer[list[SettleOp], SettleResults]] = {}
+        self._publishers: dict[Any, Coalescer[Sequence[MessageRecord], None]] = {}
 
     @property
     def coordinator(self) -> Any:
@@ -167,10 +168,13 @@ class Connection:
     async def _fetch(self, name: str, key: str) -> Route:
         route: Route = await _rpc.call(None, self.registry.route, name, retries=_rpc.READ_RETRIES)
         old = self._routes.get(key)
+        old_map, new_map = getattr(old, "pmap", None), getattr(route, "pmap", None)
         if (
             old is None
             or old.incarnation != route.incarnation
-            or (old.pmap.version <= route.pmap.version)
+            or old_map is None
+            or new_map is None
+            or old_map.version <= new_map.version
         ):
             self._routes[key] = route
             self._fetched[key] = time.monotonic()
@@ -255,6 +259,23 @@ class Connection:
                 return result
 
             co = self._senders[key] = Coalescer(dispatch)
+        return co
+
+    def publisher(self, entity: str, router: Any) -> Coalescer[Sequence[MessageRecord], None]:
+        """The coalescer of publishes to one topic's router."""
+        key = router._actor_id
+        co = self._publishers.get(key)
+        if co is None:
+
+            async def dispatch(
+                groups: list[Sequence[MessageRecord]],
+            ) -> list[ServiceBusError | None]:
+                result: list[ServiceBusError | None] = await _rpc.call(
+                    entity, router.publish, [to_wire(g) for g in groups]
+                )
+                return result
+
+            co = self._publishers[key] = Coalescer(dispatch)
         return co
 
     def settler(self, entity: str, actor: Any) -> Coalescer[list[SettleOp], SettleResults]:

@@ -224,7 +224,7 @@ IMMUTABLE_QUEUE_FIELDS = (
 )
 
 
-def _check_int(props: QueueProperties, name: str, low: int, high: int) -> None:
+def _check_int(props: Any, name: str, low: int, high: int) -> None:
     value = getattr(props, name)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidArgumentError(

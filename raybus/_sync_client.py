@@ -13,7 +13,9 @@ from typing import Any
 
 from . import _sync, aio
 from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
+from ._core.pool import ProcessorStatistics
 from ._sync import run
+from .aio._processor import DEFAULT_STOP_TIMEOUT_S, Handler, Seconds, in_thread
 from .aio._receiver import _past
 from .aio._sender import SendInput, _records
 from .enums import ServiceBusReceiveMode, ServiceBusSubQueue
@@ -22,6 +24,7 @@ from .message import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceiv
 __all__ = [
     "AutoLockRenewer",
     "ServiceBusClient",
+    "ServiceBusProcessor",
     "ServiceBusReceiver",
     "ServiceBusSender",
     "ServiceBusSession",
@@ -327,6 +330,41 @@ class AutoLockRenewer:
         self.close()
 
 
+class ServiceBusProcessor:
+    """Runs a handler on a queue's messages in an elastic pool of Ray actors (see
+    ``raybus.aio.ServiceBusProcessor`` for the options and guarantees).
+
+    Its controller runs on raybus's background loop. A plain-function ``error_handler`` runs in
+    a worker thread (so it may call the sync raybus API); a coroutine function runs on that
+    loop. ``statistics`` may be read from any thread.
+    """
+
+    def __init__(self, inner: aio.ServiceBusProcessor) -> None:
+        self._aio = inner
+        self.entity_path = inner.entity_path
+
+    @property
+    def statistics(self) -> ProcessorStatistics:
+        return self._aio.statistics
+
+    @property
+    def is_running(self) -> bool:
+        return self._aio.is_running
+
+    def start(self) -> None:
+        run(self._aio.start())
+
+    def stop(self, *, timeout: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+        run(self._aio.stop(timeout=timeout))
+
+    def __enter__(self) -> ServiceBusProcessor:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 class ServiceBusClient:
     """Connects to a raybus namespace (see ``raybus.aio.ServiceBusClient``)."""
 
@@ -366,9 +404,86 @@ class ServiceBusClient:
             )
         )
 
+    def get_topic_sender(self, topic_name: str) -> ServiceBusSender:
+        return ServiceBusSender(self._aio.get_topic_sender(topic_name))
+
+    def get_subscription_receiver(
+        self,
+        topic_name: str,
+        subscription_name: str,
+        *,
+        session_id: Any = None,
+        sub_queue: ServiceBusSubQueue | str | None = None,
+        receive_mode: ServiceBusReceiveMode | str = ServiceBusReceiveMode.PEEK_LOCK,
+        max_wait_time: float | None = None,
+        auto_lock_renewer: AutoLockRenewer | None = None,
+        prefetch_count: int = 0,
+    ) -> ServiceBusReceiver:
+        return ServiceBusReceiver(
+            self._aio.get_subscription_receiver(
+                topic_name,
+                subscription_name,
+                session_id=session_id,
+                sub_queue=sub_queue,
+                receive_mode=receive_mode,
+                max_wait_time=max_wait_time,
+                auto_lock_renewer=None if auto_lock_renewer is None else auto_lock_renewer._aio,
+                prefetch_count=prefetch_count,
+            )
+        )
+
+    def list_subscription_sessions(
+        self,
+        topic_name: str,
+        subscription_name: str,
+        *,
+        state_updated_after: datetime | None = None,
+    ) -> list[str]:
+        return run(
+            self._aio.list_subscription_sessions(
+                topic_name, subscription_name, state_updated_after=state_updated_after
+            )
+        )
+
     def transaction(self) -> ServiceBusTransaction:
         """A new transaction (``with client.transaction() as txn:``)."""
         return ServiceBusTransaction(self._aio.transaction())
+
+    def get_processor(
+        self,
+        queue_name: str | tuple[str, str],
+        handler: Handler,
+        *,
+        max_concurrent_calls: int = 1,
+        auto_complete: bool = True,
+        prefetch_count: int = 0,
+        max_auto_lock_renewal_duration: Seconds = 300.0,
+        error_handler: Any = None,
+        session: bool | None = None,
+        min_replicas: int = 1,
+        max_replicas: int | None = None,
+        target_backlog_per_replica: int = 100,
+        scale_down_delay: Seconds = 5.0,
+        actor_options: dict[str, Any] | None = None,
+    ) -> ServiceBusProcessor:
+        """See ``raybus.aio.ServiceBusClient.get_processor``."""
+        return ServiceBusProcessor(
+            self._aio.get_processor(
+                queue_name,
+                handler,
+                max_concurrent_calls=max_concurrent_calls,
+                auto_complete=auto_complete,
+                prefetch_count=prefetch_count,
+                max_auto_lock_renewal_duration=max_auto_lock_renewal_duration,
+                error_handler=in_thread(error_handler),
+                session=session,
+                min_replicas=min_replicas,
+                max_replicas=max_replicas,
+                target_backlog_per_replica=target_backlog_per_replica,
+                scale_down_delay=scale_down_delay,
+                actor_options=actor_options,
+            )
+        )
 
     def list_queue_sessions(
         self, queue_name: str, *, state_updated_after: datetime | None = None

@@ -26,7 +26,9 @@ from .._models import QueueProperties
 from .._storage import DurableLog, open_storage
 from ..exceptions import MessagingEntityNotFoundError, ServiceBusError
 from .partition import partition_actor
+from .router import router_actor
 from .scaling import Scaler
+from .topics import TopicOps
 
 __all__ = ["NamespaceActor", "Route", "namespace_actor", "namespace_actor_name"]
 
@@ -67,7 +69,18 @@ class Route:
         return [(pid, self.partitions[pid]) for pid in self.pmap.partition_ids]
 
 
-class NamespaceActor:
+@dataclass(frozen=True)
+class TopicRoute:
+    """How to reach a topic: its settings and its router actor."""
+
+    properties: Any  # TopicProperties
+    incarnation: int
+    router: Any
+    created_at: float
+    updated_at: float
+
+
+class NamespaceActor(TopicOps):
     """Entity registry of one namespace (async actor; see ``namespace_actor``).
 
     With a ``storage_path`` the registry is durable: every change is logged before it is
@@ -81,6 +94,8 @@ class NamespaceActor:
         self._storage_path = storage_path
         self._registry = Registry(namespace, SystemClock())
         self._handles: dict[str, dict[int, Any]] = {}
+        self._routers: dict[str, Any] = {}  # topic name -> its router actor
+        self._router_version = 0
         self._log: DurableLog | None = None
         self._logged = 0
         self._scaler = Scaler(self)
@@ -93,7 +108,13 @@ class NamespaceActor:
                 self._registry.restore((p[3][0], p[3][1]) for p in journal.from_table(table))
             self._logged = len(found.entries)
             for entry in self._registry.list():
-                self._handles[entry.properties.name.lower()] = self._partition_actors(entry)
+                key = entry.properties.name.lower()
+                if entry.kind == "topic":
+                    self._routers[key] = router_actor(
+                        namespace, entry.properties, entry.incarnation, storage_path
+                    )
+                else:
+                    self._handles[key] = self._partition_actors(entry)
 
     def _partition_actors(self, entry: EntityEntry) -> dict[int, Any]:
         pmap = entry.pmap
@@ -185,13 +206,23 @@ class NamespaceActor:
         except Exception as exc:  # already gone, or storage unreachable: leave it
             _log.info("could not delete storage of %s: %s", entry.properties.name, exc)
 
-    async def route(self, name: str) -> Route:
+    async def route(self, name: str) -> Any:
+        """A queue's or subscription's ``Route``, or a topic's ``TopicRoute``."""
         self._scaler.start()
-        return self._route(self._registry.get(name))
+        entry = self._registry.get(name)
+        if entry.kind == "topic":
+            return TopicRoute(
+                entry.properties,
+                entry.incarnation,
+                self._routers[entry.properties.name.lower()],
+                entry.created_at,
+                entry.updated_at,
+            )
+        return self._route(entry)
 
     async def list_queues(self) -> list[Route]:
         self._scaler.start()  # (re)started lazily: the actor may have restarted
-        return [self._route(e) for e in self._registry.list()]
+        return [self._route(e) for e in self._registry.list() if e.kind == "queue"]
 
     async def update_queue(self, properties: QueueProperties) -> Route:
         """Change settings. A new ``partition_count`` is reached in the background (see
@@ -224,6 +255,8 @@ class NamespaceActor:
 
     async def delete_queue(self, name: str) -> None:
         entry = self._registry.get(name)
+        if entry.kind != "queue":
+            raise MessagingEntityNotFoundError(f"no queue named {name!r}", name)
         self._scaler.stop(entry.properties.name)
         await self._persist(("del", entry.properties.name))
         self._registry.delete(name)

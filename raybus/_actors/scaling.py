@@ -100,6 +100,8 @@ class Scaler:
     async def _watcher(self) -> None:
         while True:
             for entry in self._ns._registry.list():
+                if not entry.has_partitions:
+                    continue
                 name = entry.properties.name
                 try:
                     if not self.converged(entry):
@@ -115,6 +117,8 @@ class Scaler:
             try:
                 entry = self._ns._registry.get(name)
             except MessagingEntityNotFoundError:
+                return
+            if not entry.has_partitions:
                 return
             if self.converged(entry):
                 _log.info(

@@ -42,6 +42,7 @@ from . import journal
 from .partition_sessions import SessionOps
 from .record import (
     ACTIVE,
+    ARRIVE_DEAD_LETTERED,
     DEFERRED,
     SCHEDULED,
     MessageRecord,
@@ -229,6 +230,9 @@ class Partition(SessionOps):
         default_ttl = props.default_ttl_s
         self.stats["sent"] += len(fresh)
         for rec in fresh:
+            dead = None
+            if rec.state == ARRIVE_DEAD_LETTERED:
+                dead = (rec.dead_letter_reason, rec.dead_letter_error_description)
             seq = self._take_seq()
             rec.sequence_number = rec.enqueued_sequence_number = seq
             rec.delivery_count = 0
@@ -241,14 +245,15 @@ class Partition(SessionOps):
             self._main.messages[seq] = rec
             self._size += rec.size
             at = rec.scheduled_enqueue_time
-            if self._sessions is not None and rec.session_id is None:
+            if dead is not None or (self._sessions is not None and rec.session_id is None):
                 rec.state, rec.enqueued_time, rec.expires_at = ACTIVE, now, float("inf")
                 self._record(journal.PUT, self._main, seq, journal.put_payload(rec))
-                self._dead_letter(
-                    rec,
-                    SESSION_ID_IS_NULL,
-                    "The queue requires sessions and the message has no session id.",
-                )
+                if dead is None:
+                    dead = (
+                        SESSION_ID_IS_NULL,
+                        "The queue requires sessions and the message has no session id.",
+                    )
+                self._dead_letter(rec, *dead)
             elif at is not None and at > now:
                 rec.state = SCHEDULED
                 rec.enqueued_time = at

@@ -37,6 +37,9 @@ __all__ = [
 
 # ServiceBusMessageState values (see raybus.enums).
 ACTIVE, DEFERRED, SCHEDULED = 0, 1, 2
+# Set by a topic's router on a copy that must go straight to the subscription's dead-letter
+# sub-queue (its rules failed to evaluate); never a stored state. Senders cannot set it.
+ARRIVE_DEAD_LETTERED = 3
 
 MAX_ID_LENGTH = 128  # message_id, session_id, partition_key (Service Bus limit)
 MAX_PROPERTIES_SIZE = 64 * 1024  # all system + application properties together

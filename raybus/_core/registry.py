@@ -67,11 +67,18 @@ class EntityEntry:
     differ while a partition change is under way).
     """
 
-    properties: QueueProperties
+    properties: Any  # QueueProperties (queues, subscriptions' stores) or TopicProperties
     incarnation: int
     created_at: float
     updated_at: float
     pmap: PartitionMap
+    kind: str = "queue"  # queue, topic or subscription
+    # A subscription's (SubscriptionProperties, rules tuple); None otherwise.
+    extra: Any = None
+
+    @property
+    def has_partitions(self) -> bool:
+        return self.kind != "topic"
 
     def partition_names(self, namespace: str) -> dict[int, str]:
         """Actor name of every partition that exists, by partition id."""
@@ -122,6 +129,35 @@ class Registry:
         self._entities[key] = entry
         return entry
 
+    def add(self, entry: EntityEntry) -> EntityEntry:
+        """Register a topic or subscription entry (a new incarnation is assigned)."""
+        key = entry.properties.name.lower()
+        if key in self._entities:
+            raise MessagingEntityAlreadyExistsError(
+                f"an entity named {entry.properties.name!r} already exists",
+                entry.properties.name,
+            )
+        self._incarnations += 1
+        now = self._clock.now()
+        entry = dataclasses.replace(
+            entry, incarnation=self._incarnations, created_at=now, updated_at=now
+        )
+        self._entities[key] = entry
+        return entry
+
+    def replace(self, entry: EntityEntry) -> EntityEntry:
+        """Store a changed entry of an existing entity (its kind must not change)."""
+        old = self.get(entry.properties.name)
+        if old.kind != entry.kind:
+            raise InvalidArgumentError(
+                f"{entry.properties.name!r} is a {old.kind}, not a {entry.kind}",
+                entry.properties.name,
+                "name",
+            )
+        entry = dataclasses.replace(entry, updated_at=self._clock.now())
+        self._entities[entry.properties.name.lower()] = entry
+        return entry
+
     def get(self, name: str) -> EntityEntry:
         try:
             return self._entities[name.lower()]
@@ -129,8 +165,10 @@ class Registry:
             raise MessagingEntityNotFoundError(f"no entity named {name!r}", name) from None
 
     def update(self, properties: QueueProperties) -> EntityEntry:
-        """Replace an entity's settings; fields fixed at creation must not change."""
+        """Replace a queue's settings; fields fixed at creation must not change."""
         old = self.get(properties.name)
+        if old.kind != "queue":
+            raise MessagingEntityNotFoundError(f"no queue named {properties.name!r}", old.kind)
         _check_supported(properties)
         for field in IMMUTABLE_QUEUE_FIELDS:
             if getattr(old.properties, field) != getattr(properties, field):

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exceptions import InvalidArgumentError, ServiceBusError, TransactionSizeExceededError
+from ..exceptions import InvalidArgumentError, ServiceBusError
 from . import journal
 from .partition import Partition
 from .record import MessageRecord, check_application_properties, from_wire, to_wire
@@ -63,10 +63,6 @@ def prepare(
         return  # a repeated prepare (the coordinator retried)
     if txn_id in p.ended_transactions:
         raise InvalidArgumentError(f"transaction {txn_id} has already ended", p.entity, "id")
-    if len(sends) + len(settles) + len(renews) > MAX_OPERATIONS:
-        raise TransactionSizeExceededError(
-            f"a transaction holds at most {MAX_OPERATIONS} messages", p.entity
-        )
     if sends:
         fresh, _ = p._validate_send(sends)
     else:

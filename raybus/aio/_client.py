@@ -10,8 +10,10 @@ from .. import _rpc
 from .._clock import to_timestamp
 from .._connection import Connection
 from .._models import validate_entity_name
+from .._topic_models import subscription_path
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError
+from ._processor import ErrorHandler, Handler, Seconds, ServiceBusProcessor
 from ._receiver import ServiceBusReceiver
 from ._sender import ServiceBusSender
 from ._transaction import ServiceBusTransaction
@@ -69,6 +71,50 @@ class ServiceBusClient:
             auto_lock_renewer=auto_lock_renewer,
         )
 
+    def get_topic_sender(self, topic_name: str) -> ServiceBusSender:
+        """A sender for ``topic_name`` (existence is checked on first use)."""
+        return ServiceBusSender(self._conn, validate_entity_name(topic_name, kind="topic"))
+
+    def get_subscription_receiver(
+        self,
+        topic_name: str,
+        subscription_name: str,
+        *,
+        session_id: Any = None,
+        sub_queue: ServiceBusSubQueue | str | None = None,
+        receive_mode: ServiceBusReceiveMode | str = ServiceBusReceiveMode.PEEK_LOCK,
+        max_wait_time: float | None = None,
+        auto_lock_renewer: Any = None,
+        prefetch_count: int = 0,
+    ) -> ServiceBusReceiver:
+        """A receiver for a subscription (or its ``sub_queue``); it works exactly as a
+        queue receiver does."""
+        validate_entity_name(topic_name, kind="topic")
+        validate_entity_name(subscription_name, max_length=50, kind="subscription")
+        return ServiceBusReceiver(
+            self._conn,
+            subscription_path(topic_name, subscription_name),
+            receive_mode=receive_mode,
+            sub_queue=sub_queue,
+            max_wait_time=max_wait_time,
+            prefetch_count=prefetch_count,
+            session_id=session_id,
+            auto_lock_renewer=auto_lock_renewer,
+        )
+
+    async def list_subscription_sessions(
+        self,
+        topic_name: str,
+        subscription_name: str,
+        *,
+        state_updated_after: datetime | None = None,
+    ) -> list[str]:
+        """Ids of the subscription's sessions that hold messages or state."""
+        return await self.list_queue_sessions(
+            subscription_path(topic_name, subscription_name),
+            state_updated_after=state_updated_after,
+        )
+
     def transaction(self) -> ServiceBusTransaction:
         """A new transaction (``async with client.transaction() as txn:``; see
         ``raybus.aio.ServiceBusTransaction``)."""
@@ -95,6 +141,45 @@ class ServiceBusClient:
             )
         )
         return sorted({sid for ids in found for sid in ids})
+
+    def get_processor(
+        self,
+        queue_name: str | tuple[str, str],
+        handler: Handler,
+        *,
+        max_concurrent_calls: int = 1,
+        auto_complete: bool = True,
+        prefetch_count: int = 0,
+        max_auto_lock_renewal_duration: Seconds = 300.0,
+        error_handler: ErrorHandler | None = None,
+        session: bool | None = None,
+        min_replicas: int = 1,
+        max_replicas: int | None = None,
+        target_backlog_per_replica: int = 100,
+        scale_down_delay: Seconds = 5.0,
+        actor_options: dict[str, Any] | None = None,
+    ) -> ServiceBusProcessor:
+        """A processor running ``handler`` on the queue's messages in a pool of Ray actors
+        (not started: ``await processor.start()`` or ``async with``). See
+        ``raybus.aio.ServiceBusProcessor`` for the options. A ``(topic_name,
+        subscription_name)`` pair raises ``InvalidArgumentError``: topics are not available
+        yet."""
+        return ServiceBusProcessor(
+            self._conn,
+            queue_name,
+            handler,
+            max_concurrent_calls=max_concurrent_calls,
+            auto_complete=auto_complete,
+            prefetch_count=prefetch_count,
+            max_auto_lock_renewal_duration=max_auto_lock_renewal_duration,
+            error_handler=error_handler,
+            session=session,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            target_backlog_per_replica=target_backlog_per_replica,
+            scale_down_delay=scale_down_delay,
+            actor_options=actor_options,
+        )
 
     async def close(self) -> None:
         """Nothing to release: senders and receivers close themselves."""

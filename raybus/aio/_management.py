@@ -10,11 +10,12 @@ from .._clock import from_timestamp
 from .._connection import Connection
 from .._models import QueueProperties, QueueRuntimeProperties, validate_entity_name
 from ..exceptions import InvalidArgumentError
+from ._topic_management import TopicManagement
 
 __all__ = ["ServiceBusAdministrationClient"]
 
 
-class ServiceBusAdministrationClient:
+class ServiceBusAdministrationClient(TopicManagement):
     """Manages the entities of one namespace (see ``ServiceBusClient`` for the arguments)."""
 
     def __init__(
@@ -29,7 +30,18 @@ class ServiceBusAdministrationClient:
 
     async def _call(self, entity: str | None, method: str, *args: Any) -> Any:
         # Reads are retried across a registry restart; changes are not (they may have applied).
-        retries = _rpc.READ_RETRIES if method in ("route", "list_queues", "counts") else 0
+        reads = (
+            "route",
+            "list_queues",
+            "counts",
+            "get_topic",
+            "list_topics",
+            "topic_counts",
+            "get_subscription",
+            "list_subscriptions",
+            "list_rules",
+        )
+        retries = _rpc.READ_RETRIES if method in reads else 0
         return await _rpc.call(entity, getattr(self._conn.registry, method), *args, retries=retries)
 
     async def create_queue(self, queue_name: str, **options: Any) -> QueueProperties:

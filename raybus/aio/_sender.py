@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import _rpc
-from .._actors.namespace import Route
+from .._actors.namespace import Route, TopicRoute
 from .._clock import to_timestamp
 from .._connection import Connection
 from .._core.record import SCHEDULED, MessageRecord, snapshot, to_wire
@@ -100,7 +100,9 @@ def _check_timeout(timeout: Any, entity: str) -> float | None:
 
 
 class ServiceBusSender:
-    """Sends messages to one queue. Get one from ``ServiceBusClient.get_queue_sender``.
+    """Sends messages to one queue or topic. Get one from ``ServiceBusClient.get_queue_sender``
+    or ``get_topic_sender``. A send to a topic returns once every subscription's copy is
+    stored (all or none; see ``raybus._actors.router``).
 
     Concurrent ``send_messages`` calls from tasks of one client are coalesced into one actor
     call per partition; each call still returns (or raises) on its own. Not safe to share
@@ -170,6 +172,10 @@ class ServiceBusSender:
         out: list[int] = [0] * len(records)
         todo = list(range(len(records)))
         route = await self._route()
+        if isinstance(route, TopicRoute):
+            # A topic's copies get their numbers in each subscription: none to report.
+            await self._conn.publisher(route.properties.name, route.router).submit(records)
+            return []
         deadline = time.monotonic() + REDIRECT_DEADLINE_S
         delay = 0.005
         while True:
@@ -212,6 +218,14 @@ class ServiceBusSender:
             todo = sorted(moved)
             route = await self._route(refresh=True)
 
+    async def _check_transactional(self) -> None:
+        if isinstance(await self._route(), TopicRoute):
+            raise InvalidArgumentError(
+                "sends to a topic cannot be part of a transaction in this version of raybus",
+                self.entity_path,
+                "transaction",
+            )
+
     def send_blocking(self, records: list[MessageRecord]) -> bool:
         """For the sync API: send from the caller's thread, blocking until accepted.
 
@@ -219,7 +233,7 @@ class ServiceBusSender:
         several partitions (the caller then takes the event-loop path).
         """
         route = self._conn.cached_route(self.entity_path)
-        if route is None or self._closed or not route.single:
+        if route is None or self._closed or isinstance(route, TopicRoute) or not route.single:
             return False
         if records:
             entity = route.properties.name
@@ -254,6 +268,7 @@ class ServiceBusSender:
         """
         records = _records(message)
         if transaction is not None:
+            await self._check_transactional()
             await transaction.add_send(self, records)  # sent at commit
             return
         await self._send(records, _check_timeout(timeout, self.entity_path))
@@ -278,6 +293,7 @@ class ServiceBusSender:
         for rec in records:
             rec.scheduled_enqueue_time = at
         if transaction is not None:
+            await self._check_transactional()
             await transaction.add_send(self, records)
             return []
         return await self._send(records, _check_timeout(timeout, self.entity_path))
@@ -296,6 +312,13 @@ class ServiceBusSender:
         if not seqs:
             return
         route = await self._route()
+        if isinstance(route, TopicRoute):
+            raise InvalidArgumentError(
+                "scheduled messages of a topic are numbered in each subscription: cancel them "
+                "there is not available in this version of raybus",
+                self.entity_path,
+                "sequence_numbers",
+            )
         timeout_s = _check_timeout(timeout, self.entity_path)
         by_partition, missing = await self._conn.locate(route, seqs, SCHEDULED)
         if missing:  # checked in every partition before anything is cancelled

@@ -3,14 +3,38 @@ names)."""
 
 from __future__ import annotations
 
+from .._core.filters import (
+    CorrelationRuleFilter,
+    FalseRuleFilter,
+    RuleProperties,
+    SqlRuleAction,
+    SqlRuleFilter,
+    TrueRuleFilter,
+)
 from .._models import MAX_DURATION, QueueProperties, QueueRuntimeProperties
+from .._topic_models import (
+    SubscriptionProperties,
+    SubscriptionRuntimeProperties,
+    TopicProperties,
+    TopicRuntimeProperties,
+)
 from ..enums import EntityStatus
 from ._client import ServiceBusAdministrationClient
 
 __all__ = [
     "MAX_DURATION",
+    "CorrelationRuleFilter",
     "EntityStatus",
+    "FalseRuleFilter",
     "QueueProperties",
     "QueueRuntimeProperties",
+    "RuleProperties",
     "ServiceBusAdministrationClient",
+    "SqlRuleAction",
+    "SqlRuleFilter",
+    "SubscriptionProperties",
+    "SubscriptionRuntimeProperties",
+    "TopicProperties",
+    "TopicRuntimeProperties",
+    "TrueRuleFilter",
 ]

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._core.filters import RuleProperties, SqlRuleAction
 from .._models import QueueProperties, QueueRuntimeProperties
 from .._sync import run
+from .._topic_models import (
+    SubscriptionProperties,
+    SubscriptionRuntimeProperties,
+    TopicProperties,
+    TopicRuntimeProperties,
+)
 from ..aio._management import ServiceBusAdministrationClient as _AsyncAdmin
 
 __all__ = ["ServiceBusAdministrationClient"]
@@ -48,6 +55,81 @@ class ServiceBusAdministrationClient:
 
     def list_queues_runtime_properties(self) -> list[QueueRuntimeProperties]:
         return run(self._aio.list_queues_runtime_properties())
+
+    def create_topic(self, topic_name: str, **options: Any) -> TopicProperties:
+        return run(self._aio.create_topic(topic_name, **options))
+
+    def get_topic(self, topic_name: str) -> TopicProperties:
+        return run(self._aio.get_topic(topic_name))
+
+    def list_topics(self) -> list[TopicProperties]:
+        return run(self._aio.list_topics())
+
+    def update_topic(self, topic: TopicProperties, **options: Any) -> TopicProperties:
+        return run(self._aio.update_topic(topic, **options))
+
+    def delete_topic(self, topic_name: str) -> None:
+        run(self._aio.delete_topic(topic_name))
+
+    def get_topic_runtime_properties(self, topic_name: str) -> TopicRuntimeProperties:
+        return run(self._aio.get_topic_runtime_properties(topic_name))
+
+    def create_subscription(
+        self,
+        topic_name: str,
+        subscription_name: str,
+        *,
+        default_rule: RuleProperties | None = None,
+        **options: Any,
+    ) -> SubscriptionProperties:
+        return run(
+            self._aio.create_subscription(
+                topic_name, subscription_name, default_rule=default_rule, **options
+            )
+        )
+
+    def get_subscription(self, topic_name: str, subscription_name: str) -> SubscriptionProperties:
+        return run(self._aio.get_subscription(topic_name, subscription_name))
+
+    def list_subscriptions(self, topic_name: str) -> list[SubscriptionProperties]:
+        return run(self._aio.list_subscriptions(topic_name))
+
+    def update_subscription(
+        self, topic_name: str, subscription: SubscriptionProperties, **options: Any
+    ) -> SubscriptionProperties:
+        return run(self._aio.update_subscription(topic_name, subscription, **options))
+
+    def delete_subscription(self, topic_name: str, subscription_name: str) -> None:
+        run(self._aio.delete_subscription(topic_name, subscription_name))
+
+    def get_subscription_runtime_properties(
+        self, topic_name: str, subscription_name: str
+    ) -> SubscriptionRuntimeProperties:
+        return run(self._aio.get_subscription_runtime_properties(topic_name, subscription_name))
+
+    def create_rule(
+        self,
+        topic_name: str,
+        subscription_name: str,
+        rule_name: str,
+        *,
+        filter: Any = None,
+        action: SqlRuleAction | None = None,
+    ) -> RuleProperties:
+        return run(
+            self._aio.create_rule(
+                topic_name, subscription_name, rule_name, filter=filter, action=action
+            )
+        )
+
+    def get_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> RuleProperties:
+        return run(self._aio.get_rule(topic_name, subscription_name, rule_name))
+
+    def list_rules(self, topic_name: str, subscription_name: str) -> list[RuleProperties]:
+        return run(self._aio.list_rules(topic_name, subscription_name))
+
+    def delete_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> None:
+        run(self._aio.delete_rule(topic_name, subscription_name, rule_name))
 
     def close(self) -> None:
         """Nothing to release."""

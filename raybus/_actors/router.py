@@ -1,0 +1,213 @@
+"""The router of a topic: fans published messages out to the subscriptions' partitions.
+
+One named, detached actor per topic (restarted forever by Ray; it holds no messages, so a
+restart loses nothing). The namespace actor pushes it the topic's settings and every
+subscription's rules and route (``configure``, versioned); senders call ``publish`` with many
+callers' batches at once (coalesced by the client).
+
+A publish evaluates each subscription's compiled rules (``raybus._core.fanout``) and delivers
+each subscription partition's copies in one call — never one call per message per
+subscription. When the copies of a call go to one subscription partition, that partition's
+atomic batch send is enough; when they go to several, they are delivered as one transaction
+through the namespace's coordinator (two-phase commit), so a publish is all-or-nothing across
+subscriptions: a crash of the router (or of a subscription partition) in the middle neither
+loses nor duplicates a copy — the caller's send either returns (every copy stored) or raises
+(none stored, or, if the error is ``ServiceBusConnectionError``/``OperationTimeoutError``,
+all-or-nothing with the outcome unknown).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from .. import _rpc
+from .._core.fanout import Target, plan
+from .._core.record import WireRecord, from_wire, to_wire
+from .._core.registry import partition_actor_name
+from .._core.slots import partition_key
+from .._topic_models import TopicProperties
+from ..exceptions import (
+    MessageSizeExceededError,
+    MessagingEntityDisabledError,
+    PartitionMovedError,
+    ServiceBusError,
+    TransactionAbortedError,
+)
+
+__all__ = ["RouterActor", "router_actor", "router_actor_name"]
+
+_log = logging.getLogger("raybus.router")
+_ROUTE_RETRIES = 5
+
+
+def router_actor_name(namespace: str, topic: str, incarnation: int) -> str:
+    return f"raybus/{namespace}/topic/{topic.lower()}/{incarnation}/router"
+
+
+class RouterActor:
+    """Fan-out for one topic (see the module docstring)."""
+
+    def __init__(self, namespace: str, topic: TopicProperties, storage_path: str | None) -> None:
+        self._namespace = namespace
+        self._storage_path = storage_path
+        self._props = topic
+        self._version = -1
+        self._targets: list[Target] = []
+        self._routes: dict[str, Any] = {}  # subscription path -> its Route
+        self._turn = 0
+        self.published = 0
+        self.copies = 0
+
+    async def configure(
+        self, version: int, topic: TopicProperties, subscriptions: list[tuple[Target, Any]]
+    ) -> None:
+        """Install the topic's settings and subscriptions (ignored if older than the current)."""
+        if version < self._version:
+            return
+        self._version = version
+        self._props = topic
+        self._targets = [t for t, _route in subscriptions]
+        self._routes = {t.path: route for t, route in subscriptions}
+
+    async def stats(self) -> dict[str, int]:
+        return {
+            "published": self.published,
+            "copies": self.copies,
+            "subscriptions": len(self._targets),
+        }
+
+    def _check(self, records: Sequence[Any]) -> None:
+        props = self._props
+        if not props.status.can_send:
+            raise MessagingEntityDisabledError(
+                f"the topic is {props.status.value}; sending is not allowed",
+                props.name,
+                props.status.value,
+            )
+        limit = props.max_message_size_in_kilobytes * 1024
+        for rec in records:
+            if rec.size > limit:
+                raise MessageSizeExceededError(
+                    f"message of {rec.size} bytes exceeds the topic's limit of {limit} bytes",
+                    props.name,
+                    rec.size,
+                    limit,
+                )
+
+    async def _ensure_configured(self) -> None:
+        """A restarted router has lost its configuration: fetch it before routing anything
+        (routing with none would drop every copy)."""
+        if self._version >= 0:
+            return
+        from .namespace import namespace_actor_name
+
+        registry = ray.get_actor(namespace_actor_name(self._namespace), "raybus")
+        version, topic, subscriptions = await registry.router_config.remote(self._props.name)
+        await self.configure(version, topic, subscriptions)
+
+    async def publish(self, groups: list[list[WireRecord]]) -> list[ServiceBusError | None]:
+        """Deliver each group's copies; ``None`` or the error per group (one error for all
+        the groups of the call when delivery itself failed)."""
+        await self._ensure_configured()
+        results: list[ServiceBusError | None] = []
+        records = []
+        for group in groups:
+            recs = from_wire(group)
+            try:
+                self._check(recs)
+            except ServiceBusError as exc:
+                results.append(exc)
+                continue
+            results.append(None)
+            records.extend(recs)
+        if not records:
+            return results
+        try:
+            await self._deliver(records)
+        except ServiceBusError as exc:
+            return [r if r is not None else exc for r in results]
+        self.published += len(records)
+        return results
+
+    async def _deliver(self, records: list[Any]) -> None:
+        copies = plan(self._targets, records)
+        for attempt in range(_ROUTE_RETRIES):
+            shares = self._shares(copies)
+            try:
+                await self._send(shares)
+                self.copies += sum(len(c) for c in copies.values())
+                return
+            except (PartitionMovedError, TransactionAbortedError) as exc:
+                reason = getattr(exc, "reason", None) or type(exc).__name__
+                if attempt == _ROUTE_RETRIES - 1 or not reason.startswith(
+                    ("PartitionMovedError", "MessagingEntityNotFoundError")
+                ):
+                    raise
+                await self._refresh(copies)
+
+    def _shares(self, copies: dict[str, list[Any]]) -> dict[tuple[str, int], list[Any]]:
+        """Copies per (subscription path, partition id), placed as a sender places them."""
+        shares: dict[tuple[str, int], list[Any]] = {}
+        for path, recs in copies.items():
+            route = self._routes[path]
+            if route.single:
+                shares[(path, 0)] = list(recs)
+                continue
+            dedup = route.properties.requires_duplicate_detection
+            live = route.pmap.live
+            self._turn += 1
+            spread = live[self._turn % len(live)]
+            for rec in recs:
+                key = partition_key(rec, dedup)
+                pid = route.pmap.owner(key) if key is not None else spread
+                shares.setdefault((path, pid), []).append(rec)
+        return shares
+
+    async def _send(self, shares: dict[tuple[str, int], list[Any]]) -> None:
+        if len(shares) == 1:  # one partition's batch send is atomic by itself
+            (((path, pid), recs),) = shares.items()
+            handle = self._routes[path].handle(pid)
+            (result,) = await _rpc.call(path, handle.send_groups, [to_wire(recs)])
+            if isinstance(result, BaseException):
+                raise result
+            return
+        participants: list[tuple[Any, ...]] = []
+        for (path, pid), recs in shares.items():
+            route = self._routes[path]
+            name = partition_actor_name(self._namespace, path, route.incarnation, pid)
+            participants.append((name, route.handle(pid), path, to_wire(recs), [], []))
+        from .coordinator import coordinator_actor
+
+        coordinator = coordinator_actor(self._namespace, self._storage_path)
+        await _rpc.call(self._props.name, coordinator.commit, uuid.uuid4().hex, participants)
+
+    async def _refresh(self, copies: dict[str, list[Any]]) -> None:
+        from .namespace import namespace_actor_name
+
+        registry = ray.get_actor(namespace_actor_name(self._namespace), "raybus")
+        for path in copies:
+            try:
+                self._routes[path] = await registry.route.remote(path)
+            except Exception as exc:  # deleted meanwhile: the next publish has no such target
+                _log.info("route of %s not refreshed: %s", path, exc)
+
+
+def router_actor(
+    namespace: str, topic: TopicProperties, incarnation: int, storage_path: str | None
+) -> Any:
+    """Create (or find) a topic's router actor."""
+    cls = ray.remote(RouterActor)
+    return cls.options(
+        name=router_actor_name(namespace, topic.name, incarnation),
+        namespace="raybus",
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        max_restarts=-1,
+        max_concurrency=1000,
+    ).remote(namespace, topic, storage_path)

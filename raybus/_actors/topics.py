@@ -1,0 +1,292 @@
+"""The namespace actor's topic, subscription and rule operations (a mixin of NamespaceActor).
+
+Kept apart for size. A topic is a registry entry with a router actor; a subscription is a
+registry entry at ``<topic>/Subscriptions/<name>`` with partition actors like a queue's, plus
+its ``SubscriptionProperties`` and rules. Every change of a topic's subscriptions or rules is
+logged, then pushed to the topic's router as a new configuration version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from .._core.fanout import Target
+from .._core.filters import DEFAULT_RULE_NAME, RuleProperties, TrueRuleFilter
+from .._core.registry import EntityEntry, Registry
+from .._core.slots import PartitionMap
+from .._topic_models import (
+    MAX_SUBSCRIPTIONS_PER_TOPIC,
+    SubscriptionProperties,
+    TopicProperties,
+    subscription_path,
+    subscription_queue_properties,
+)
+from ..exceptions import (
+    InvalidArgumentError,
+    MessagingEntityAlreadyExistsError,
+    MessagingEntityNotFoundError,
+    ServiceBusQuotaExceededError,
+)
+from .router import router_actor
+
+if TYPE_CHECKING:
+    from .._core.partition import PartitionCounts
+
+__all__ = ["TopicOps"]
+
+_log = logging.getLogger("raybus.namespace")
+MAX_RULES_PER_SUBSCRIPTION = 2000
+
+
+class TopicOps:
+    """Topic, subscription and rule operations of ``NamespaceActor``."""
+
+    if TYPE_CHECKING:
+        _namespace: str
+        _storage_path: str | None
+        _registry: Registry
+        _handles: dict[str, dict[int, Any]]
+        _routers: dict[str, Any]
+        _router_version: int
+
+        async def _persist(self, change: tuple[str, Any]) -> None: ...
+        def _partition_actors(self, entry: EntityEntry) -> dict[int, Any]: ...
+        async def _delete_storage(self, entry: EntityEntry) -> None: ...
+        def _route(self, entry: EntityEntry) -> Any: ...
+
+    # ------------------------------------------------------------------ helpers
+
+    def _topic(self, name: str) -> EntityEntry:
+        entry = self._registry.get(name)
+        if entry.kind != "topic":
+            raise MessagingEntityNotFoundError(f"no topic named {name!r}", name)
+        return entry
+
+    def _subscription(self, topic: str, name: str) -> EntityEntry:
+        self._topic(topic)
+        entry = self._registry.get(subscription_path(topic, name))
+        if entry.kind != "subscription":
+            raise MessagingEntityNotFoundError(f"no subscription named {name!r}", topic)
+        return entry
+
+    def _subscriptions_of(self, topic: str) -> list[EntityEntry]:
+        prefix = subscription_path(topic, "").lower()
+        return [
+            e
+            for e in self._registry.list()
+            if e.kind == "subscription" and e.properties.name.lower().startswith(prefix)
+        ]
+
+    def _router_config(self, topic: str) -> tuple[int, TopicProperties, list[tuple[Target, Any]]]:
+        entry = self._topic(topic)
+        self._router_version += 1
+        subs = []
+        for e in self._subscriptions_of(topic):
+            sub, rules = e.extra
+            target = Target(
+                sub.name,
+                e.properties.name,
+                rules,
+                sub.dead_lettering_on_filter_evaluation_exceptions,
+            )
+            subs.append((target, self._route(e)))
+        return self._router_version, entry.properties, subs
+
+    async def router_config(
+        self, topic: str
+    ) -> tuple[int, TopicProperties, list[tuple[Target, Any]]]:
+        """The configuration a (restarted) router asks for."""
+        return self._router_config(topic)
+
+    async def _configure_router(self, topic: str) -> None:
+        router = self._routers.get(topic.lower())
+        if router is not None:
+            await router.configure.remote(*self._router_config(topic))
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topic(self, properties: TopicProperties) -> tuple[Any, Any]:
+        entry = self._registry.add(
+            EntityEntry(properties, 0, 0.0, 0.0, PartitionMap.initial(1), kind="topic")
+        )
+        try:
+            await self._persist(("put", entry))
+        except Exception:
+            self._registry.delete(properties.name)
+            raise
+        self._routers[properties.name.lower()] = router_actor(
+            self._namespace, entry.properties, entry.incarnation, self._storage_path
+        )
+        await self._configure_router(properties.name)
+        return self._topic_info(entry)
+
+    def _topic_info(self, entry: EntityEntry) -> tuple[Any, Any]:
+        """(entry, router handle) of a topic."""
+        return entry, self._routers[entry.properties.name.lower()]
+
+    async def get_topic(self, name: str) -> tuple[Any, Any]:
+        return self._topic_info(self._topic(name))
+
+    async def list_topics(self) -> list[Any]:
+        return [e for e in self._registry.list() if e.kind == "topic"]
+
+    async def update_topic(self, properties: TopicProperties) -> tuple[Any, Any]:
+        old = self._topic(properties.name)
+        for field in ("requires_duplicate_detection",):
+            if getattr(old.properties, field) != getattr(properties, field):
+                raise InvalidArgumentError(
+                    f"{field} cannot be changed after the topic is created",
+                    properties.name,
+                    field,
+                )
+        props = dataclasses.replace(properties, name=old.properties.name)
+        entry = self._registry.replace(dataclasses.replace(old, properties=props))
+        await self._persist(("put", entry))
+        # The subscriptions' stores follow the topic's limits.
+        for sub_entry in self._subscriptions_of(props.name):
+            await self._store_subscription(sub_entry, sub_entry.extra[0], sub_entry.extra[1])
+        await self._configure_router(props.name)
+        return self._topic_info(entry)
+
+    async def delete_topic(self, name: str) -> None:
+        entry = self._topic(name)
+        for sub_entry in self._subscriptions_of(entry.properties.name):
+            await self._drop_subscription(sub_entry)
+        await self._persist(("del", entry.properties.name))
+        self._registry.delete(entry.properties.name)
+        router = self._routers.pop(entry.properties.name.lower(), None)
+        if router is not None:
+            ray.kill(router, no_restart=True)
+
+    async def topic_counts(self, name: str) -> tuple[Any, int, list[PartitionCounts]]:
+        entry = self._topic(name)
+        subs = self._subscriptions_of(entry.properties.name)
+        handles = [h for s in subs for h in self._handles[s.properties.name.lower()].values()]
+        counts = await asyncio.gather(*(h.counts.remote() for h in handles))
+        return entry, len(subs), list(counts)
+
+    # ------------------------------------------------------------------ subscriptions
+
+    async def create_subscription(
+        self, sub: SubscriptionProperties, rule: RuleProperties | None = None
+    ) -> tuple[Any, Any]:
+        topic = self._topic(sub.topic_name)
+        if len(self._subscriptions_of(sub.topic_name)) >= MAX_SUBSCRIPTIONS_PER_TOPIC:
+            raise ServiceBusQuotaExceededError(
+                f"a topic has at most {MAX_SUBSCRIPTIONS_PER_TOPIC} subscriptions", sub.topic_name
+            )
+        sub = dataclasses.replace(sub, topic_name=topic.properties.name)
+        rules = (rule or RuleProperties(DEFAULT_RULE_NAME, TrueRuleFilter()),)
+        store = subscription_queue_properties(topic.properties, sub)
+        entry = self._registry.add(
+            EntityEntry(
+                store,
+                0,
+                0.0,
+                0.0,
+                PartitionMap.initial(store.partition_count),
+                kind="subscription",
+                extra=(sub, rules),
+            )
+        )
+        handles = self._partition_actors(entry)
+        self._handles[store.name.lower()] = handles
+        try:
+            await asyncio.gather(*(h.ready.remote() for h in handles.values()))
+            await self._persist(("put", entry))
+        except Exception:
+            self._registry.delete(store.name)
+            del self._handles[store.name.lower()]
+            for h in handles.values():
+                ray.kill(h, no_restart=True)
+            await self._delete_storage(entry)
+            raise
+        await self._configure_router(topic.properties.name)
+        return entry.extra[0], self._route(entry)
+
+    async def get_subscription(self, topic: str, name: str) -> tuple[Any, Any]:
+        entry = self._subscription(topic, name)
+        return entry.extra[0], self._route(entry)
+
+    async def list_subscriptions(self, topic: str) -> list[tuple[Any, Any]]:
+        self._topic(topic)
+        return [(e.extra[0], self._route(e)) for e in self._subscriptions_of(topic)]
+
+    async def update_subscription(self, sub: SubscriptionProperties) -> tuple[Any, Any]:
+        old = self._subscription(sub.topic_name, sub.name)
+        old_sub = old.extra[0]
+        if old_sub.requires_session != sub.requires_session:
+            raise InvalidArgumentError(
+                "requires_session cannot be changed after the subscription is created",
+                sub.name,
+                "requires_session",
+            )
+        sub = dataclasses.replace(sub, topic_name=old_sub.topic_name, name=old_sub.name)
+        entry = await self._store_subscription(old, sub, old.extra[1])
+        await self._configure_router(sub.topic_name)
+        return sub, self._route(entry)
+
+    async def _store_subscription(
+        self, old: EntityEntry, sub: SubscriptionProperties, rules: tuple[RuleProperties, ...]
+    ) -> EntityEntry:
+        topic = self._topic(sub.topic_name)
+        store = subscription_queue_properties(topic.properties, sub)
+        entry = self._registry.replace(
+            dataclasses.replace(old, properties=store, extra=(sub, rules))
+        )
+        await self._persist(("put", entry))
+        handles = self._handles[store.name.lower()]
+        await asyncio.gather(*(h.update_properties.remote(store) for h in handles.values()))
+        # A new partition count is reached by the namespace's scaler, as for queues.
+        return entry
+
+    async def delete_subscription(self, topic: str, name: str) -> None:
+        entry = self._subscription(topic, name)
+        await self._drop_subscription(entry)
+        await self._configure_router(topic)
+
+    async def _drop_subscription(self, entry: EntityEntry) -> None:
+        await self._persist(("del", entry.properties.name))
+        self._registry.delete(entry.properties.name)
+        for handle in self._handles.pop(entry.properties.name.lower()).values():
+            ray.kill(handle, no_restart=True)
+        await self._delete_storage(entry)
+
+    # ------------------------------------------------------------------ rules
+
+    async def create_rule(self, topic: str, subscription: str, rule: RuleProperties) -> Any:
+        entry = self._subscription(topic, subscription)
+        sub, rules = entry.extra
+        if any(r.name.lower() == rule.name.lower() for r in rules):
+            raise MessagingEntityAlreadyExistsError(
+                f"subscription {subscription!r} already has a rule named {rule.name!r}",
+                entry.properties.name,
+            )
+        if len(rules) >= MAX_RULES_PER_SUBSCRIPTION:
+            raise ServiceBusQuotaExceededError(
+                f"a subscription has at most {MAX_RULES_PER_SUBSCRIPTION} rules",
+                entry.properties.name,
+            )
+        await self._store_subscription(entry, sub, (*rules, rule))
+        await self._configure_router(topic)
+        return rule
+
+    async def list_rules(self, topic: str, subscription: str) -> list[Any]:
+        return list(self._subscription(topic, subscription).extra[1])
+
+    async def delete_rule(self, topic: str, subscription: str, name: str) -> None:
+        entry = self._subscription(topic, subscription)
+        sub, rules = entry.extra
+        kept = tuple(r for r in rules if r.name.lower() != name.lower())
+        if len(kept) == len(rules):
+            raise MessagingEntityNotFoundError(
+                f"subscription {subscription!r} has no rule named {name!r}",
+                entry.properties.name,
+            )
+        await self._store_subscription(entry, sub, kept)
+        await self._configure_router(topic)

@@ -1,0 +1,199 @@
+"""Topic, subscription and rule administration (a mixin of the asyncio admin client)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from .._clock import from_timestamp
+from .._core.filters import RuleProperties, SqlRuleAction, TrueRuleFilter
+from .._models import validate_entity_name
+from .._topic_models import (
+    SubscriptionProperties,
+    SubscriptionRuntimeProperties,
+    TopicProperties,
+    TopicRuntimeProperties,
+    subscription_path,
+)
+from ..exceptions import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from .._connection import Connection
+
+__all__ = ["TopicManagement"]
+
+
+def _check_options(options: dict[str, Any], allowed: frozenset[str], entity: str) -> None:
+    unknown = set(options) - allowed
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown option(s): {', '.join(sorted(unknown))}", entity, sorted(unknown)[0]
+        )
+
+
+class TopicManagement:
+    """Topic, subscription and rule methods of ``ServiceBusAdministrationClient``."""
+
+    if TYPE_CHECKING:
+        _conn: Connection
+
+        async def _call(self, entity: str | None, method: str, *args: Any) -> Any: ...
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topic(self, topic_name: str, **options: Any) -> TopicProperties:
+        """Create a topic; ``options`` are ``TopicProperties`` fields."""
+        _check_options(options, TopicProperties.option_names(), topic_name)
+        props = TopicProperties(validate_entity_name(topic_name, kind="topic"), **options)
+        entry, _router = await self._call(topic_name, "create_topic", props)
+        self._conn.forget(topic_name)
+        return dataclasses.replace(entry.properties)  # type: ignore[no-any-return]
+
+    async def get_topic(self, topic_name: str) -> TopicProperties:
+        entry, _router = await self._call(topic_name, "get_topic", topic_name)
+        return dataclasses.replace(entry.properties)  # type: ignore[no-any-return]
+
+    async def list_topics(self) -> list[TopicProperties]:
+        entries = await self._call(None, "list_topics")
+        return [dataclasses.replace(e.properties) for e in entries]
+
+    async def update_topic(self, topic: TopicProperties, **options: Any) -> TopicProperties:
+        if not isinstance(topic, TopicProperties):
+            raise InvalidArgumentError(
+                "update_topic takes the TopicProperties that get_topic returned", None, "topic"
+            )
+        _check_options(options, TopicProperties.option_names(), topic.name)
+        entry, _router = await self._call(
+            topic.name, "update_topic", dataclasses.replace(topic, **options)
+        )
+        self._conn.forget(topic.name)
+        return dataclasses.replace(entry.properties)  # type: ignore[no-any-return]
+
+    async def delete_topic(self, topic_name: str) -> None:
+        """Delete a topic, its subscriptions and every message in them."""
+        await self._call(topic_name, "delete_topic", topic_name)
+        self._conn.forget(topic_name)
+
+    async def get_topic_runtime_properties(self, topic_name: str) -> TopicRuntimeProperties:
+        entry, subs, counts = await self._call(topic_name, "topic_counts", topic_name)
+        accessed = max((c.accessed_at for c in counts), default=entry.created_at)
+        return TopicRuntimeProperties(
+            name=entry.properties.name,
+            subscription_count=subs,
+            scheduled_message_count=sum(c.scheduled for c in counts),
+            size_in_bytes=sum(c.size_in_bytes for c in counts),
+            created_at_utc=from_timestamp(entry.created_at),
+            updated_at_utc=from_timestamp(entry.updated_at),
+            accessed_at_utc=from_timestamp(accessed),
+        )
+
+    # ------------------------------------------------------------------ subscriptions
+
+    async def create_subscription(
+        self,
+        topic_name: str,
+        subscription_name: str,
+        *,
+        default_rule: RuleProperties | None = None,
+        **options: Any,
+    ) -> SubscriptionProperties:
+        """Create a subscription; ``options`` are ``SubscriptionProperties`` fields. It gets
+        the rule ``$Default`` (a true filter) unless ``default_rule`` replaces it."""
+        _check_options(options, SubscriptionProperties.option_names(), subscription_name)
+        if default_rule is not None and not isinstance(default_rule, RuleProperties):
+            raise InvalidArgumentError(
+                "default_rule must be a RuleProperties", subscription_name, "default_rule"
+            )
+        sub = SubscriptionProperties(topic_name, subscription_name, **options)
+        props, _route = await self._call(topic_name, "create_subscription", sub, default_rule)
+        return dataclasses.replace(props)  # type: ignore[no-any-return]
+
+    async def get_subscription(
+        self, topic_name: str, subscription_name: str
+    ) -> SubscriptionProperties:
+        props, _route = await self._call(
+            topic_name, "get_subscription", topic_name, subscription_name
+        )
+        return dataclasses.replace(props)  # type: ignore[no-any-return]
+
+    async def list_subscriptions(self, topic_name: str) -> list[SubscriptionProperties]:
+        found = await self._call(topic_name, "list_subscriptions", topic_name)
+        return [dataclasses.replace(props) for props, _route in found]
+
+    async def update_subscription(
+        self, topic_name: str, subscription: SubscriptionProperties, **options: Any
+    ) -> SubscriptionProperties:
+        if not isinstance(subscription, SubscriptionProperties):
+            raise InvalidArgumentError(
+                "update_subscription takes the SubscriptionProperties that get_subscription "
+                "returned",
+                topic_name,
+                "subscription",
+            )
+        _check_options(options, SubscriptionProperties.option_names(), subscription.name)
+        sub = dataclasses.replace(subscription, topic_name=topic_name, **options)
+        props, _route = await self._call(topic_name, "update_subscription", sub)
+        self._conn.forget(sub.path)
+        return dataclasses.replace(props)  # type: ignore[no-any-return]
+
+    async def delete_subscription(self, topic_name: str, subscription_name: str) -> None:
+        await self._call(topic_name, "delete_subscription", topic_name, subscription_name)
+        self._conn.forget(subscription_path(topic_name, subscription_name))
+
+    async def get_subscription_runtime_properties(
+        self, topic_name: str, subscription_name: str
+    ) -> SubscriptionRuntimeProperties:
+        path = subscription_path(topic_name, subscription_name)
+        await self.get_subscription(topic_name, subscription_name)  # not-found as a subscription
+        route, counts = await self._call(path, "counts", path)
+        active = sum(c.active for c in counts)
+        dead = sum(c.dead_letter for c in counts)
+        return SubscriptionRuntimeProperties(
+            topic_name=topic_name,
+            name=subscription_name,
+            active_message_count=active,
+            dead_letter_message_count=dead,
+            total_message_count=active + dead + sum(c.scheduled for c in counts),
+            created_at_utc=from_timestamp(route.created_at),
+            updated_at_utc=from_timestamp(route.updated_at),
+            accessed_at_utc=from_timestamp(max(c.accessed_at for c in counts)),
+        )
+
+    # ------------------------------------------------------------------ rules
+
+    async def create_rule(
+        self,
+        topic_name: str,
+        subscription_name: str,
+        rule_name: str,
+        *,
+        filter: Any = None,
+        action: SqlRuleAction | None = None,
+    ) -> RuleProperties:
+        """Add a rule (``filter`` defaults to a true filter). Filters are compiled now: a bad
+        SQL filter raises ``FilterSyntaxError`` naming the position."""
+        rule = RuleProperties(rule_name, filter if filter is not None else TrueRuleFilter(), action)
+        return await self._call(  # type: ignore[no-any-return]
+            topic_name, "create_rule", topic_name, subscription_name, rule
+        )
+
+    async def get_rule(
+        self, topic_name: str, subscription_name: str, rule_name: str
+    ) -> RuleProperties:
+        for rule in await self.list_rules(topic_name, subscription_name):
+            if rule.name.lower() == rule_name.lower():
+                return rule
+        from ..exceptions import MessagingEntityNotFoundError
+
+        raise MessagingEntityNotFoundError(
+            f"subscription {subscription_name!r} has no rule named {rule_name!r}",
+            subscription_path(topic_name, subscription_name),
+        )
+
+    async def list_rules(self, topic_name: str, subscription_name: str) -> list[RuleProperties]:
+        return await self._call(  # type: ignore[no-any-return]
+            topic_name, "list_rules", topic_name, subscription_name
+        )
+
+    async def delete_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> None:
+        await self._call(topic_name, "delete_rule", topic_name, subscription_name, rule_name)
