@@ -172,6 +172,10 @@ class QueueProperties:
                 self.name,
                 "auto_delete_on_idle",
             )
+        for what in ("forward_to", "forward_dead_lettered_messages_to"):
+            value = getattr(self, what)
+            if value is not None:
+                validate_entity_name(value, kind=what)
         for flag in (
             "dead_lettering_on_message_expiration",
             "requires_duplicate_detection",

@@ -110,7 +110,7 @@ class TopicProperties:
 
 @dataclass
 class SubscriptionProperties:
-    """A subscription's settings. ``forward_to`` is not available yet (refused)."""
+    """A subscription's settings."""
 
     topic_name: str
     name: str
@@ -148,12 +148,9 @@ class SubscriptionProperties:
             ),
         )
         for what in ("forward_to", "forward_dead_lettered_messages_to"):
-            if getattr(self, what) is not None:
-                raise InvalidArgumentError(
-                    f"{what} needs auto-forwarding, which this version of raybus does not have yet",
-                    self.name,
-                    what,
-                )
+            value = getattr(self, what)
+            if value is not None:
+                validate_entity_name(value, kind=what)
         # Checks lock duration, delivery count and partition count with the queue's rules.
         QueueProperties(
             "x",
@@ -198,6 +195,8 @@ def subscription_queue_properties(
         status=status,
         auto_delete_on_idle=sub.auto_delete_on_idle,
         requires_session=sub.requires_session,
+        forward_to=sub.forward_to,
+        forward_dead_lettered_messages_to=sub.forward_dead_lettered_messages_to,
         enable_batched_operations=sub.enable_batched_operations,
         user_metadata=sub.user_metadata,
         partition_count=sub.partition_count,

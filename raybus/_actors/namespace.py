@@ -178,6 +178,7 @@ class NamespaceActor(TopicOps):
 
     async def create_queue(self, properties: QueueProperties) -> Route:
         self._scaler.start()  # (re)started lazily: the actor may have restarted
+        self._check_forwarding(properties)
         entry = self._registry.create(properties)
         handles = self._partition_actors(entry)
         self._handles[properties.name.lower()] = handles
@@ -228,6 +229,7 @@ class NamespaceActor(TopicOps):
         """Change settings. A new ``partition_count`` is reached in the background (see
         ``raybus._actors.scaling``); the returned route still shows the map of now."""
         old = self._registry.get(properties.name)
+        self._check_forwarding(properties)
         entry = self._registry.update(properties)
         try:
             await self._persist(("put", entry))

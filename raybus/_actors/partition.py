@@ -70,6 +70,8 @@ class PartitionActor:
     ) -> None:
         self._namespace = namespace
         self._incarnation = incarnation
+        self._storage_path = storage_path
+        self._forwarding: asyncio.Task[None] | None = None
         self._partition_id = partition_id
         self._flushing: asyncio.Task[None] | None = None
         self._txn_watch: asyncio.Task[None] | None = None
@@ -171,6 +173,7 @@ class PartitionActor:
             self._flush_soon()
         if self._core.prepared:
             self._watch_transactions()
+        self._forward()
 
     async def _settled_core(self) -> Partition:
         """The core after applying due time-driven changes (durably, if any)."""
@@ -315,6 +318,18 @@ class PartitionActor:
         self._core.update_properties(properties)
         await self._commit.durable()
         self._notify()  # a status change may allow receiving again
+        self._forward()
+
+    def _forward(self) -> None:
+        """Run the forwarding loop while the entity forwards (``raybus._actors.forwarder``)."""
+        props = self._core.properties
+        if not props.forward_to and not props.forward_dead_lettered_messages_to:
+            return
+        if self._forwarding is None or self._forwarding.done():
+            from .forwarder import Forwarder
+
+            loop = asyncio.get_running_loop()
+            self._forwarding = loop.create_task(Forwarder(self).run())
 
     async def counts(self) -> PartitionCounts:
         return self._core.counts()

@@ -108,6 +108,32 @@ class TopicOps:
         if router is not None:
             await router.configure.remote(*self._router_config(topic))
 
+    def _check_forwarding(self, props: Any) -> None:
+        """A forwarding destination must exist (a queue or topic, not the entity itself) when
+        the source is created or changed; a session-enabled entity cannot forward."""
+        for what in ("forward_to", "forward_dead_lettered_messages_to"):
+            dest = getattr(props, what)
+            if dest is None:
+                continue
+            if dest.lower() == props.name.lower():
+                raise InvalidArgumentError("an entity cannot forward to itself", props.name, what)
+            try:
+                entry = self._registry.get(dest)
+            except MessagingEntityNotFoundError:
+                raise InvalidArgumentError(
+                    f"{what}: no queue or topic named {dest!r}", props.name, what
+                ) from None
+            if entry.kind == "subscription":
+                raise InvalidArgumentError(
+                    f"{what}: forward to a queue or a topic, not a subscription",
+                    props.name,
+                    what,
+                )
+        if props.forward_to is not None and props.requires_session:
+            raise InvalidArgumentError(
+                "a session-enabled entity cannot forward its messages", props.name, "forward_to"
+            )
+
     # ------------------------------------------------------------------ topics
 
     async def create_topic(self, properties: TopicProperties) -> tuple[Any, Any]:
@@ -183,6 +209,7 @@ class TopicOps:
         sub = dataclasses.replace(sub, topic_name=topic.properties.name)
         rules = (rule or RuleProperties(DEFAULT_RULE_NAME, TrueRuleFilter()),)
         store = subscription_queue_properties(topic.properties, sub)
+        self._check_forwarding(store)
         entry = self._registry.add(
             EntityEntry(
                 store,
@@ -236,6 +263,7 @@ class TopicOps:
     ) -> EntityEntry:
         topic = self._topic(sub.topic_name)
         store = subscription_queue_properties(topic.properties, sub)
+        self._check_forwarding(store)
         entry = self._registry.replace(
             dataclasses.replace(old, properties=store, extra=(sub, rules))
         )

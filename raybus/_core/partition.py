@@ -239,7 +239,7 @@ class Partition(SessionOps):
             rec.lock_token = None
             rec.locked_until = 0.0
             rec.dead_letter_reason = rec.dead_letter_error_description = None
-            rec.dead_letter_source = None
+            # dead_letter_source stays: only a forwarded dead letter arrives with one.
             ttl = default_ttl if rec.time_to_live is None else min(rec.time_to_live, default_ttl)
             rec.time_to_live = ttl
             self._main.messages[seq] = rec

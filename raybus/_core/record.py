@@ -96,6 +96,7 @@ class MessageRecord:
     dead_letter_reason: str | None = None
     dead_letter_error_description: str | None = None
     dead_letter_source: str | None = None
+    transfer_hops: int = 0  # times auto-forwarded (Service Bus dead-letters past 4)
 
 
 # Records cross actor boundaries as plain tuples: Ray serialises lists of tuples of primitives

@@ -89,10 +89,7 @@ class EntityEntry:
 
 
 # Settings whose features have not landed yet: refused rather than silently ignored.
-_NOT_YET = {
-    "forward_to": (None, "auto-forwarding"),
-    "forward_dead_lettered_messages_to": (None, "auto-forwarding"),
-}
+_NOT_YET: dict[str, tuple[Any, str]] = {}
 
 
 def _check_supported(properties: QueueProperties) -> None:

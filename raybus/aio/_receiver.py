@@ -255,6 +255,17 @@ class ServiceBusReceiver:
     async def _fetch(self, fetch: int, deadline: float | None) -> list[WireRecord]:
         """Receive up to ``fetch`` messages from the broker (waiting until ``deadline``)."""
         route = await self._conn.route(self.entity_path)
+        forwards = (
+            route.properties.forward_dead_lettered_messages_to
+            if self._dead_letter
+            else route.properties.forward_to
+        )
+        if forwards:
+            raise InvalidArgumentError(
+                f"{self.entity_path!r} forwards its messages to {forwards!r}: receive from there",
+                self.entity_path,
+                "forward_to",
+            )
         if self.session is not None:
             _sid, _token, pid = await self.session.ensure()
             while True:

@@ -1,0 +1,186 @@
+"""Auto-forwarding: a partition whose entity has ``forward_to`` moves its messages onward.
+
+Runs inside the source partition actor while its entity forwards (``forward_to`` for the main
+queue, ``forward_dead_lettered_messages_to`` for the dead-letter sub-queue). Each step locks up
+to ``BATCH`` available messages and moves them in one two-phase-commit transaction through the
+namespace's coordinator: *complete on the source* and *send to the destination* (a queue's
+partitions, or a topic's subscriptions through the topic's rules) commit together, so a crash
+at any point neither loses nor duplicates a message.
+
+Service Bus's rules: a message forwarded more than ``MAX_HOPS`` times is dead-lettered at the
+source with ``MaxTransferHopCountExceeded``; a destination that is missing, disabled, full, or
+refuses the message otherwise dead-letters it at the source (reason: the error's type); a
+forwarded dead letter carries ``dead_letter_source`` (the source's path). Transient failures
+(an actor restarting) give the messages back and retry shortly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from .. import _rpc
+from .._core.fanout import plan
+from .._core.record import MessageRecord, snapshot, to_wire
+from .._core.registry import partition_actor_name
+from .._core.slots import partition_key
+from .._core.store import SettleOp
+from ..exceptions import ServiceBusError, TransactionAbortedError
+
+if TYPE_CHECKING:
+    from .partition import PartitionActor
+
+__all__ = ["BATCH", "MAX_HOPS", "Forwarder"]
+
+_log = logging.getLogger("raybus.forward")
+
+BATCH = 100
+MAX_HOPS = 4
+HOPS_EXCEEDED = "MaxTransferHopCountExceeded"
+_TRANSIENT = (
+    "ServiceBusConnectionError",
+    "OperationTimeoutError",
+    "PartitionMovedError",
+    "MessagingEntityNotFoundError: the entity was deleted (its actor",
+)
+
+
+class Forwarder:
+    """The forwarding loop of one partition actor."""
+
+    def __init__(self, actor: PartitionActor) -> None:
+        self._actor = actor
+        self._turn = 0
+
+    async def run(self) -> None:
+        while True:
+            props = self._actor._core.properties
+            moved = 0
+            try:
+                if props.forward_to:
+                    moved += await self._step(False, props.forward_to)
+                if props.forward_dead_lettered_messages_to:
+                    moved += await self._step(True, props.forward_dead_lettered_messages_to)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                _log.exception("forwarding from %s failed; retrying", props.name)
+                await asyncio.sleep(1.0)
+            if not props.forward_to and not props.forward_dead_lettered_messages_to:
+                return  # no longer forwarding (update_properties restarts it if needed)
+            if not moved:
+                changed = self._actor._changed
+                try:
+                    await asyncio.wait_for(changed.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def _step(self, dead_letter: bool, dest: str) -> int:
+        actor = self._actor
+        core = await actor._settled_core()
+        if not core.properties.status.can_receive:
+            return 0
+        locked = core.receive(BATCH, dead_letter=dead_letter)
+        if not locked:
+            return 0
+        source = core.entity
+        go: list[tuple[MessageRecord, MessageRecord]] = []
+        stop: list[MessageRecord] = []
+        for rec in locked:
+            if rec.transfer_hops >= MAX_HOPS and not dead_letter:
+                stop.append(rec)
+                continue
+            copy = snapshot(rec)
+            copy.transfer_hops = rec.transfer_hops + 1
+            copy.lock_token, copy.locked_until, copy.state = None, 0.0, 0
+            if dead_letter:
+                copy.dead_letter_source = source
+            go.append((rec, copy))
+        if stop:
+            await self._dead_letter(stop, HOPS_EXCEEDED, f"more than {MAX_HOPS} forwarding hops")
+        if not go:
+            return len(stop)
+        try:
+            participants = await self._destination(dest, [c for _r, c in go])
+        except ServiceBusError as exc:  # missing destination: dead-letter at the source
+            await self._refuse(dead_letter, [r for r, _c in go], type(exc).__name__, str(exc))
+            return len(go)
+        me = partition_actor_name(actor._namespace, source, actor._incarnation, actor._partition_id)
+        ops = [SettleOp("complete", r.lock_token or "").to_wire() for r, _c in go]
+        participants.insert(0, (me, ray.get_runtime_context().current_actor, source, [], ops, []))
+        from .coordinator import coordinator_actor
+
+        coordinator = coordinator_actor(actor._namespace, actor._storage_path)
+        try:
+            await _rpc.call(source, coordinator.commit, uuid.uuid4().hex, participants)
+        except TransactionAbortedError as exc:
+            reason = exc.reason or ""
+            if reason.startswith(_TRANSIENT):
+                await self._release([r for r, _c in go])
+                await asyncio.sleep(0.2)
+                return 0
+            kind = reason.split(":", 1)[0] or "TransactionAbortedError"
+            await self._refuse(dead_letter, [r for r, _c in go], kind, reason)
+        except ServiceBusError:  # outcome unknown: the coordinator finishes it either way
+            await asyncio.sleep(0.5)
+        return len(go)
+
+    async def _destination(self, dest: str, copies: list[MessageRecord]) -> list[tuple[Any, ...]]:
+        """The destination's shares as transaction participants."""
+        from .namespace import TopicRoute, namespace_actor_name
+
+        actor = self._actor
+        registry = ray.get_actor(namespace_actor_name(actor._namespace), "raybus")
+        route = await _rpc.call(dest, registry.route, dest)
+        if isinstance(route, TopicRoute):
+            _version, _props, subs = await _rpc.call(dest, registry.router_config, dest)
+            targets = [t for t, _r in subs]
+            routes = {t.path: r for t, r in subs}
+            copies_by_path = plan(targets, copies)
+        else:
+            routes = {route.properties.name: route}
+            copies_by_path = {route.properties.name: copies}
+        out: list[tuple[Any, ...]] = []
+        for path, recs in copies_by_path.items():
+            r = routes[path]
+            shares: dict[int, list[MessageRecord]] = {}
+            dedup = r.properties.requires_duplicate_detection
+            live = r.pmap.live
+            self._turn += 1
+            for rec in recs:
+                key = partition_key(rec, dedup)
+                pid = r.pmap.owner(key) if key is not None else live[self._turn % len(live)]
+                shares.setdefault(pid, []).append(rec)
+            for pid, share in shares.items():
+                name = partition_actor_name(actor._namespace, path, r.incarnation, pid)
+                out.append((name, r.handle(pid), path, to_wire(share), [], []))
+        return out
+
+    async def _refuse(
+        self, dead_letter: bool, recs: list[MessageRecord], reason: str, text: str
+    ) -> None:
+        """The destination refused: dead-letter at the source (a dead letter being forwarded
+        cannot be dead-lettered again: it is given back and tried again later)."""
+        if dead_letter:
+            _log.warning("dead letters of %s not forwarded: %s", self._actor._core.entity, text)
+            await self._release(recs)
+            await asyncio.sleep(1.0)
+        else:
+            await self._dead_letter(recs, reason, text)
+
+    async def _dead_letter(self, recs: list[MessageRecord], reason: str, text: str) -> None:
+        ops = [SettleOp("dead_letter", r.lock_token or "", None, reason, text) for r in recs]
+        await self._settle(ops)
+
+    async def _release(self, recs: list[MessageRecord]) -> None:
+        await self._settle([SettleOp("release", r.lock_token or "") for r in recs])
+
+    async def _settle(self, ops: list[SettleOp]) -> None:
+        actor = self._actor
+        actor._core.settle(ops)
+        await actor._commit.durable()
+        actor._notify()

@@ -1,0 +1,154 @@
+"""Auto-forwarding: queues and subscriptions move their messages (and dead letters) onward."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+import raybus
+from raybus import ServiceBusMessage
+from raybus.exceptions import InvalidArgumentError
+from raybus.management import (
+    RuleProperties,
+    ServiceBusAdministrationClient,
+    SqlRuleFilter,
+)
+
+
+@pytest.fixture
+def namespace(module_namespace: str) -> str:
+    return module_namespace
+
+
+def _n(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def _until(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.1)
+
+
+def _drain(client: raybus.ServiceBusClient, queue: str, n: int, **kw: object) -> list:
+    got: list = []
+    with client.get_queue_receiver(queue, max_wait_time=2, **kw) as receiver:  # type: ignore[arg-type]
+        while len(got) < n:
+            more = receiver.receive_messages(n - len(got))
+            if not more:
+                break
+            got += more
+            receiver.complete_messages(more)
+    return got
+
+
+def test_a_chain_of_forwarding_queues_delivers_every_message_once_at_its_end(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    a, b, c = _n("a"), _n("b"), _n("c")
+    admin.create_queue(c)
+    admin.create_queue(b, forward_to=c, partition_count=2)
+    admin.create_queue(a, forward_to=b)
+    with client.get_queue_sender(a) as sender:
+        sender.send_messages([ServiceBusMessage(f"m{i}", message_id=f"m{i}") for i in range(50)])
+    _until(lambda: admin.get_queue_runtime_properties(c).active_message_count == 50)
+    got = _drain(client, c, 50)
+    assert sorted(m.message_id for m in got) == sorted(f"m{i}" for i in range(50))
+    for q in (a, b):
+        assert admin.get_queue_runtime_properties(q).active_message_count == 0
+
+
+def test_a_message_forwarded_more_than_four_times_is_dead_lettered_where_it_stops(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    names = [_n(f"h{i}") for i in range(7)]
+    admin.create_queue(names[-1])
+    for i in range(5, -1, -1):
+        admin.create_queue(names[i], forward_to=names[i + 1])
+    with client.get_queue_sender(names[0]) as sender:
+        sender.send_messages(ServiceBusMessage("hop"))
+    # Hops: h0->h1->h2->h3->h4 (four); at h4 it stops.
+    _until(lambda: admin.get_queue_runtime_properties(names[4]).dead_letter_message_count == 1)
+    dead = _drain(client, names[4], 1, sub_queue="deadletter")
+    assert dead[0].dead_letter_reason == "MaxTransferHopCountExceeded"
+    assert admin.get_queue_runtime_properties(names[-1]).active_message_count == 0
+
+
+def test_forwarding_to_a_topic_applies_its_rules(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    topic, src = _n("t"), _n("src")
+    admin.create_topic(topic)
+    admin.create_subscription(topic, "all")
+    red = RuleProperties("red", SqlRuleFilter("color = 'red'"))
+    admin.create_subscription(topic, "red", default_rule=red)
+    admin.create_queue(src, forward_to=topic)
+    with client.get_queue_sender(src) as sender:
+        sender.send_messages(
+            [
+                ServiceBusMessage(str(i), application_properties={"color": c})
+                for i, c in enumerate(["red", "blue", "red"])
+            ]
+        )
+
+    def counts() -> tuple[int, int]:
+        return (
+            admin.get_subscription_runtime_properties(topic, "all").active_message_count,
+            admin.get_subscription_runtime_properties(topic, "red").active_message_count,
+        )
+
+    _until(lambda: counts() == (3, 2))
+
+
+def test_dead_letters_are_forwarded_with_their_source(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    src, dl = _n("src"), _n("dl")
+    admin.create_queue(dl)
+    admin.create_queue(src, forward_dead_lettered_messages_to=dl)
+    with client.get_queue_sender(src) as sender:
+        sender.send_messages(ServiceBusMessage("bad"))
+    with client.get_queue_receiver(src, max_wait_time=2) as receiver:
+        (msg,) = receiver.receive_messages(1)
+        receiver.dead_letter_message(msg, reason="poison")
+    _until(lambda: admin.get_queue_runtime_properties(dl).active_message_count == 1)
+    (got,) = _drain(client, dl, 1)
+    assert str(got) == "bad"
+    assert got.dead_letter_source == src
+    assert admin.get_queue_runtime_properties(src).dead_letter_message_count == 0
+
+
+def test_a_disabled_destination_dead_letters_at_the_source(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    src, dst = _n("src"), _n("dst")
+    admin.create_queue(dst, status="SendDisabled")
+    admin.create_queue(src, forward_to=dst)
+    with client.get_queue_sender(src) as sender:
+        sender.send_messages(ServiceBusMessage("x"))
+    _until(lambda: admin.get_queue_runtime_properties(src).dead_letter_message_count == 1)
+    (dead,) = _drain(client, src, 1, sub_queue="deadletter")
+    assert dead.dead_letter_reason == "MessagingEntityDisabledError"
+
+
+def test_forwarding_settings_are_checked_and_receivers_are_refused(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    q, dst = _n("q"), _n("dst")
+    with pytest.raises(InvalidArgumentError):
+        admin.create_queue(q, forward_to="no-such-entity")
+    with pytest.raises(InvalidArgumentError):
+        admin.create_queue(q, forward_to=q)
+    admin.create_queue(dst)
+    with pytest.raises(InvalidArgumentError):
+        admin.create_queue(q, forward_to=dst, requires_session=True)
+    admin.create_queue(q, forward_to=dst)
+    with (
+        client.get_queue_receiver(q, max_wait_time=1) as receiver,
+        pytest.raises(InvalidArgumentError),
+    ):
+        receiver.receive_messages(1)
