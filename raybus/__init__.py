@@ -6,9 +6,12 @@ Start with ``raybus.connect()`` (or ``ServiceBusClient(namespace)``) and
 
 from __future__ import annotations
 
+from ._context import ProcessorContext
+from ._core.pool import ProcessorStatistics
 from ._sync_client import (
     AutoLockRenewer,
     ServiceBusClient,
+    ServiceBusProcessor,
     ServiceBusReceiver,
     ServiceBusSender,
     ServiceBusSession,
@@ -32,11 +35,14 @@ __all__ = [
     "NEXT_AVAILABLE_SESSION",
     "AutoLockRenewer",
     "EntityStatus",
+    "ProcessorContext",
+    "ProcessorStatistics",
     "ServiceBusAdministrationClient",
     "ServiceBusClient",
     "ServiceBusMessage",
     "ServiceBusMessageBatch",
     "ServiceBusMessageState",
+    "ServiceBusProcessor",
     "ServiceBusReceiveMode",
     "ServiceBusReceivedMessage",
     "ServiceBusReceiver",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from .._core.pool import ProcessorStatistics
 from ._auto_lock_renewer import AutoLockRenewer
 from ._client import ServiceBusClient
+from ._context import ProcessorContext
 from ._management import ServiceBusAdministrationClient
+from ._processor import ServiceBusProcessor
 from ._receiver import ServiceBusReceiver
 from ._sender import ServiceBusSender
 from ._session import ServiceBusSession
@@ -12,8 +15,11 @@ from ._transaction import ServiceBusTransaction
 
 __all__ = [
     "AutoLockRenewer",
+    "ProcessorContext",
+    "ProcessorStatistics",
     "ServiceBusAdministrationClient",
     "ServiceBusClient",
+    "ServiceBusProcessor",
     "ServiceBusReceiver",
     "ServiceBusSender",
     "ServiceBusSession",

@@ -159,11 +159,10 @@ class ServiceBusClient:
         scale_down_delay: Seconds = 5.0,
         actor_options: dict[str, Any] | None = None,
     ) -> ServiceBusProcessor:
-        """A processor running ``handler`` on the queue's messages in a pool of Ray actors
-        (not started: ``await processor.start()`` or ``async with``). See
-        ``raybus.aio.ServiceBusProcessor`` for the options. A ``(topic_name,
-        subscription_name)`` pair raises ``InvalidArgumentError``: topics are not available
-        yet."""
+        """A processor running ``handler`` on the messages of a queue, or of a subscription
+        given as ``(topic_name, subscription_name)``, in a pool of Ray actors (not started:
+        ``await processor.start()`` or ``async with``). See ``raybus.aio.ServiceBusProcessor``
+        for the options."""
         return ServiceBusProcessor(
             self._conn,
             queue_name,
