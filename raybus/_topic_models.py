@@ -27,6 +27,7 @@ __all__ = [
     "SubscriptionRuntimeProperties",
     "TopicProperties",
     "TopicRuntimeProperties",
+    "is_subscription",
     "subscription_path",
     "subscription_queue_properties",
 ]
@@ -37,6 +38,11 @@ MAX_SUBSCRIPTIONS_PER_TOPIC = 2000
 def subscription_path(topic: str, subscription: str) -> str:
     """The entity path of a subscription (Service Bus's form)."""
     return f"{topic}/Subscriptions/{subscription}"
+
+
+def is_subscription(path: str) -> bool:
+    """Whether ``path`` names a subscription (queue and topic names may not look like one)."""
+    return "/subscriptions/" in path.lower()
 
 
 def _check_bool(obj: Any, names: tuple[str, ...]) -> None:

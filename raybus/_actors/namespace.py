@@ -24,7 +24,8 @@ from .._core.registry import EntityEntry, Registry, entity_storage_dirs
 from .._core.slots import PartitionMap
 from .._models import QueueProperties
 from .._storage import DurableLog, open_storage
-from ..exceptions import MessagingEntityNotFoundError, ServiceBusError
+from .._topic_models import is_subscription
+from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError, ServiceBusError
 from .partition import partition_actor
 from .router import router_actor
 from .scaling import Scaler
@@ -178,6 +179,12 @@ class NamespaceActor(TopicOps):
 
     async def create_queue(self, properties: QueueProperties) -> Route:
         self._scaler.start()  # (re)started lazily: the actor may have restarted
+        if is_subscription(properties.name):
+            raise InvalidArgumentError(
+                "a queue name may not contain '/Subscriptions/' (subscriptions' paths)",
+                properties.name,
+                "name",
+            )
         self._check_forwarding(properties)
         entry = self._registry.create(properties)
         handles = self._partition_actors(entry)

@@ -25,7 +25,7 @@ from typing import Any
 
 import ray
 
-from .. import _rpc
+from .. import _rpc, exceptions
 from .._core.fanout import Target, plan
 from .._core.record import WireRecord, from_wire, to_wire
 from .._core.registry import partition_actor_name
@@ -147,8 +147,25 @@ class RouterActor:
                 if attempt == _ROUTE_RETRIES - 1 or not reason.startswith(
                     ("PartitionMovedError", "MessagingEntityNotFoundError")
                 ):
-                    raise
+                    raise self._as_sent(exc) from None
                 await self._refresh(copies)
+
+    def _as_sent(self, exc: ServiceBusError) -> ServiceBusError:
+        """The error a send raises: a subscription's refusal as its own type (a full store
+        raises ``ServiceBusQuotaExceededError``, as a full queue does), not as the internal
+        transaction's ``TransactionAbortedError``."""
+        reason = getattr(exc, "reason", None)
+        if not isinstance(exc, TransactionAbortedError) or not reason:
+            return exc
+        name, _sep, text = reason.partition(": ")
+        cls = getattr(exceptions, name, None)
+        if (
+            isinstance(cls, type)
+            and issubclass(cls, ServiceBusError)
+            and not issubclass(cls, TransactionAbortedError)
+        ):
+            return cls(text or reason, self._props.name)
+        return exc
 
     def _shares(self, copies: dict[str, list[Any]]) -> dict[tuple[str, int], list[Any]]:
         """Copies per (subscription path, partition id), placed as a sender places them."""

@@ -14,6 +14,7 @@ from .._clock import to_timestamp
 from .._connection import Connection
 from .._core.record import SCHEDULED, MessageRecord, snapshot, to_wire
 from .._core.slots import partition_key
+from .._topic_models import is_subscription
 from ..exceptions import (
     InvalidArgumentError,
     MessageNotFoundError,
@@ -172,6 +173,13 @@ class ServiceBusSender:
         out: list[int] = [0] * len(records)
         todo = list(range(len(records)))
         route = await self._route()
+        if is_subscription(route.properties.name):
+            raise InvalidArgumentError(
+                f"{route.properties.name!r} is a subscription: subscriptions are receive-only; "
+                "send to its topic",
+                self.entity_path,
+                "entity",
+            )
         if isinstance(route, TopicRoute):
             # A topic's copies get their numbers in each subscription: none to report.
             await self._conn.publisher(route.properties.name, route.router).submit(records)
