@@ -73,7 +73,13 @@ def _ensure_ray(address: str | None) -> None:
             return
         except ConnectionError:
             pass
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        if "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ:
+            # Ray read this variable when it was imported: set its constant too, so the
+            # embedded cluster listens on 127.0.0.1 only.
+            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+            from ray._private import ray_constants
+
+            ray_constants.ENABLE_RAY_CLUSTER = False
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(
             address="local",

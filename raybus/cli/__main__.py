@@ -1,0 +1,5 @@
+"""``python -m raybus.cli``."""
+
+from raybus.cli import main
+
+main()
