@@ -57,6 +57,8 @@ class CoordinatorActor:
         self._resume: asyncio.Task[None] | None = None
         self.committed = 0
         self.aborted = 0
+        # Appends and checkpoints are serialised: the log has one writer.
+        self._log_lock = asyncio.Lock()
         if storage_path is not None:
             self._log = DurableLog.from_storage_path(storage_path, namespace, "coordinator")
             found = self._log.recover()
@@ -69,18 +71,22 @@ class CoordinatorActor:
                         self._decided[txn_id] = names
                     else:
                         self._decided.pop(txn_id, None)
+            if self._decided:  # re-send logged decisions without waiting for a client
+                ray.get_runtime_context().current_actor.ping.remote()
 
     async def _append(self, record: tuple[str, str, list[str]]) -> None:
         log = self._log
         if log is None:
             return
-        await asyncio.to_thread(log.append, journal.to_table([(0, 0, 0, record)]))
-        if log.next_lsn % 1000 == 0:  # keep the log short: only undone decisions matter
-            snap = [(0, 0, 0, ("commit", t, n)) for t, n in self._decided.items()]
-            try:
-                await asyncio.to_thread(log.checkpoint, journal.to_table(snap), log.next_lsn - 1)
-            except ServiceBusError as exc:
-                _log.warning("coordinator checkpoint failed: %s", exc)
+        async with self._log_lock:  # DurableLog has one writer
+            await asyncio.to_thread(log.append, journal.to_table([(0, 0, 0, record)]))
+            if log.next_lsn % 1000 == 0:  # keep the log short: only undone decisions matter
+                snap = [(0, 0, 0, ("commit", t, n)) for t, n in self._decided.items()]
+                try:
+                    table = journal.to_table(snap)
+                    await asyncio.to_thread(log.checkpoint, table, log.next_lsn - 1)
+                except ServiceBusError as exc:
+                    _log.warning("coordinator checkpoint failed: %s", exc)
 
     def _start_resume(self) -> None:
         if self._decided and (self._resume is None or self._resume.done()):

@@ -99,6 +99,7 @@ class NamespaceActor(TopicOps):
         self._router_version = 0
         self._log: DurableLog | None = None
         self._logged = 0
+        self._log_lock = asyncio.Lock()
         self._scaler = Scaler(self)
         if storage_path is not None:
             self._log = DurableLog.from_storage_path(storage_path, namespace, "registry")
@@ -116,6 +117,8 @@ class NamespaceActor(TopicOps):
                     )
                 else:
                     self._handles[key] = self._partition_actors(entry)
+            if self._registry.list():  # resume partition changes without waiting for a client
+                ray.get_runtime_context().current_actor.ping.remote()
 
     def _partition_actors(self, entry: EntityEntry) -> dict[int, Any]:
         pmap = entry.pmap
@@ -139,15 +142,16 @@ class NamespaceActor(TopicOps):
         if log is None:
             return
         table = journal.to_table([(0, 0, 0, change)])
-        await asyncio.to_thread(log.append, table)
-        self._logged += 1
-        if self._logged >= 100:
-            snapshot = journal.to_table([(0, 0, 0, c) for c in self._registry.snapshot()])
-            try:
-                await asyncio.to_thread(log.checkpoint, snapshot, log.next_lsn - 1)
-                self._logged = 0
-            except ServiceBusError as exc:
-                _log.warning("registry checkpoint of %s failed: %s", self._namespace, exc)
+        async with self._log_lock:  # DurableLog has one writer; calls here run concurrently
+            await asyncio.to_thread(log.append, table)
+            self._logged += 1
+            if self._logged >= 100:
+                snap = journal.to_table([(0, 0, 0, c) for c in self._registry.snapshot()])
+                try:
+                    await asyncio.to_thread(log.checkpoint, snap, log.next_lsn - 1)
+                    self._logged = 0
+                except ServiceBusError as exc:
+                    _log.warning("registry checkpoint of %s failed: %s", self._namespace, exc)
 
     async def storage_path(self) -> str | None:
         return self._storage_path

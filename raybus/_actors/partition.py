@@ -107,6 +107,16 @@ class PartitionActor:
             express_interval=EXPRESS_FLUSH_INTERVAL if properties.enable_express else None,
             on_fatal=_exit_for_restart,
         )
+        core = self._commit.core
+        if (
+            core.prepared
+            or core.outbox
+            or core.properties.forward_to
+            or (core.properties.forward_dead_lettered_messages_to)
+        ):
+            # Unfinished transactions and moves, and forwarding, resume without waiting for
+            # a client's call: the actor calls itself once it is constructed.
+            ray.get_runtime_context().current_actor.ready.remote()
 
     @property
     def _core(self) -> Partition:
@@ -381,7 +391,7 @@ class PartitionActor:
         transactions.prepare(
             self._core, txn_id, from_wire(sends), [SettleOp(*op) for op in ops], renews
         )
-        await self._commit.durable()
+        await self._commit.durable(force=True)  # even on an express partition
         self._prepared_at[txn_id] = time.monotonic()
         self._watch_transactions()
         _failpoints.hit("participant.after_prepare")
@@ -389,7 +399,7 @@ class PartitionActor:
     async def txn_commit(self, txn_id: str) -> bool:
         _failpoints.hit("participant.before_commit")
         applied = transactions.commit(self._core, txn_id)
-        await self._commit.durable()
+        await self._commit.durable(force=True)
         self._prepared_at.pop(txn_id, None)
         self._notify()
         _failpoints.hit("participant.after_commit")
@@ -397,7 +407,7 @@ class PartitionActor:
 
     async def txn_abort(self, txn_id: str) -> bool:
         aborted = transactions.abort(self._core, txn_id)
-        await self._commit.durable()
+        await self._commit.durable(force=True)
         self._prepared_at.pop(txn_id, None)
         return aborted
 

@@ -112,14 +112,15 @@ class Committer:
             core.visible_seq = None  # acknowledged before written: visible at once
         self._since_checkpoint = count
 
-    async def durable(self, *, after_inflight: bool = True) -> None:
+    async def durable(self, *, after_inflight: bool = True, force: bool = False) -> None:
         """Return once every change recorded so far is durable; raise the storage error if the
         flush that carried them failed (those changes were then undone).
 
         ``after_inflight`` also waits for a flush already being written when this call has
         recorded nothing: an answer that depends on earlier changes (a dropped duplicate
         acknowledges its original) must not overtake them. Peek-lock receives pass False: they
-        only see durable messages anyway.
+        only see durable messages anyway. ``force`` waits for the write even on an express
+        partition (two-phase commit needs its prepare and commit records on disk).
         """
         if self.broken is not None:
             raise self.broken
@@ -129,7 +130,7 @@ class Committer:
             if after_inflight and self._inflight is not None and self._express is None:
                 await asyncio.shield(self._inflight)
             return
-        if self._express is not None:
+        if self._express is not None and not force:
             if self._task is None:
                 self._task = asyncio.ensure_future(self._flush_loop(self._express))
             return

@@ -71,6 +71,7 @@ class ServiceBusTransaction:
         self._shares: dict[str, _Share] = {}
         self._sent: list[tuple[ServiceBusSender, list[MessageRecord]]] = []
         self._settled: list[ServiceBusReceivedMessage] = []
+        self._renewed: list[tuple[ServiceBusReceivedMessage, float]] = []
         self._count = 0
         self._started: float | None = None
         self.state = "open"  # open, committed, rolled back
@@ -119,6 +120,7 @@ class ServiceBusTransaction:
         self._admit(1, route.properties.name)
         self._count += 1
         self._share(route, message.partition_id).renews.append(message.lock_token or "")
+        self._renewed.append((message, route.properties.lock_duration_s))
 
     # ------------------------------------------------------------------ ending
 
@@ -185,6 +187,10 @@ class ServiceBusTransaction:
             self._end("rolled back")
             raise
         self.state = "committed"
+        now = time.time()
+        for message, lock_s in self._renewed:  # the broker extended them at commit
+            record = message._record
+            record.locked_until = max(record.locked_until, now + lock_s)
 
     async def rollback(self) -> None:
         """Discard the transaction: nothing of it takes effect."""
