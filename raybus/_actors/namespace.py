@@ -279,7 +279,10 @@ class NamespaceActor(TopicOps):
 
     async def counts(self, name: str) -> tuple[Route, list[PartitionCounts]]:
         self._scaler.start()  # (re)started lazily: the actor may have restarted
-        route = self._route(self._registry.get(name))
+        entry = self._registry.get(name)
+        if not entry.has_partitions:
+            raise MessagingEntityNotFoundError(f"{name!r} is a topic, not a queue", name)
+        route = self._route(entry)
         counts = await asyncio.gather(*(h.counts.remote() for _pid, h in route.existing()))
         return route, list(counts)
 

@@ -9,7 +9,8 @@ from .. import _rpc
 from .._clock import from_timestamp
 from .._connection import Connection
 from .._models import QueueProperties, QueueRuntimeProperties, validate_entity_name
-from ..exceptions import InvalidArgumentError
+from .._topic_models import is_subscription
+from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 from ._topic_management import TopicManagement
 
 __all__ = ["ServiceBusAdministrationClient"]
@@ -62,6 +63,10 @@ class ServiceBusAdministrationClient(TopicManagement):
 
     async def get_queue(self, queue_name: str) -> QueueProperties:
         route = await self._call(queue_name, "route", validate_entity_name(queue_name))
+        if not isinstance(route.properties, QueueProperties) or is_subscription(
+            route.properties.name
+        ):
+            raise MessagingEntityNotFoundError(f"no queue named {queue_name!r}", queue_name)
         result: QueueProperties = dataclasses.replace(route.properties)
         return result
 

@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import _rpc
-from .._actors.namespace import Route
+from .._actors.namespace import Route, TopicRoute
 from .._clock import from_timestamp
 from .._connection import Connection, SettleResults
 from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
@@ -252,9 +252,19 @@ class ServiceBusReceiver:
             await self._release_rows(rows)
         return self._receive_done(rows, count)
 
+    def _check_receivable(self, route: Any) -> None:
+        if isinstance(route, TopicRoute):
+            raise InvalidArgumentError(
+                f"{self.entity_path!r} is a topic: receive from one of its subscriptions "
+                "(get_subscription_receiver)",
+                self.entity_path,
+                "entity",
+            )
+
     async def _fetch(self, fetch: int, deadline: float | None) -> list[WireRecord]:
         """Receive up to ``fetch`` messages from the broker (waiting until ``deadline``)."""
         route = await self._conn.route(self.entity_path)
+        self._check_receivable(route)
         forwards = (
             route.properties.forward_dead_lettered_messages_to
             if self._dead_letter
@@ -404,6 +414,7 @@ class ServiceBusReceiver:
                 "sequence_number",
             )
         route = await self._conn.route(self.entity_path)
+        self._check_receivable(route)
         if self.session is not None:
             session_id, _token, pid = await self.session.ensure()
             start = sequence_number or self._peek_cursors.get(pid, 0)

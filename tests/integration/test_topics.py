@@ -41,6 +41,7 @@ from raybus import (
 )
 from raybus.exceptions import (
     FilterSyntaxError,
+    InvalidArgumentError,
     MessagingEntityAlreadyExistsError,
     MessagingEntityDisabledError,
     MessagingEntityNotFoundError,
@@ -1168,3 +1169,22 @@ def test_a_subscription_cannot_be_sent_to_directly(
         except ServiceBusError:
             pass
     assert _counts(admin, t, "s") == (0, 0), "a message reached a subscription past its rules"
+
+
+def test_a_topic_is_not_a_queue_for_receivers_and_queue_admin(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    name = f"notq-{uuid.uuid4().hex[:6]}"
+    admin.create_topic(name)
+    try:
+        with client.get_queue_receiver(name, max_wait_time=1) as receiver:
+            with pytest.raises(InvalidArgumentError):
+                receiver.receive_messages(1)
+            with pytest.raises(InvalidArgumentError):
+                receiver.peek_messages(1)
+        with pytest.raises(MessagingEntityNotFoundError):
+            admin.get_queue(name)
+        with pytest.raises(MessagingEntityNotFoundError):
+            admin.get_queue_runtime_properties(name)
+    finally:
+        admin.delete_topic(name)
