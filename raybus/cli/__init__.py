@@ -1,4 +1,5 @@
-"""The ``raybus`` command line (typer + rich): queues, messages, dead letters, live stats.
+"""The ``raybus`` command line (typer + rich): queues, topics, subscriptions, rules, messages,
+dead letters, live stats.
 
 ``raybus --help`` lists the commands, global options and exit codes. Importing this package
 does not start or join Ray; each command joins Ray when it first needs the broker.

@@ -1,8 +1,7 @@
 """The ``raybus`` command tree: global options, and where each group and command lives.
 
-Groups are small modules: ``queue``, ``dlq``, ``messages`` (send, receive, peek), ``stats``,
-``demo``, and ``pending`` for the topic, subscription and rule groups that will get their own
-modules once those entities exist.
+Groups are small modules: ``queue``, ``topic``, ``subscription``, ``rule``, ``dlq``,
+``messages`` (send, receive, peek), ``stats`` and ``demo``.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from . import _context, demo, dlq, messages, pending, queue, stats
+from . import _context, demo, dlq, messages, queue, rule, stats, subscription, topic
 from ._errors import EXIT_CODES_HELP, RaybusGroup
 
 __all__ = ["app"]
@@ -64,11 +63,12 @@ def main(
 
 
 app.add_typer(queue.app, name="queue")
+app.add_typer(topic.app, name="topic")
+app.add_typer(subscription.app, name="subscription")
+app.add_typer(rule.app, name="rule")
 app.command("send")(messages.send)
 app.command("receive")(messages.receive)
 app.command("peek")(messages.peek)
 app.add_typer(dlq.app, name="dlq")
 app.command("stats")(stats.stats)
 app.command("demo")(demo.demo)
-for _name, _plural, _summary in pending.GROUPS:
-    app.add_typer(pending.pending_group(_name, _plural, _summary), name=_name)

@@ -3,17 +3,20 @@
 Every command runs inside ``RaybusGroup.invoke``: a raybus error ends the command with ONE line
 on stderr (``error: <ClassName>: <message>``, no traceback) and the exit code of its kind, so
 scripts can branch on the code and humans read one line. Usage errors (bad options or values)
-are click's own, which also exit 2.
+are click's own, which also exit 2. A ``FilterSyntaxError`` (bad SQL in a rule filter or
+action) exits 2 too; its line names the position and shows the text around it.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
 from ..exceptions import (
+    FilterSyntaxError,
     InvalidArgumentError,
     MessageAlreadySettled,
     MessagingEntityNotFoundError,
@@ -46,8 +49,9 @@ EXIT_CODES_HELP = """\
   0  ok
   1  broker error: one line on stderr, error: <ClassName>: <message>
   2  usage error: bad options or values (InvalidArgumentError too);
-     topic, subscription and rule commands (not in the CLI yet)
-  3  not found: MessagingEntityNotFoundError (create the queue first)
+     FilterSyntaxError: bad SQL in a filter or action (the line names
+     the position)
+  3  not found: MessagingEntityNotFoundError (create the entity first)
   4  timeout or connection: OperationTimeoutError,
      ServiceBusConnectionError (retryable)
 
@@ -67,7 +71,7 @@ def exit_code(exc: BaseException) -> int:
         return NOT_FOUND
     if isinstance(exc, OperationTimeoutError | ServiceBusConnectionError):
         return UNAVAILABLE
-    if isinstance(exc, InvalidArgumentError):
+    if isinstance(exc, InvalidArgumentError | FilterSyntaxError):
         return USAGE
     return BROKER_ERROR
 
@@ -75,7 +79,26 @@ def exit_code(exc: BaseException) -> int:
 def error_line(exc: BaseException) -> str:
     """``error: <ClassName>: <message>`` on one line."""
     text = " ".join(str(exc).split()) or type(exc).__doc__ or ""
-    return f"error: {type(exc).__name__}: {text}"
+    line = f"error: {type(exc).__name__}: {text}"
+    if isinstance(exc, FilterSyntaxError):
+        line += _near(exc.text, exc.position)
+    return line
+
+
+_WINDOW = 30  # characters of SQL shown on each side of a syntax error
+
+
+def _near(text: Any, position: Any) -> str:
+    """`` near: a = >>>= 1``: the SQL around ``position``, ``>>>`` marking it ("" when the
+    error has no position)."""
+    if not isinstance(text, str) or not isinstance(position, int):
+        return ""
+    if not 0 <= position <= len(text):
+        return ""
+    start, end = max(0, position - _WINDOW), min(len(text), position + _WINDOW)
+    before = re.sub(r"\s", " ", text[start:position])
+    after = re.sub(r"\s", " ", text[position:end])
+    return f" near: {'...' if start else ''}{before}>>>{after}{'...' if end < len(text) else ''}"
 
 
 def fail(message: str, code: int = USAGE) -> NoReturn:

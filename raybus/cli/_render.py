@@ -1,9 +1,15 @@
-"""Turning messages and queue settings into JSON lines and rich tables (pure functions).
+"""Turning messages, entity settings and rules into JSON lines and rich tables (pure functions).
 
 A message becomes one JSON object per line (``message_json``): body, ids, sequence number,
 delivery count, application properties and times (ISO-8601, UTC). A ``str`` body is printed
 as is; a ``bytes`` body as text when it is UTF-8, else base64 with ``"body_encoding":
 "base64"``; other AMQP bodies (numbers, lists, maps) as JSON values.
+
+Settings of queues, topics and subscriptions (``properties_json``/``properties_table``) show
+durations in seconds in JSON (``null`` = never) and as ``1m30s`` in tables. A rule's filter is
+one readable line in tables (``filter_text``: ``SQL: amount > @min [@min=100]``,
+``correlation: label='order', user.tier='vip'``, ``TRUE ...``) and an object with a ``type``
+(``sql``, ``correlation``, ``true``, ``false``) in JSON (``rule_json``).
 """
 
 from __future__ import annotations
@@ -16,21 +22,41 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
 from rich.table import Table
 
-from .._models import MAX_DURATION, QueueProperties, QueueRuntimeProperties
+from .._core.filters.rules import (
+    CorrelationRuleFilter,
+    FalseRuleFilter,
+    RuleFilter,
+    RuleProperties,
+    SqlRuleAction,
+    SqlRuleFilter,
+)
+from .._models import MAX_DURATION, QueueProperties
+from .._topic_models import SubscriptionProperties, TopicProperties
+from ._filters import CORRELATION_FIELDS
 from ._parse import format_duration
 
 if TYPE_CHECKING:
     from ..message import ServiceBusReceivedMessage
 
 __all__ = [
+    "action_text",
+    "filter_json",
+    "filter_kind",
+    "filter_text",
     "json_line",
     "message_json",
     "properties_json",
     "properties_table",
     "queues_table",
+    "rule_json",
+    "rule_table",
+    "rules_table",
+    "subscriptions_table",
     "to_jsonable",
+    "topics_table",
 ]
 
 _STATES = {0: "active", 1: "deferred", 2: "scheduled"}
@@ -110,11 +136,16 @@ def json_line(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+# Not settings: identity fields and internals.
+_NOT_SHOWN = frozenset({"name", "topic_name", "extra"})
+
+
 def properties_json(
-    props: QueueProperties, runtime: QueueRuntimeProperties | None = None
+    props: Any, runtime: Any = None, *, rules: list[RuleProperties] | None = None
 ) -> dict[str, Any]:
-    """Queue settings (durations in seconds, ``null`` = never) and, with ``runtime``, its
-    counters under ``"runtime"``."""
+    """The settings of a queue, topic or subscription (durations in seconds, ``null`` = never);
+    with ``runtime``, its counters under ``"runtime"``; with ``rules``, those under
+    ``"rules"`` (``rule_json``)."""
     out: dict[str, Any] = {
         f.name: to_jsonable(getattr(props, f.name)) for f in dataclasses.fields(props)
     }
@@ -122,10 +153,14 @@ def properties_json(
         rt = {
             f.name: to_jsonable(getattr(runtime, f.name))
             for f in dataclasses.fields(runtime)
-            if f.name not in ("name", "extra")
+            if f.name not in _NOT_SHOWN
         }
-        rt["total_message_count"] = runtime.total_message_count
+        total = getattr(runtime, "total_message_count", None)
+        if total is not None:
+            rt["total_message_count"] = total
         out["runtime"] = rt
+    if rules is not None:
+        out["rules"] = [rule_json(r) for r in rules]
     return out
 
 
@@ -136,23 +171,41 @@ def _text(value: Any) -> str:
         return str(value.value)
     if isinstance(value, datetime):
         return value.isoformat(timespec="seconds")
-    return "-" if value is None else str(value)
+    # Table cells are rich markup: user text such as "[@min=100]" must show as written.
+    return "-" if value is None else escape(str(value))
+
+
+def _kind(props: Any) -> str:
+    if isinstance(props, TopicProperties):
+        return "topic"
+    if isinstance(props, SubscriptionProperties):
+        return "subscription"
+    return "queue"
 
 
 def properties_table(
-    props: QueueProperties, runtime: QueueRuntimeProperties | None = None
+    props: Any, runtime: Any = None, *, rules: list[RuleProperties] | None = None
 ) -> Table:
-    table = Table(title=f"queue {props.name}", show_header=False, title_justify="left")
+    """A queue's, topic's or subscription's settings, then its counters, then its rules."""
+    title = f"{_kind(props)} {getattr(props, 'path', props.name)}"
+    table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("setting", style="bold")
     table.add_column("value")
     for f in dataclasses.fields(props):
-        if f.name != "name":
+        if f.name not in _NOT_SHOWN:
             table.add_row(f.name, _text(getattr(props, f.name)))
     if runtime is not None:
         table.add_section()
         for f in dataclasses.fields(runtime):
-            if f.name not in ("name", "extra"):
+            if f.name not in _NOT_SHOWN:
                 table.add_row(f.name, _text(getattr(runtime, f.name)))
+    if rules is not None:
+        table.add_section()
+        for rule in rules:
+            action = "" if rule.action is None else f"; action: {action_text(rule.action)}"
+            table.add_row(escape(f"rule {rule.name}"), escape(filter_text(rule.filter) + action))
+        if not rules:
+            table.add_row("rules", "none (the subscription receives nothing)")
     return table
 
 
@@ -173,4 +226,160 @@ def queues_table(queues: list[QueueProperties]) -> Table:
             "yes" if q.requires_session else "no",
             "yes" if q.requires_duplicate_detection else "no",
         )
+    return table
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def topics_table(topics: list[TopicProperties]) -> Table:
+    table = Table(title="topics", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for col in ("ttl", "dedup", "max size", "max msg", "idle delete"):
+        table.add_column(col, justify="right" if col.startswith("max") else "left")
+    for t in topics:
+        table.add_row(
+            t.name,
+            _text(t.status),
+            _text(t.default_message_time_to_live),
+            _yes(t.requires_duplicate_detection),
+            f"{t.max_size_in_megabytes} MB",
+            f"{t.max_message_size_in_kilobytes} KiB",
+            _text(t.auto_delete_on_idle),
+        )
+    return table
+
+
+def subscriptions_table(topic: str, subs: list[SubscriptionProperties]) -> Table:
+    table = Table(title=f"subscriptions of {topic}", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for col in ("parts", "lock", "max dlv", "ttl", "sessions", "forward to"):
+        table.add_column(col, justify="right" if col in ("parts", "max dlv") else "left")
+    for s in subs:
+        table.add_row(
+            s.name,
+            _text(s.status),
+            str(s.partition_count),
+            _text(s.lock_duration),
+            str(s.max_delivery_count),
+            _text(s.default_message_time_to_live),
+            _yes(s.requires_session),
+            _text(s.forward_to),
+        )
+    return table
+
+
+def filter_kind(f: RuleFilter) -> str:
+    """``sql``, ``correlation``, ``true`` or ``false``."""
+    if isinstance(f, SqlRuleFilter):
+        return "sql"
+    if isinstance(f, CorrelationRuleFilter):
+        return "correlation"
+    return "false" if isinstance(f, FalseRuleFilter) else "true"
+
+
+def _literal(value: Any) -> str:
+    """A value as it would be written in SQL (strings quoted)."""
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if value is None:
+        return "NULL"
+    return str(to_jsonable(value))
+
+
+def _params_text(parameters: dict[str, Any] | None) -> str:
+    if not parameters:
+        return ""
+    inner = ", ".join(f"@{k.lstrip('@')}={_literal(v)}" for k, v in parameters.items())
+    return f" [{inner}]"
+
+
+def filter_text(f: RuleFilter) -> str:
+    """One readable line: ``SQL: amount > @min [@min=100]``, ``correlation: label='order',
+    user.tier='vip'``, ``TRUE (matches every message)``, ``FALSE (matches no message)``."""
+    if isinstance(f, SqlRuleFilter):
+        return f"SQL: {f.sql_expression}{_params_text(f.parameters)}"
+    if isinstance(f, CorrelationRuleFilter):
+        parts = [
+            f"{name}={_literal(getattr(f, name))}"
+            for name in CORRELATION_FIELDS
+            if getattr(f, name) is not None
+        ]
+        parts += [f"user.{k}={_literal(v)}" for k, v in (f.properties or {}).items()]
+        return "correlation: " + ", ".join(parts)
+    if isinstance(f, FalseRuleFilter):
+        return "FALSE (matches no message)"
+    return "TRUE (matches every message)"
+
+
+def filter_json(f: RuleFilter) -> dict[str, Any]:
+    """``{"type": ..., ...}``: ``sql_expression`` (and ``parameters``) for SQL, true and
+    false filters; every field (``null`` if unset) and ``properties`` for correlation ones."""
+    kind = filter_kind(f)
+    out: dict[str, Any] = {"type": kind}
+    if isinstance(f, CorrelationRuleFilter):
+        for name in CORRELATION_FIELDS:
+            out[name] = getattr(f, name)
+        out["properties"] = to_jsonable(f.properties or {})
+        return out
+    out["sql_expression"] = f.sql_expression
+    if isinstance(f, SqlRuleFilter):
+        out["parameters"] = to_jsonable(f.parameters or {})
+    return out
+
+
+def action_json(action: SqlRuleAction | None) -> dict[str, Any] | None:
+    if action is None:
+        return None
+    return {
+        "sql_expression": action.sql_expression,
+        "parameters": to_jsonable(action.parameters or {}),
+    }
+
+
+def action_text(action: SqlRuleAction | None) -> str:
+    if action is None:
+        return "-"
+    return f"{action.sql_expression}{_params_text(action.parameters)}"
+
+
+def rule_json(rule: RuleProperties) -> dict[str, Any]:
+    return {
+        "name": rule.name,
+        "filter": filter_json(rule.filter),
+        "action": action_json(rule.action),
+        "created_at_utc": to_jsonable(rule.created_at_utc),
+    }
+
+
+def rules_table(topic: str, subscription: str, rules: list[RuleProperties]) -> Table:
+    table = Table(title=f"rules of {topic}/Subscriptions/{subscription}", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    table.add_column("filter")
+    table.add_column("action")
+    for rule in rules:
+        table.add_row(
+            escape(rule.name), escape(filter_text(rule.filter)), escape(action_text(rule.action))
+        )
+    if not rules:
+        table.caption = "no rules: the subscription receives nothing"
+    return table
+
+
+def rule_table(topic: str, subscription: str, rule: RuleProperties) -> Table:
+    table = Table(
+        title=escape(f"rule {rule.name} of {topic}/Subscriptions/{subscription}"),
+        show_header=False,
+        title_justify="left",
+    )
+    table.add_column("setting", style="bold")
+    table.add_column("value")
+    table.add_row("filter", escape(filter_text(rule.filter)))
+    table.add_row("action", escape(action_text(rule.action)))
+    table.add_row("created_at_utc", _text(rule.created_at_utc))
     return table

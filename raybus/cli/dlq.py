@@ -1,8 +1,15 @@
-"""``raybus dlq list|resubmit|purge``: the dead-letter sub-queue of a queue.
+"""``raybus dlq list|resubmit|purge``: the dead-letter sub-queue of a queue or subscription.
 
-``resubmit`` sends a copy of each dead-lettered message back to its queue and completes the
-dead letter in the same transaction, so every message ends up in exactly one of the two places
-even if the command dies half-way.
+Each command takes a queue name, a subscription path ``TOPIC/Subscriptions/SUB``, or
+``--subscription TOPIC/SUB``. ``resubmit`` sends a copy of each dead-lettered message back to
+its queue and completes the dead letter in the same transaction, so every message ends up in
+exactly one of the two places even if the command dies half-way.
+
+A subscription cannot be sent to, so its dead letters can only be resubmitted through its
+topic, with ``--via-topic``: every subscription of the topic whose rules match gets a copy
+again (not only this one), and since sends to a topic cannot be transactional, each batch is
+sent first and its dead letters completed after (a crash in between leaves a message in both
+places, never in neither).
 """
 
 from __future__ import annotations
@@ -16,15 +23,18 @@ from ..aio._transaction import MAX_MESSAGES
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..message import ServiceBusMessage, ServiceBusReceivedMessage
 from . import _context
+from ._errors import USAGE, fail
 from ._parse import parse_duration
 from ._render import json_line, message_json
-from .messages import peek_all
+from .messages import Entity, SubscriptionOpt, entity_ref, open_receiver, peek_all
 
 __all__ = ["app", "resubmit_copy"]
 
-app = typer.Typer(help="List, resubmit and purge dead-lettered messages.", no_args_is_help=True)
+app = typer.Typer(
+    help="List, resubmit and purge the dead-lettered messages of a queue or subscription.",
+    no_args_is_help=True,
+)
 
-Queue = Annotated[str, typer.Argument(help="Queue name.", show_default=False)]
 Wait = Annotated[
     str, typer.Option("--wait", "-w", help="How long to wait for dead letters to arrive.")
 ]
@@ -43,7 +53,8 @@ def _wait_s(value: str) -> float:
 @app.command("list")
 def list_(
     ctx: typer.Context,
-    queue: Queue,
+    entity: Entity = None,
+    subscription: SubscriptionOpt = None,
     count: Annotated[
         int, typer.Option("--count", "-c", min=1, help="At most this many messages.")
     ] = 100,
@@ -52,7 +63,7 @@ def list_(
 
     Each line has the dead-letter reason and description besides the message's fields.
     """
-    for msg in peek_all(ctx, queue, count, dead_letter=True):
+    for msg in peek_all(ctx, entity_ref(entity, subscription), count, dead_letter=True):
         typer.echo(json_line(message_json(msg)))
 
 
@@ -78,7 +89,8 @@ def resubmit_copy(msg: ServiceBusReceivedMessage, *, new_id: bool = False) -> Se
 @app.command()
 def resubmit(
     ctx: typer.Context,
-    queue: Queue,
+    entity: Entity = None,
+    subscription: SubscriptionOpt = None,
     count: Annotated[
         int | None,
         typer.Option("--count", "-c", min=1, help="At most this many (default: all)."),
@@ -92,26 +104,57 @@ def resubmit(
             "duplicate detection a copy sent within the window would be dropped).",
         ),
     ] = False,
+    via_topic: Annotated[
+        bool,
+        typer.Option(
+            "--via-topic",
+            help="For a subscription: send the copies to its topic (every matching "
+            "subscription gets one; not transactional: send, then complete).",
+        ),
+    ] = False,
 ) -> None:
     """Send dead-lettered messages back to the queue, in transactions.
 
     Each copy is sent and its dead letter completed in the same transaction (at most 50
-    messages per transaction), so a message is never lost nor left in both places.
+    messages per transaction), so a message is never lost nor left in both places. A
+    subscription's dead letters go back through its topic, with --via-topic only.
     """
+    ref = entity_ref(entity, subscription)
+    if ref.subscription is not None and not via_topic:
+        fail(
+            f"{ref.path} is a subscription, which cannot be sent to: resubmitting sends the "
+            f"copies to the topic {ref.name}, so every subscription whose rules match gets one "
+            "again, and not in a transaction; add --via-topic to do that",
+            USAGE,
+        )
+    if via_topic and ref.subscription is None:
+        raise typer.BadParameter("is for a subscription's dead letters", param_hint="--via-topic")
     wait_s = _wait_s(wait)
-    client = _context.get(ctx).client()
+    cli = _context.get(ctx)
+    client = cli.client()
     done = 0
     with (
-        client.get_queue_receiver(
-            queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=wait_s
+        open_receiver(
+            cli, ref, sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=wait_s
         ) as dlq,
-        client.get_queue_sender(queue) as sender,
+        (
+            client.get_queue_sender(ref.name)
+            if ref.subscription is None
+            else client.get_topic_sender(ref.name)
+        ) as sender,
     ):
         while count is None or done < count:
             want = RESUBMIT_BATCH if count is None else min(RESUBMIT_BATCH, count - done)
             batch = dlq.receive_messages(max_message_count=want, max_wait_time=wait_s)
             if not batch:
                 break
+            if ref.subscription is not None:
+                # A topic send cannot be in a transaction: send, then complete (a crash in
+                # between leaves the message in both places, never in neither).
+                sender.send_messages([resubmit_copy(m, new_id=new_ids) for m in batch])
+                dlq.complete_messages(batch)
+                done += len(batch)
+                continue
             with client.transaction() as txn:
                 sender.send_messages(
                     [resubmit_copy(m, new_id=new_ids) for m in batch], transaction=txn
@@ -119,21 +162,24 @@ def resubmit(
                 for msg in batch:
                     dlq.complete_message(msg, transaction=txn)
             done += len(batch)
-    typer.echo(f"resubmitted {done} message{'' if done == 1 else 's'} to {queue}", err=True)
+    where = ref.name if ref.subscription is None else f"topic {ref.name}"
+    typer.echo(f"resubmitted {done} message{'' if done == 1 else 's'} to {where}", err=True)
 
 
 @app.command()
 def purge(
     ctx: typer.Context,
-    queue: Queue,
+    entity: Entity = None,
+    subscription: SubscriptionOpt = None,
     wait: Wait = "0.5",
 ) -> None:
-    """Delete every dead-lettered message of the queue (no confirmation)."""
+    """Delete every dead-lettered message of the queue or subscription (no confirmation)."""
+    ref = entity_ref(entity, subscription)
     wait_s = _wait_s(wait)
-    client = _context.get(ctx).client()
     purged = 0
-    with client.get_queue_receiver(
-        queue,
+    with open_receiver(
+        _context.get(ctx),
+        ref,
         sub_queue=ServiceBusSubQueue.DEAD_LETTER,
         receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
         max_wait_time=wait_s,
@@ -146,7 +192,7 @@ def purge(
             purged += len(batch)
     elapsed = time.monotonic() - started
     typer.echo(
-        f"purged {purged} dead-lettered message{'' if purged == 1 else 's'} from {queue} "
+        f"purged {purged} dead-lettered message{'' if purged == 1 else 's'} from {ref} "
         f"in {elapsed:.1f}s",
         err=True,
     )

@@ -1,4 +1,9 @@
-"""``raybus send``, ``raybus receive``, ``raybus peek``: messages in and out of a queue.
+"""``raybus send``, ``raybus receive``, ``raybus peek``: messages in and out of queues and topics.
+
+``send NAME`` sends to the queue or the topic of that name: it asks the broker whether NAME is
+a topic (queues and topics share one set of names) and then uses ``get_topic_sender`` or
+``get_queue_sender``. ``receive`` and ``peek`` take a queue name, a subscription path
+``TOPIC/Subscriptions/SUB``, or ``--subscription TOPIC/SUB`` (see ``_parse.parse_entity``).
 
 ``receive`` and ``peek`` print one JSON object per message and line (see ``_render``), so
 their output pipes into ``jq`` or back into ``raybus send``.
@@ -15,18 +20,36 @@ from typing import Annotated, Any
 
 import typer
 
+from .._topic_models import is_subscription
 from ..enums import NEXT_AVAILABLE_SESSION, ServiceBusReceiveMode, ServiceBusSubQueue
+from ..exceptions import MessagingEntityNotFoundError
 from ..message import ServiceBusMessage, ServiceBusReceivedMessage
 from . import _context
-from ._parse import parse_duration, parse_property
+from ._errors import USAGE, fail
+from ._parse import EntityRef, parse_duration, parse_entity, parse_property
 from ._render import json_line, message_json
 
-__all__ = ["peek", "receive", "send"]
+__all__ = ["entity_ref", "is_topic", "open_receiver", "peek", "receive", "send"]
 
 # Bodies read from stdin are sent in lists of this many (each list is all-or-nothing).
 SEND_CHUNK = 100
 
-Queue = Annotated[str, typer.Argument(help="Queue name.", show_default=False)]
+Entity = Annotated[
+    str | None,
+    typer.Argument(
+        help="Queue name, or a subscription as TOPIC/Subscriptions/SUB.", show_default=False
+    ),
+]
+SubscriptionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--subscription",
+        metavar="TOPIC/SUB",
+        help="A topic's subscription instead of a queue (or give the topic as ENTITY and "
+        "just SUB here).",
+        show_default=False,
+    ),
+]
 SessionId = Annotated[
     str | None,
     typer.Option("--session-id", help="Session to receive from (session-enabled queues)."),
@@ -36,8 +59,44 @@ NextSession = Annotated[
     typer.Option("--next-session", help="Accept whichever session is free (waits --wait)."),
 ]
 DeadLetter = Annotated[
-    bool, typer.Option("--dlq", "--dead-letter", help="Use the queue's dead-letter sub-queue.")
+    bool,
+    typer.Option(
+        "--dlq", "--dead-letter", help="Use the queue's (or subscription's) dead-letter sub-queue."
+    ),
 ]
+
+
+def entity_ref(entity: str | None, subscription: str | None) -> EntityRef:
+    """The queue or subscription an ENTITY argument and ``--subscription`` name (a usage
+    error if they do not name one)."""
+    try:
+        return parse_entity(entity, subscription)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="ENTITY / --subscription") from None
+
+
+def open_receiver(cli: _context.CliContext, ref: EntityRef, **options: Any) -> Any:
+    """A receiver of the queue or subscription ``ref`` (a topic's name is a usage error: its
+    messages are in its subscriptions)."""
+    if ref.subscription is None:
+        if is_topic(cli, ref.name):
+            fail(
+                f"{ref.name!r} is a topic: receive from one of its subscriptions "
+                f"({ref.name}/Subscriptions/SUB or --subscription {ref.name}/SUB; "
+                f"raybus subscription list {ref.name})",
+                USAGE,
+            )
+        return cli.client().get_queue_receiver(ref.name, **options)
+    return cli.client().get_subscription_receiver(ref.name, ref.subscription, **options)
+
+
+def is_topic(cli: _context.CliContext, name: str) -> bool:
+    """Whether ``name`` is a topic of the namespace (else a queue, or nothing)."""
+    try:
+        cli.admin().get_topic(name)
+    except MessagingEntityNotFoundError:
+        return False
+    return True
 
 
 class Mode(str, Enum):
@@ -66,7 +125,9 @@ def _bodies(bodies: list[str] | None) -> Iterator[str]:
 
 def send(
     ctx: typer.Context,
-    queue: Queue,
+    name: Annotated[
+        str, typer.Argument(help="Queue or topic name.", show_default=False, metavar="NAME")
+    ],
     bodies: Annotated[
         list[str] | None,
         typer.Argument(
@@ -107,7 +168,16 @@ def send(
     ] = None,
     reply_to: Annotated[str | None, typer.Option("--reply-to", help="Reply-to address.")] = None,
 ) -> None:
-    """Send messages to a queue: the BODY arguments, or each line of stdin."""
+    """Send messages to a queue or topic: the BODY arguments, or each line of stdin.
+
+    NAME is looked up: a topic's messages go to its subscriptions (each subscription whose
+    rules match gets a copy); otherwise NAME is a queue.
+    """
+    if is_subscription(name):
+        fail(
+            f"{name!r} is a subscription: subscriptions are receive-only; send to its topic",
+            USAGE,
+        )
     props: dict[str, Any] = {}
     for item in properties or []:
         try:
@@ -135,9 +205,11 @@ def send(
             scheduled_enqueue_time_utc=scheduled,
         )
 
-    client = _context.get(ctx).client()
+    cli = _context.get(ctx)
+    client = cli.client()
+    topic = is_topic(cli, name)
     sent = 0
-    with client.get_queue_sender(queue) as sender:
+    with client.get_topic_sender(name) if topic else client.get_queue_sender(name) as sender:
         chunk: list[ServiceBusMessage] = []
         for n, body in enumerate(_bodies(bodies)):
             chunk.append(make(n, body))
@@ -148,7 +220,8 @@ def send(
         if chunk:
             sender.send_messages(chunk)
             sent += len(chunk)
-    typer.echo(f"sent {sent} message{'' if sent == 1 else 's'} to {queue}", err=True)
+    where = f"topic {name}" if topic else name
+    typer.echo(f"sent {sent} message{'' if sent == 1 else 's'} to {where}", err=True)
 
 
 def parse_duration_option(value: str, option: str) -> Any:
@@ -166,7 +239,8 @@ def _session(session_id: str | None, next_session: bool) -> Any:
 
 def receive(
     ctx: typer.Context,
-    queue: Queue,
+    entity: Entity = None,
+    subscription: SubscriptionOpt = None,
     count: Annotated[int, typer.Option("--count", "-c", min=1, help="Messages to receive.")] = 1,
     wait: Annotated[
         str, typer.Option("--wait", "-w", help="Longest total wait for messages (e.g. 5, 2s).")
@@ -184,11 +258,14 @@ def receive(
     session_id: SessionId = None,
     next_session: NextSession = False,
 ) -> None:
-    """Receive messages as JSON lines: up to --count, waiting up to --wait.
+    """Receive messages from a queue or subscription as JSON lines.
+
+    Receives up to --count messages, waiting up to --wait in all.
 
     In peek-lock mode, without --complete or --abandon, the messages stay locked until their
     lock expires and are then delivered again (delivery count + 1).
     """
+    ref = entity_ref(entity, subscription)
     wait_s = _seconds(wait, "--wait")
     if complete and abandon:
         raise typer.BadParameter("give --complete or --abandon, not both")
@@ -197,9 +274,9 @@ def receive(
             "--complete and --abandon need --mode peeklock", param_hint="--mode"
         )
     session = _session(session_id, next_session)
-    client = _context.get(ctx).client()
-    receiver = client.get_queue_receiver(
-        queue,
+    receiver = open_receiver(
+        _context.get(ctx),
+        ref,
         session_id=session,
         sub_queue=ServiceBusSubQueue.DEAD_LETTER if dead_letter else None,
         receive_mode=ServiceBusReceiveMode(mode.value),
@@ -237,7 +314,8 @@ def _settle(
 
 def peek(
     ctx: typer.Context,
-    queue: Queue,
+    entity: Entity = None,
+    subscription: SubscriptionOpt = None,
     count: Annotated[int, typer.Option("--count", "-c", min=1, help="Messages to peek.")] = 1,
     from_sequence: Annotated[
         int,
@@ -246,17 +324,18 @@ def peek(
     dead_letter: DeadLetter = False,
     session_id: SessionId = None,
 ) -> None:
-    """Show messages without locking or removing them, as JSON lines.
+    """Show messages of a queue or subscription as JSON lines, without locking them.
 
     Peeking shows active, locked, deferred and scheduled messages.
     """
-    for msg in peek_all(ctx, queue, count, from_sequence, dead_letter, session_id):
+    ref = entity_ref(entity, subscription)
+    for msg in peek_all(ctx, ref, count, from_sequence, dead_letter, session_id):
         typer.echo(json_line(message_json(msg)))
 
 
 def peek_all(
     ctx: typer.Context,
-    queue: str,
+    ref: EntityRef,
     count: int,
     from_sequence: int = 0,
     dead_letter: bool = False,
@@ -264,10 +343,10 @@ def peek_all(
 ) -> list[ServiceBusReceivedMessage]:
     """Up to ``count`` messages from ``from_sequence`` on (peeks continue where the last
     one ended, so several calls walk the whole queue)."""
-    client = _context.get(ctx).client()
     out: list[ServiceBusReceivedMessage] = []
-    with client.get_queue_receiver(
-        queue,
+    with open_receiver(
+        _context.get(ctx),
+        ref,
         session_id=session_id,
         sub_queue=ServiceBusSubQueue.DEAD_LETTER if dead_letter else None,
     ) as receiver:

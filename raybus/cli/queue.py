@@ -18,7 +18,7 @@ from . import _context
 from ._parse import parse_duration
 from ._render import json_line, properties_json, properties_table, queues_table
 
-__all__ = ["app"]
+__all__ = ["Status", "app", "duration_option", "queue_options"]
 
 app = typer.Typer(
     help="Create, show, list, update and delete queues.",
@@ -203,7 +203,10 @@ Metadata = Annotated[
 ]
 
 
-def _duration(value: str | None, option: str, *, allow_never: bool = False) -> timedelta | None:
+def duration_option(
+    value: str | None, option: str, *, allow_never: bool = False
+) -> timedelta | None:
+    """The duration an option gave (``None`` if not given); a bad one is a usage error."""
     if value is None:
         return None
     try:
@@ -237,12 +240,12 @@ def queue_options(
 ) -> dict[str, Any]:
     """The ``QueueProperties`` keyword options for the command-line options that were given."""
     options: dict[str, Any] = {
-        "lock_duration": _duration(lock_duration, "--lock-duration"),
+        "lock_duration": duration_option(lock_duration, "--lock-duration"),
         "max_delivery_count": max_delivery_count,
-        "default_message_time_to_live": _duration(ttl, "--ttl", allow_never=True),
+        "default_message_time_to_live": duration_option(ttl, "--ttl", allow_never=True),
         "dead_lettering_on_message_expiration": dead_letter_on_expiration,
         "requires_duplicate_detection": dedup,
-        "duplicate_detection_history_time_window": _duration(dedup_window, "--dedup-window"),
+        "duplicate_detection_history_time_window": duration_option(dedup_window, "--dedup-window"),
         "requires_session": sessions,
         "partition_count": partitions,
         "min_partitions": min_partitions,
@@ -251,7 +254,7 @@ def queue_options(
         "max_size_in_megabytes": max_size,
         "max_message_size_in_kilobytes": max_message_size,
         "status": None if status is None else status.value,
-        "auto_delete_on_idle": _duration(
+        "auto_delete_on_idle": duration_option(
             auto_delete_on_idle, "--auto-delete-on-idle", allow_never=True
         ),
         "enable_express": express,

@@ -1,4 +1,9 @@
-"""``raybus stats``: a live table of the namespace's queues, with in/out rates.
+"""``raybus stats``: a live table of the namespace's queues and subscriptions, with in/out rates.
+
+A subscription is stored like a queue, so it is sampled the same way and shown by its path
+``TOPIC/Subscriptions/SUB`` (its in rate counts the copies it received). Without arguments every
+queue and every subscription of every topic is shown; a topic name as an argument stands for
+its subscriptions.
 
 Counts come from ``get_queue_runtime_properties``' source (the registry asks every partition);
 the running total of accepted messages per partition (the partition actors' ``stats``) turns
@@ -56,15 +61,29 @@ async def _sample_queue(conn: Any, name: str) -> QueueSample | None:
 
 
 def sample(ctx: _context.CliContext, only: list[str] | None = None) -> list[QueueSample]:
-    """One sample of every queue of the namespace (or of ``only``), sorted by name."""
-    conn = ctx.admin()._aio._conn
+    """One sample of every queue and subscription of the namespace (or of ``only``: queue
+    names, subscription paths, topic names for all their subscriptions), sorted by name."""
+    aadmin = ctx.admin()._aio
+    conn = aadmin._conn
+
+    async def subscriptions(topic: str) -> list[str]:
+        try:
+            return [s.path for s in await aadmin.list_subscriptions(topic)]
+        except MessagingEntityNotFoundError:
+            return []  # deleted since it was listed
 
     async def go() -> list[QueueSample]:
+        topics = {t.name.lower(): t.name for t in await aadmin.list_topics()}
+        names: list[str] = []
         if only:
-            names = list(only)
+            for name in only:
+                topic = topics.get(name.lower())
+                names.extend([name] if topic is None else await subscriptions(topic))
         else:
             routes = await _rpc.call(None, conn.registry.list_queues, retries=_rpc.READ_RETRIES)
             names = [r.properties.name for r in routes]
+            for paths in await asyncio.gather(*(subscriptions(t) for t in topics.values())):
+                names.extend(paths)
         found = await asyncio.gather(*(_sample_queue(conn, n) for n in names))
         return sorted((s for s in found if s is not None), key=lambda s: s.name.lower())
 
@@ -91,7 +110,8 @@ def table(namespace: str, samples: list[QueueSample], previous: dict[str, QueueS
         caption="parts: partitions; dlq: dead-letter; sched: scheduled; rates in messages/s",
         caption_justify="left",
     )
-    t.add_column("queue", no_wrap=True)
+    # Subscription paths are long: the name column wraps so the numbers keep their width.
+    t.add_column("entity", overflow="fold", min_width=10)
     t.add_column("status", no_wrap=True)
     # Short headers: the table fits 80 columns (what rich assumes when not on a terminal).
     for col in ("parts", "active", "dlq", "sched", "size", "in/s", "out/s"):
@@ -110,7 +130,7 @@ def table(namespace: str, samples: list[QueueSample], previous: dict[str, QueueS
             _rate(r.outgoing),
         )
     if not samples:
-        t.caption = "no queues"
+        t.caption = "no queues or subscriptions"
     return t
 
 
@@ -134,7 +154,12 @@ def stats(
     ctx: typer.Context,
     queues: Annotated[
         list[str] | None,
-        typer.Argument(help="Only these queues (default: all).", show_default=False),
+        typer.Argument(
+            help="Only these queues, subscriptions (TOPIC/Subscriptions/SUB) or topics (all "
+            "their subscriptions); default: all.",
+            show_default=False,
+            metavar="[ENTITY]...",
+        ),
     ] = None,
     interval: Annotated[
         str, typer.Option("--interval", "-i", help="Time between samples (e.g. 2, 500ms).")
@@ -148,10 +173,11 @@ def stats(
         typer.Option("--samples", min=1, help="Stop after this many refreshes (default: Ctrl-C)."),
     ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="With --once: one JSON line per queue.")
+        bool,
+        typer.Option("--json", help="With --once: one JSON line per queue or subscription."),
     ] = False,
 ) -> None:
-    """Live table of queues: counts, partitions, in/out rates.
+    """Live table of queues and subscriptions: counts, partitions, in/out rates.
 
     Shows active, dead-letter and scheduled counts, partitions, and in/out rates (messages
     per second between successive samples), refreshed every --interval until Ctrl-C.

@@ -148,7 +148,10 @@ def test_exit_codes_one_error_line_each(cli: Any) -> None:
     cli("receive", q, "--mode", "receiveanddelete", "--complete", code=2)
     cli("send", q, "x", "--property", "novalue", code=2)
     cli("queue", "frobnicate", code=2)
-    assert "not available yet" in cli("topic", "create", "t", code=2).stderr
+    line = _error(
+        cli("rule", "create", "t", "s", "r", "--sql", "a = = 1", code=2), "FilterSyntaxError"
+    )
+    assert "position 4" in line
     # 3: not found
     _error(cli("send", _name(), "x", code=3), "MessagingEntityNotFoundError")
     _error(cli("receive", _name(), "--wait", "0.2", code=3), "MessagingEntityNotFoundError")

@@ -1,7 +1,8 @@
-"""The command line without Ray: parsing, rendering, rates, exit codes, help, pending groups.
+"""The command line without Ray: parsing, rendering, rates, exit codes, help.
 
 ``ray.init`` raises during every unit test (tests/unit/conftest.py), so these also show that
-``--help`` and the topic/subscription/rule groups never join Ray.
+``--help``, and bad rule filters or options, never join Ray (topic, subscription and rule
+parsing: ``test_cli_topics_parsing.py``).
 """
 
 from __future__ import annotations
@@ -217,8 +218,21 @@ COMMANDS = [
     ["demo"],
     ["topic"],
     ["topic", "create"],
+    ["topic", "show"],
+    ["topic", "list"],
+    ["topic", "update"],
+    ["topic", "delete"],
     ["subscription"],
+    ["subscription", "create"],
+    ["subscription", "show"],
+    ["subscription", "list"],
+    ["subscription", "update"],
+    ["subscription", "delete"],
     ["rule"],
+    ["rule", "create"],
+    ["rule", "show"],
+    ["rule", "list"],
+    ["rule", "delete"],
 ]
 
 
@@ -237,14 +251,30 @@ def test_root_help_documents_exit_codes_and_environment() -> None:
         assert text in out
 
 
-@pytest.mark.parametrize("group", ["topic", "subscription", "rule"])
-@pytest.mark.parametrize("args", [[], ["create", "x", "--max-size", "5"], ["list"]])
-def test_pending_groups_exit_2_with_not_available_yet(group: str, args: list[str]) -> None:
-    result = runner.invoke(app, [group, *args])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["rule", "create", "t", "s", "r", "--sql", "a = = 1"],
+        ["subscription", "create", "t", "s", "--sql", "a = = 1"],
+        ["rule", "create", "t", "s", "r", "--true", "--action", "SET a = = 1"],
+    ],
+)
+def test_filter_syntax_error_is_one_line_with_position_exit_2_without_ray(
+    args: list[str],
+) -> None:
+    result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert result.stdout == ""
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith("error: ") and "not available yet" in line
+    assert line.startswith("error: FilterSyntaxError: SQL syntax error at position ")
+    assert ">>>" in line
+
+
+@pytest.mark.parametrize("group", ["topic", "subscription", "rule"])
+def test_topic_groups_without_a_command_show_help(group: str) -> None:
+    result = runner.invoke(app, [group])
+    assert result.exit_code == 2  # as for "raybus queue": click shows the group's help
+    assert "Usage:" in result.output and "create" in result.output
 
 
 def test_bad_duration_option_is_a_usage_error_before_joining_ray() -> None:
