@@ -227,11 +227,12 @@ class ServiceBusSender:
             route = await self._route(refresh=True)
 
     async def _check_transactional(self) -> None:
-        if isinstance(await self._route(), TopicRoute):
+        route = await self._route()
+        if is_subscription(route.properties.name):
             raise InvalidArgumentError(
-                "sends to a topic cannot be part of a transaction in this version of raybus",
+                f"{route.properties.name!r} is a subscription: subscriptions are receive-only",
                 self.entity_path,
-                "transaction",
+                "entity",
             )
 
     def send_blocking(self, records: list[MessageRecord]) -> bool:

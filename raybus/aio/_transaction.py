@@ -7,7 +7,8 @@ and commits them on a clean exit (rolls back on an exception); ``txn.commit()`` 
 ``renew_message_lock``. Receiving is not transactional (receive in PEEK_LOCK mode, then settle
 inside the transaction); a RECEIVE_AND_DELETE receiver cannot join one.
 
-Guarantees: atomic across every partition and queue of the namespace (two-phase commit through
+Guarantees: atomic across every partition, queue and topic of the namespace (a send to a topic
+joins with the copies its subscriptions' rules select) (two-phase commit through
 the namespace's coordinator actor, ``raybus._actors.coordinator``). Until ``commit`` returns,
 nothing of the transaction is visible: its sends are not in any queue and its settlements have
 not happened. The operations are checked when added (what the client can check: sizes,
@@ -29,8 +30,9 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from .. import _rpc
-from .._actors.namespace import Route
+from .._actors.namespace import Route, TopicRoute
 from .._connection import Connection
+from .._core.fanout import plan
 from .._core.record import MessageRecord, to_wire
 from .._core.registry import partition_actor_name
 from .._core.store import SettleOp
@@ -131,14 +133,28 @@ class ServiceBusTransaction:
             shares[name].ops, shares[name].renews = s.ops, s.renews
         for sender, records in self._sent:
             route = await self._conn.route(sender.entity_path, refresh=refresh)
-            for pid, idxs in sender._groups(route, records).items():
-                name = partition_actor_name(
-                    self._conn.namespace, route.properties.name, route.incarnation, pid
+            if isinstance(route, TopicRoute):
+                # The topic's copies, by its subscriptions' rules, join the transaction.
+                _v, _props, subs = await _rpc.call(
+                    route.properties.name, self._conn.registry.router_config, route.properties.name
                 )
-                share = shares.get(name)
-                if share is None:
-                    share = shares[name] = _Share(name, route.handle(pid), route.properties.name)
-                share.sends.extend(records[i] for i in idxs)
+                routes = {t.path: r for t, r in subs}
+                placed = [
+                    (routes[path], copies)
+                    for path, copies in plan([t for t, _r in subs], records).items()
+                ]
+            else:
+                placed = [(route, records)]
+            for target, recs in placed:
+                for pid, idxs in sender._groups(target, recs).items():
+                    name = partition_actor_name(
+                        self._conn.namespace, target.properties.name, target.incarnation, pid
+                    )
+                    share = shares.get(name)
+                    if share is None:
+                        handle = target.handle(pid)
+                        share = shares[name] = _Share(name, handle, target.properties.name)
+                    share.sends.extend(recs[i] for i in idxs)
         return shares
 
     async def commit(self) -> None:

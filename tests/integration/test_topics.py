@@ -1188,3 +1188,54 @@ def test_a_topic_is_not_a_queue_for_receivers_and_queue_admin(
             admin.get_queue_runtime_properties(name)
     finally:
         admin.delete_topic(name)
+
+
+def test_sends_to_a_topic_join_a_transaction(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    topic, src = f"txt-{uuid.uuid4().hex[:6]}", f"txq-{uuid.uuid4().hex[:6]}"
+    admin.create_topic(topic)
+    admin.create_subscription(topic, "all")
+    admin.create_subscription(
+        topic, "red", default_rule=RuleProperties("red", SqlRuleFilter("color = 'red'"))
+    )
+    admin.create_queue(src)
+    try:
+        with client.get_queue_sender(src) as sender:
+            sender.send_messages([ServiceBusMessage("a"), ServiceBusMessage("b")])
+
+        def counts() -> tuple[int, int, int]:
+            return (
+                admin.get_queue_runtime_properties(src).active_message_count,
+                admin.get_subscription_runtime_properties(topic, "all").active_message_count,
+                admin.get_subscription_runtime_properties(topic, "red").active_message_count,
+            )
+
+        with (
+            client.get_queue_receiver(src, max_wait_time=2) as receiver,
+            client.get_topic_sender(topic) as publisher,
+        ):
+            first, second = receiver.receive_messages(2)
+            with pytest.raises(RuntimeError), client.transaction() as txn:
+                receiver.complete_message(first, transaction=txn)
+                publisher.send_messages(
+                    ServiceBusMessage("x", application_properties={"color": "red"}),
+                    transaction=txn,
+                )
+                raise RuntimeError("roll back")
+            assert counts() == (2, 0, 0)
+            with client.transaction() as txn:
+                receiver.complete_message(first, transaction=txn)
+                receiver.complete_message(second, transaction=txn)
+                publisher.send_messages(
+                    [
+                        ServiceBusMessage("r", application_properties={"color": "red"}),
+                        ServiceBusMessage("g", application_properties={"color": "green"}),
+                    ],
+                    transaction=txn,
+                )
+                assert counts() == (2, 0, 0)  # nothing before commit
+        assert counts() == (0, 2, 1)
+    finally:
+        admin.delete_topic(topic)
+        admin.delete_queue(src)
