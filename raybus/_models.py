@@ -175,7 +175,10 @@ class QueueProperties:
         for what in ("forward_to", "forward_dead_lettered_messages_to"):
             value = getattr(self, what)
             if value is not None:
-                validate_entity_name(value, kind=what)
+                try:
+                    validate_entity_name(value, kind=what)
+                except InvalidArgumentError as exc:
+                    raise InvalidArgumentError(exc.message, self.name, what) from None
         for flag in (
             "dead_lettering_on_message_expiration",
             "requires_duplicate_detection",

@@ -16,7 +16,7 @@ from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ._core.pool import ProcessorStatistics
 from ._sync import run
 from .aio._processor import DEFAULT_STOP_TIMEOUT_S, Handler, Seconds, in_thread
-from .aio._receiver import _past
+from .aio._receiver import _past, lock_token_of
 from .aio._sender import SendInput, _records
 from .enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from .message import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
@@ -157,7 +157,7 @@ class ServiceBusReceiver:
         *,
         transaction: ServiceBusTransaction | None = None,
     ) -> None:
-        self._settle(message, SettleOp(COMPLETE, message.lock_token or ""), transaction)
+        self._settle(message, SettleOp(COMPLETE, lock_token_of(message)), transaction)
 
     def complete_messages(self, messages: Sequence[ServiceBusReceivedMessage]) -> None:
         run(self._aio.complete_messages(messages))
@@ -169,7 +169,7 @@ class ServiceBusReceiver:
         *,
         transaction: ServiceBusTransaction | None = None,
     ) -> None:
-        op = SettleOp(ABANDON, message.lock_token or "", properties_to_modify)
+        op = SettleOp(ABANDON, lock_token_of(message), properties_to_modify)
         self._settle(message, op, transaction)
 
     def defer_message(
@@ -179,7 +179,7 @@ class ServiceBusReceiver:
         *,
         transaction: ServiceBusTransaction | None = None,
     ) -> None:
-        op = SettleOp(DEFER, message.lock_token or "", properties_to_modify)
+        op = SettleOp(DEFER, lock_token_of(message), properties_to_modify)
         self._settle(message, op, transaction)
 
     def dead_letter_message(
@@ -195,7 +195,7 @@ class ServiceBusReceiver:
             message,
             SettleOp(
                 DEAD_LETTER,
-                message.lock_token or "",
+                lock_token_of(message),
                 properties_to_modify,
                 reason,
                 error_description,

@@ -156,7 +156,10 @@ class SubscriptionProperties:
         for what in ("forward_to", "forward_dead_lettered_messages_to"):
             value = getattr(self, what)
             if value is not None:
-                validate_entity_name(value, kind=what)
+                try:
+                    validate_entity_name(value, kind=what)
+                except InvalidArgumentError as exc:
+                    raise InvalidArgumentError(exc.message, self.name, what) from None
         # Checks lock duration, delivery count and partition count with the queue's rules.
         QueueProperties(
             "x",

@@ -62,6 +62,16 @@ def _retries(method_name: str) -> int:
     return _rpc.READ_RETRIES if method_name in ("receive", "peek") else 0
 
 
+def lock_token_of(message: Any) -> str:
+    """The lock token of a message to settle; a typed error for anything that is not a
+    received message (checked before the settlement is even built)."""
+    if not isinstance(message, ServiceBusReceivedMessage):
+        raise InvalidArgumentError(
+            f"settle a ServiceBusReceivedMessage, not {type(message).__name__}", None, "message"
+        )
+    return message._record.lock_token or ""
+
+
 def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
@@ -697,9 +707,7 @@ class ServiceBusReceiver:
     ) -> None:
         """Remove the message from the queue (see the module's settlement guarantee). With
         ``transaction``, at its commit."""
-        await self._settle_or_join(
-            message, SettleOp(COMPLETE, message.lock_token or ""), transaction
-        )
+        await self._settle_or_join(message, SettleOp(COMPLETE, lock_token_of(message)), transaction)
 
     async def abandon_message(
         self,
@@ -714,7 +722,7 @@ class ServiceBusReceiver:
         message's application properties.
         """
         await self._settle_or_join(
-            message, SettleOp(ABANDON, message.lock_token or "", properties_to_modify), transaction
+            message, SettleOp(ABANDON, lock_token_of(message), properties_to_modify), transaction
         )
 
     async def defer_message(
@@ -726,7 +734,7 @@ class ServiceBusReceiver:
     ) -> None:
         """Set the message aside; fetch it later with ``receive_deferred_messages``."""
         await self._settle_or_join(
-            message, SettleOp(DEFER, message.lock_token or "", properties_to_modify), transaction
+            message, SettleOp(DEFER, lock_token_of(message), properties_to_modify), transaction
         )
 
     async def dead_letter_message(
@@ -743,7 +751,7 @@ class ServiceBusReceiver:
             message,
             SettleOp(
                 DEAD_LETTER,
-                message.lock_token or "",
+                lock_token_of(message),
                 properties_to_modify,
                 reason,
                 error_description,
@@ -760,7 +768,7 @@ class ServiceBusReceiver:
         await self._settle_pending()
         by_partition: dict[int, list[tuple[ServiceBusReceivedMessage, SettleOp]]] = {}
         for msg in messages:
-            op = self._settle_op(msg, SettleOp(COMPLETE, msg.lock_token or ""))
+            op = self._settle_op(msg, SettleOp(COMPLETE, lock_token_of(msg)))
             by_partition.setdefault(msg.partition_id, []).append((msg, op))
         failures: list[tuple[int | None, str | None, str]] = []
 
@@ -800,7 +808,7 @@ class ServiceBusReceiver:
         With ``transaction`` the renewal happens at its commit (and returns None now)."""
         await self._settle_pending()
         if transaction is not None:
-            self._settle_op(message, SettleOp(COMPLETE, message.lock_token or ""))
+            self._settle_op(message, SettleOp(COMPLETE, lock_token_of(message)))
             if self.session is not None:
                 raise InvalidArgumentError(
                     "a session's messages are locked by the session: renew the session lock",
@@ -821,7 +829,7 @@ class ServiceBusReceiver:
                 self.entity_path,
                 "message",
             )
-        self._settle_op(message, SettleOp(COMPLETE, message.lock_token or ""))
+        self._settle_op(message, SettleOp(COMPLETE, lock_token_of(message)))
         (result,) = await self._call(
             "renew_locks", [message.lock_token], partition=message.partition_id, timeout=timeout
         )
