@@ -40,6 +40,7 @@ from ..exceptions import (
 )
 from . import journal
 from .partition_sessions import SessionOps
+from .partition_snapshots import SnapshotOps
 from .record import (
     ACTIVE,
     ARRIVE_DEAD_LETTERED,
@@ -79,7 +80,7 @@ SESSION_ID_IS_NULL = "Session ID is null"
 SEQUENCE_BITS = 48  # the partition id lives above these
 
 
-class Partition(SessionOps):
+class Partition(SessionOps, SnapshotOps):
     """The state of one partition of a queue (main queue and dead-letter sub-queue)."""
 
     def __init__(
@@ -796,84 +797,3 @@ class Partition(SessionOps):
 
     def has_journal(self) -> bool:
         return bool(self._journal)
-
-    def snapshot_entries(self) -> list[journal.Entry]:
-        """The whole durable state as entries (a checkpoint): messages without their locks,
-        duplicate-detection ids, and the next sequence number."""
-        out: list[journal.Entry] = []
-        for store in (self._main, self._dlq):
-            for seq, rec in store.messages.items():
-                out.append((journal.PUT, store.id, seq, journal.put_payload(rec)))
-        for message_id, (accepted_at, seq) in self._dedup.items():
-            slot = self._dedup_slots.get(message_id)
-            payload: tuple[Any, ...] = (message_id, accepted_at)
-            if slot is not None:
-                payload += (slot,)
-            out.append((journal.DEDUP, journal.MAIN, seq, payload))
-        if self.owned is not None or self.retiring:
-            out.append((journal.SLOTS, journal.MAIN, 0, (self.owned, self.retiring)))
-        for old, new in self._aliases.items():
-            out.append((journal.ALIAS, journal.MAIN, new, old))
-        for move_id in self._adopted:
-            out.append((journal.ADOPTED, journal.MAIN, 0, move_id))
-        for move_id, (target, bundle) in self.outbox.items():
-            out.append((journal.OUTBOX, journal.MAIN, 0, (move_id, target, bundle)))
-        if self.prepared:
-            from .transactions import _to_payload
-
-            for txn_id, share in self.prepared.items():
-                payload = (txn_id, _to_payload(self, share))
-                out.append((journal.TXN_PREPARE, journal.MAIN, 0, payload))
-        if self._sessions is not None:
-            for s in self._sessions.by_id.values():
-                if s.state is not None:
-                    payload = (s.id, s.state, s.state_updated)
-                    out.append((journal.SESSION, journal.MAIN, 0, payload))
-        out.append((journal.NEXT, journal.MAIN, self._next_seq, None))
-        out.append((journal.PROPS, journal.MAIN, 0, self._props))
-        return out
-
-    def load(self, state: journal.ReplayedState) -> None:
-        """Replace this (new, empty) partition's state with a replayed one. Messages that were
-        locked are available again, without a delivery counted for the restart."""
-        if self._main.messages or self._dlq.messages:
-            raise RuntimeError("load() needs an empty partition")
-        state.sorted()
-        if state.properties is not None:
-            self._props = state.properties
-        self._main.messages, self._dlq.messages = state.main, state.dead_letter
-        self._dedup = state.dedup
-        self._dedup_slots = state.dedup_slots
-        if state.slots is not None:
-            self.owned, self.retiring = state.slots
-        self._aliases = state.aliases
-        self._adopted = state.adopted
-        self.outbox = state.outbox
-        self._next_seq = max(self._next_seq, state.next_seq)
-        for store in (self._main, self._dlq):
-            for seq, rec in store.messages.items():
-                rec.lock_token, rec.locked_until = None, 0.0
-                self._size += rec.size
-                if rec.state == SCHEDULED:
-                    self._scheduled_count += 1
-                    heapq.heappush(self._schedule_heap, (rec.enqueued_time, seq))
-                elif rec.state == ACTIVE:
-                    if self._in_session(store, rec):
-                        self._push_available(store, rec)
-                    else:
-                        store.available.append(seq)
-                    if store is self._main and rec.expires_at != float("inf"):
-                        self._ttl_heap.append((rec.expires_at, seq))
-            heapq.heapify(store.available)
-        heapq.heapify(self._ttl_heap)
-        if self._sessions is not None:
-            for session_id, (data, updated) in state.sessions.items():
-                s = self._sessions.get(session_id)
-                s.state, s.state_updated = data, updated
-                self._size += len(data)
-        if state.prepared:
-            from .transactions import recover
-
-            recover(self, state.prepared)
-        if self.visible_seq is not None:
-            self.visible_seq = self._next_seq - 1
