@@ -27,7 +27,6 @@ from .. import _rpc
 from .._core.fanout import plan
 from .._core.record import MessageRecord, snapshot, to_wire
 from .._core.registry import partition_actor_name
-from .._core.slots import partition_key
 from .._core.store import SettleOp
 from ..exceptions import ServiceBusError, TransactionAbortedError
 
@@ -147,16 +146,13 @@ class Forwarder:
         out: list[tuple[Any, ...]] = []
         for path, recs in copies_by_path.items():
             r = routes[path]
-            shares: dict[int, list[MessageRecord]] = {}
             dedup = r.properties.requires_duplicate_detection
-            live = r.pmap.live
             self._turn += 1
-            for rec in recs:
-                key = partition_key(rec, dedup)
-                pid = r.pmap.owner(key) if key is not None else live[self._turn % len(live)]
-                shares.setdefault(pid, []).append(rec)
-            for pid, share in shares.items():
+            live = r.pmap.live
+            spread = live[self._turn % len(live)]
+            for pid, idxs in r.pmap.place(recs, dedup, lambda s=spread: s).items():
                 name = partition_actor_name(actor._namespace, path, r.incarnation, pid)
+                share = [recs[i] for i in idxs]
                 out.append((name, r.handle(pid), path, to_wire(share), [], []))
         return out
 

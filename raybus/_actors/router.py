@@ -29,7 +29,6 @@ from .. import _rpc, exceptions
 from .._core.fanout import Target, plan
 from .._core.record import WireRecord, from_wire, to_wire
 from .._core.registry import partition_actor_name
-from .._core.slots import partition_key
 from .._topic_models import TopicProperties
 from ..exceptions import (
     MessageSizeExceededError,
@@ -176,14 +175,15 @@ class RouterActor:
                 shares[(path, 0)] = list(recs)
                 continue
             dedup = route.properties.requires_duplicate_detection
-            live = route.pmap.live
-            self._turn += 1
-            spread = live[self._turn % len(live)]
-            for rec in recs:
-                key = partition_key(rec, dedup)
-                pid = route.pmap.owner(key) if key is not None else spread
-                shares.setdefault((path, pid), []).append(rec)
+            for pid, idxs in route.pmap.place(recs, dedup, lambda r=route: self._spread(r)).items():
+                shares[(path, pid)] = [recs[i] for i in idxs]
         return shares
+
+    def _spread(self, route: Any) -> int:
+        """The live partition unkeyed copies go to (rotating)."""
+        live = route.pmap.live
+        self._turn += 1
+        return int(live[self._turn % len(live)])
 
     async def _send(self, shares: dict[tuple[str, int], list[Any]]) -> None:
         if len(shares) == 1:  # one partition's batch send is atomic by itself

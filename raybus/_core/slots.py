@@ -16,7 +16,7 @@ refresh (``PartitionMovedError``) rather than served by the wrong partition.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from .record import MessageRecord
@@ -82,6 +82,25 @@ class PartitionMap:
 
     def owner(self, key: str) -> int:
         return self.slots[slot_of(key)]
+
+    def place(
+        self, records: Sequence[MessageRecord], dedup: bool, spread: Callable[[], int]
+    ) -> dict[int, list[int]]:
+        """Indexes of ``records`` per partition: keyed ones by their slot's owner, unkeyed ones
+        all to the one partition ``spread()`` picks (asked once, only if there are any). The
+        one placement rule of senders, routers, forwarders and transactions."""
+        groups: dict[int, list[int]] = {}
+        spread_pid: int | None = None
+        for i, rec in enumerate(records):
+            key = partition_key(rec, dedup)
+            if key is not None:
+                pid = self.owner(key)
+            else:
+                if spread_pid is None:
+                    spread_pid = spread()
+                pid = spread_pid
+            groups.setdefault(pid, []).append(i)
+        return groups
 
     def owned_by(self, partition_id: int) -> frozenset[int]:
         return frozenset(s for s, p in enumerate(self.slots) if p == partition_id)

@@ -13,7 +13,6 @@ from .._actors.namespace import Route, TopicRoute
 from .._clock import to_timestamp
 from .._connection import Connection
 from .._core.record import SCHEDULED, MessageRecord, snapshot, to_wire
-from .._core.slots import partition_key
 from .._topic_models import is_subscription
 from ..exceptions import (
     InvalidArgumentError,
@@ -126,20 +125,8 @@ class ServiceBusSender:
         ones all to the live partition with the fewest sends in flight from this client."""
         if route.single:
             return {0: list(range(len(records)))}
-        pmap = route.pmap
         dedup = route.properties.requires_duplicate_detection
-        groups: dict[int, list[int]] = {}
-        spread: int | None = None
-        for i, rec in enumerate(records):
-            key = partition_key(rec, dedup)
-            if key is not None:
-                pid = pmap.owner(key)
-            else:
-                if spread is None:
-                    spread = self._least_loaded(route)
-                pid = spread
-            groups.setdefault(pid, []).append(i)
-        return groups
+        return route.pmap.place(records, dedup, lambda: self._least_loaded(route))
 
     def _least_loaded(self, route: Route) -> int:
         live = route.pmap.live
