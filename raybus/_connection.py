@@ -24,6 +24,7 @@ from ._actors.namespace import Route, namespace_actor
 from ._batching import Coalescer
 from ._core.partition import SettleOp
 from ._core.record import MessageRecord, to_wire
+from .auth import Credential
 from .exceptions import (
     InvalidArgumentError,
     MessagingEntityNotFoundError,
@@ -131,6 +132,7 @@ class Connection:
         namespace: str = "default",
         address: str | None = None,
         storage_path: str | None = None,
+        credential: Credential | None = None,
     ) -> None:
         if not isinstance(namespace, str) or not _NAMESPACE_RE.match(namespace):
             raise InvalidArgumentError(
@@ -142,6 +144,7 @@ class Connection:
         ensure_ray(address)
         self.namespace = namespace
         self.storage_path = resolve_storage_path(storage_path)
+        self.credential = credential
         self.registry = namespace_actor(namespace, self.storage_path)
         self._coordinator: Any = None
         self._routes: dict[str, Route] = {}

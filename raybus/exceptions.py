@@ -31,6 +31,8 @@ __all__ = [
     "MessagingEntityNotFoundError",
     "OperationTimeoutError",
     "PartitionMovedError",
+    "ServiceBusAuthenticationError",
+    "ServiceBusAuthorizationError",
     "ServiceBusConnectionError",
     "ServiceBusError",
     "ServiceBusQuotaExceededError",
@@ -89,6 +91,17 @@ class ServiceBusConnectionError(ServiceBusError):
     """
 
     retryable = True
+
+
+class ServiceBusAuthenticationError(ServiceBusError):
+    """The namespace has access control and the call carried no token, or a token that is
+    malformed, expired, or not signed by any current key. Nothing was done. Get a fresh token
+    (or the right key) and call again."""
+
+
+class ServiceBusAuthorizationError(ServiceBusError):
+    """The token is valid but its rule lacks the right this call needs (``Send``, ``Listen`` or
+    ``Manage``) or does not cover this entity. Nothing was done; retrying will not help."""
 
 
 class ServiceBusServerBusyError(ServiceBusError):

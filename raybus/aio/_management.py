@@ -10,6 +10,7 @@ from .._clock import from_timestamp
 from .._connection import Connection
 from .._models import QueueProperties, QueueRuntimeProperties, validate_entity_name
 from .._topic_models import is_subscription
+from ..auth import Credential
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 from ._topic_management import TopicManagement
 
@@ -25,8 +26,9 @@ class ServiceBusAdministrationClient(TopicManagement):
         *,
         address: str | None = None,
         storage_path: str | None = None,
+        credential: Credential | None = None,
     ) -> None:
-        self._conn = Connection(namespace, address, storage_path)
+        self._conn = Connection(namespace, address, storage_path, credential)
         self.namespace = namespace
 
     async def _call(self, entity: str | None, method: str, *args: Any) -> Any:

@@ -14,6 +14,7 @@ from .._topic_models import (
     TopicRuntimeProperties,
 )
 from ..aio._management import ServiceBusAdministrationClient as _AsyncAdmin
+from ..auth import Credential
 
 __all__ = ["ServiceBusAdministrationClient"]
 
@@ -28,8 +29,11 @@ class ServiceBusAdministrationClient:
         *,
         address: str | None = None,
         storage_path: str | None = None,
+        credential: Credential | None = None,
     ) -> None:
-        self._aio = _AsyncAdmin(namespace, address=address, storage_path=storage_path)
+        self._aio = _AsyncAdmin(
+            namespace, address=address, storage_path=storage_path, credential=credential
+        )
         self.namespace = namespace
 
     def create_queue(self, queue_name: str, **options: Any) -> QueueProperties:
