@@ -1,0 +1,15 @@
+"""An AMQP 1.0 gateway, so the official ``azure-servicebus`` SDK works against raybus unmodified.
+
+``start_gateway(namespace, host, port)`` (or ``raybus gateway --port 5672``) listens on
+127.0.0.1 and translates AMQP links and ``$management`` requests into ``raybus.aio`` client
+calls; it holds no messages itself. Point the SDK at it with
+``Endpoint=sb://localhost:<port>;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;``.
+See ``docs/AMQP.md`` for what is supported and how messages are mapped.
+"""
+
+from __future__ import annotations
+
+from ._codec import DecodeError, EncodeError
+from ._gateway import Gateway, GatewayHandle, start_gateway
+
+__all__ = ["DecodeError", "EncodeError", "Gateway", "GatewayHandle", "start_gateway"]

@@ -1,0 +1,379 @@
+"""The ``$cbs`` (claims-based security) and ``$management`` request/response nodes.
+
+Both are request/response over a link pair: requests arrive on the node's incoming link and the
+answer goes out on the same connection's outgoing link for the node, with ``correlation-id`` =
+the request's ``message-id``.
+
+* ``$cbs`` ``put-token``: the token is parsed with ``raybus.auth.parse_sas_token`` (malformed or
+  expired -> 401) and kept per connection and audience; links attached afterwards run their
+  raybus calls through a client holding ``SasTokenCredential(token)``. The actors check it.
+* ``$management``: the operations of the Service Bus request/response protocol, each translated
+  to one raybus client call (table in ``docs/AMQP.md``). Status codes: 200 (or 204 when
+  nothing matched), else the code and ``errorCondition`` of ``raybus.amqp._errors``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
+from ..auth import parse_sas_token
+from ..enums import ServiceBusReceiveMode
+from ..exceptions import (
+    InvalidArgumentError,
+    MessageLockLostError,
+    ServiceBusAuthenticationError,
+    ServiceBusError,
+)
+from ._codec import Array, Described, Int, Symbol, Timestamp, ULong, encode
+from ._errors import condition_of, status_of
+from ._links import EntityReceiver, IncomingLink, ReplyLink, settle
+from ._message import Sections, from_raybus, to_raybus
+
+__all__ = ["CbsRequests", "ManagementRequests"]
+
+_LOG = logging.getLogger("raybus.amqp")
+_PREFIX = "com.microsoft:"
+_DISPOSITIONS = {
+    "completed": COMPLETE,
+    "abandoned": ABANDON,
+    "defered": DEFER,
+    "suspended": DEAD_LETTER,
+}
+
+
+def _response(
+    correlation_id: Any,
+    status: int,
+    description: str,
+    body: Any = None,
+    condition: str | None = None,
+    *,
+    status_key: str = "statusCode",
+) -> bytes:
+    props = [None, None, None, None, None, correlation_id]
+    app: dict[str, Any] = {
+        status_key: Int(status),
+        status_key.replace("Code", "Description").replace("code", "description"): description,
+    }
+    if condition is not None:
+        app["errorCondition"] = Symbol(condition)
+    return (
+        encode(Described(ULong(0x73), props))
+        + encode(Described(ULong(0x74), app))
+        + encode(Described(ULong(0x77), body))
+    )
+
+
+def _reply_link(link: IncomingLink, address: str) -> ReplyLink | None:
+    """The connection's outgoing link for ``address`` (this session's first)."""
+    sessions = [link.session, *link.conn.sessions.values()]
+    for session in sessions:
+        for other in session.links.values():
+            if isinstance(other, ReplyLink) and other.address == address:
+                return other
+    return None
+
+
+class CbsRequests(IncomingLink):
+    """``put-token`` requests on ``$cbs``."""
+
+    def on_message(
+        self, delivery_id: Any, message_format: int, payload: bytes, settled: bool
+    ) -> None:
+        req = Sections(payload)
+        app = {str(k): v for k, v in req.app_properties.items()}
+        message_id = req.properties.get("message_id")
+        status, text = 202, "Accepted"
+        try:
+            if app.get("operation") != "put-token":
+                raise InvalidArgumentError(
+                    f"unknown $cbs operation {app.get('operation')!r}", None, "operation"
+                )
+            token = req.body[0][1] if req.body else None
+            if not isinstance(token, str):
+                raise ServiceBusAuthenticationError(
+                    "the put-token body is not a string token", None
+                )
+            parsed = parse_sas_token(token)
+            if parsed.expiry <= time.time():
+                raise ServiceBusAuthenticationError("the SAS token has expired", None)
+            self.conn.tokens[str(app.get("name") or parsed.resource)] = token
+        except ServiceBusError as exc:
+            status, text = status_of(exc), str(exc)
+        if not settled:
+            self.settle(delivery_id, Described(ULong(0x24), []))
+        reply = _reply_link(self, "$cbs")
+        if reply is not None:
+            reply.reply(_response(message_id, status, text, status_key="status-code"))
+
+
+class ManagementRequests(IncomingLink):
+    """Requests on ``<entity>/$management``; each runs as its own task."""
+
+    def on_message(
+        self, delivery_id: Any, message_format: int, payload: bytes, settled: bool
+    ) -> None:
+        if not settled:
+            self.settle(delivery_id, Described(ULong(0x24), []))
+        self.conn.spawn(self._serve(payload))
+
+    async def _serve(self, payload: bytes) -> None:
+        req = Sections(payload)
+        props = req.properties
+        app = {str(k): v for k, v in req.app_properties.items()}
+        body = req.body[0][1] if req.body else None
+        operation = str(app.get("operation", ""))
+        reply_to = str(props.get("reply_to") or self.address)
+        try:
+            if not isinstance(body, dict):
+                raise InvalidArgumentError("a management request body must be a map", None, "body")
+            args = {str(k): v for k, v in body.items()}
+            status, result = await self._run(operation, args, app)
+            text = "OK" if status == 200 else "No Content"
+            response = _response(props.get("message_id"), status, text, result)
+        except (ServiceBusError, ValueError) as exc:
+            _LOG.info("amqp $management %s on %s: %s", operation, self.address, exc)
+            response = _response(
+                props.get("message_id"), status_of(exc), str(exc), None, condition_of(exc)
+            )
+        reply = _reply_link(self, reply_to)
+        if reply is not None:
+            reply.reply(response)
+
+    def _entity_link(self, app: dict[str, Any], args: dict[str, Any]) -> EntityReceiver | None:
+        """The receiver link the request is about: ``associated-link-name``, else one on this
+        connection for the same entity (and session, if named)."""
+        name = app.get("associated-link-name")
+        entity = self.address[: -len("$management")].rstrip("/").lower()
+        session_id = args.get("session-id")
+        for session in self.conn.sessions.values():
+            for link in session.links.values():
+                if not isinstance(link, EntityReceiver) or link.is_detached:
+                    continue
+                if name is not None and link.name == str(name):
+                    return link
+                path = self.gateway.parse_address(link.address).raw.lower()
+                if path != entity:
+                    continue
+                own = link.receiver.session
+                same = session_id is None or (own is not None and own.session_id == session_id)
+                if same and name is None:
+                    return link
+        return None
+
+    async def _run(self, op: str, args: dict[str, Any], app: dict[str, Any]) -> tuple[int, Any]:
+        if not op.startswith(_PREFIX):
+            raise InvalidArgumentError(f"unknown management operation {op!r}", None, "operation")
+        op = op[len(_PREFIX) :]
+        handler = getattr(self, "_op_" + op.replace("-", "_"), None)
+        if handler is None:
+            raise InvalidArgumentError(
+                f"management operation {op!r} is not supported", None, "operation"
+            )
+        result: tuple[int, Any] = await handler(args, app)
+        return result
+
+    def _session_receiver(self, args: dict[str, Any], app: dict[str, Any]) -> Any:
+        link = self._entity_link(app, args)
+        if link is None or link.receiver.session is None:
+            from ..exceptions import SessionLockLostError
+
+            raise SessionLockLostError(
+                f"no receiver on this connection holds session {args.get('session-id')!r}",
+                self.address,
+            )
+        return link.receiver
+
+    def _plain_receiver(self, args: dict[str, Any], app: dict[str, Any], mode: Any = None) -> Any:
+        link = self._entity_link(app, args)
+        if link is not None:
+            return link.receiver
+        return self.gateway.management_receiver(self.conn, self.address, mode)
+
+    async def _op_peek_message(self, args: dict[str, Any], app: dict[str, Any]) -> tuple[int, Any]:
+        if args.get("session-id") is not None:
+            receiver = self._session_receiver(args, app)
+        else:
+            receiver = self._plain_receiver(args, app)
+        start = max(1, int(args.get("from-sequence-number") or 1))
+        count = max(1, int(args.get("message-count") or 1))
+        peeked = await receiver.peek_messages(count, sequence_number=start)
+        if not peeked:
+            return 204, None
+        return 200, {
+            "messages": [{"message": from_raybus(m._record, locked=False)} for m in peeked]
+        }
+
+    def _locked(self, tokens: Any) -> list[tuple[Any, Any]]:
+        items = tokens.items if isinstance(tokens, Array) else tokens
+        if not isinstance(items, list | tuple):
+            raise InvalidArgumentError("lock-tokens must be an array of uuids", None, "lock-tokens")
+        out = []
+        for t in items:
+            token = str(t.value if isinstance(t, Described) else t)
+            held = self.conn.locks.get(token)
+            if held is None:
+                raise MessageLockLostError(
+                    f"lock token {token} is not held by this connection (it expired, was "
+                    "settled, or was received on another connection)",
+                    self.address,
+                    token,
+                )
+            out.append(held)
+        return out
+
+    async def _op_renew_lock(self, args: dict[str, Any], app: dict[str, Any]) -> tuple[int, Any]:
+        expirations = []
+        for link, msg in self._locked(args.get("lock-tokens")):
+            until = await link.receiver.renew_message_lock(msg)
+            expirations.append(Timestamp(round(until.timestamp() * 1000)))
+        return 200, {"expirations": Array(0x83, tuple(expirations))}
+
+    async def _op_update_disposition(
+        self, args: dict[str, Any], app: dict[str, Any]
+    ) -> tuple[int, Any]:
+        kind = _DISPOSITIONS.get(str(args.get("disposition-status")))
+        if kind is None:
+            raise InvalidArgumentError(
+                f"unknown disposition-status {args.get('disposition-status')!r}",
+                None,
+                "disposition-status",
+            )
+        props = args.get("properties-to-modify")
+        props = {str(k): v for k, v in props.items()} if isinstance(props, dict) else None
+        for link, msg in self._locked(args.get("lock-tokens")):
+            token = msg.lock_token or ""
+            reason = args.get("deadletter-reason")
+            description = args.get("deadletter-description")
+            op = SettleOp(
+                kind,
+                token,
+                props,
+                None if reason is None else str(reason),
+                None if description is None else str(description),
+            )
+            await settle(link.receiver, msg, op)
+            self.conn.locks.pop(token, None)
+        return 200, {}
+
+    async def _op_receive_by_sequence_number(
+        self, args: dict[str, Any], app: dict[str, Any]
+    ) -> tuple[int, Any]:
+        seqs = args.get("sequence-numbers")
+        seqs = list(seqs.items) if isinstance(seqs, Array) else seqs
+        if not isinstance(seqs, list):
+            raise InvalidArgumentError(
+                "sequence-numbers must be an array of longs", None, "sequence-numbers"
+            )
+        delete = int(args.get("receiver-settle-mode", 1)) == 0
+        mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE if delete else None
+        if args.get("session-id") is not None:
+            receiver = self._session_receiver(args, app)
+        else:
+            receiver = self._plain_receiver(args, app, mode)
+        got = await receiver.receive_deferred_messages([int(s) for s in seqs])
+        if not got:
+            return 204, None
+        out = []
+        for m in got:
+            item: dict[str, Any] = {"message": from_raybus(m._record, locked=not delete)}
+            if m.lock_token:
+                item["lock-token"] = uuid.UUID(m.lock_token)
+                self.conn.locks[m.lock_token] = (_Held(receiver), m)
+            out.append(item)
+        return 200, {"messages": out}
+
+    async def _op_schedule_message(
+        self, args: dict[str, Any], app: dict[str, Any]
+    ) -> tuple[int, Any]:
+        entries = args.get("messages")
+        if not isinstance(entries, list):
+            raise InvalidArgumentError("messages must be a list", None, "messages")
+        sender = self.gateway.management_sender(self.conn, self.address)
+        seqs: list[int] = []
+        for entry in entries:
+            if not isinstance(entry, dict) or not isinstance(entry.get("message"), bytes):
+                raise InvalidArgumentError(
+                    "each scheduled message needs an encoded message", None, "messages"
+                )
+            msg = to_raybus(entry["message"])
+            at = msg.scheduled_enqueue_time_utc
+            if at is None:
+                raise InvalidArgumentError(
+                    "a scheduled message needs x-opt-scheduled-enqueue-time", None, "messages"
+                )
+            seqs += await sender.schedule_messages(msg, at)
+        return 200, {"sequence-numbers": Array(0x81, tuple(seqs))}
+
+    async def _op_cancel_scheduled_message(
+        self, args: dict[str, Any], app: dict[str, Any]
+    ) -> tuple[int, Any]:
+        seqs = args.get("sequence-numbers")
+        seqs = list(seqs.items) if isinstance(seqs, Array) else seqs
+        if not isinstance(seqs, list):
+            raise InvalidArgumentError(
+                "sequence-numbers must be an array", None, "sequence-numbers"
+            )
+        sender = self.gateway.management_sender(self.conn, self.address)
+        await sender.cancel_scheduled_messages([int(s) for s in seqs])
+        return 200, {}
+
+    async def _op_get_session_state(
+        self, args: dict[str, Any], app: dict[str, Any]
+    ) -> tuple[int, Any]:
+        receiver = self._session_receiver(args, app)
+        state = await receiver.session.get_state()
+        return 200, {"session-state": state}
+
+    async def _op_set_session_state(
+        self, args: dict[str, Any], app: dict[str, Any]
+    ) -> tuple[int, Any]:
+        receiver = self._session_receiver(args, app)
+        state = args.get("session-state")
+        if state is not None and not isinstance(state, bytes | str):
+            raise InvalidArgumentError(
+                "session-state must be binary or null", None, "session-state"
+            )
+        await receiver.session.set_state(state)
+        return 200, {}
+
+    async def _op_renew_session_lock(
+        self, args: dict[str, Any], app: dict[str, Any]
+    ) -> tuple[int, Any]:
+        receiver = self._session_receiver(args, app)
+        until = await receiver.session.renew_lock()
+        return 200, {"expiration": Timestamp(round(until.timestamp() * 1000))}
+
+    async def _op_get_message_sessions(
+        self, args: dict[str, Any], app: dict[str, Any]
+    ) -> tuple[int, Any]:
+        address = self.gateway.parse_address(self.address)
+        client = self.gateway.client_for(self.conn, address.entity)
+        after = args.get("last-updated-time")
+        after_dt: datetime | None = None
+        if isinstance(after, Timestamp) and int(after) > 0:
+            after_dt = after.to_datetime()
+        if address.subscription is not None and address.topic is not None:
+            ids = await client.list_subscription_sessions(
+                address.topic, address.subscription, state_updated_after=after_dt
+            )
+        else:
+            ids = await client.list_queue_sessions(address.entity, state_updated_after=after_dt)
+        skip = int(args.get("skip") or 0)
+        top = int(args.get("top") or len(ids))
+        page = ids[skip : skip + top]
+        if not page:
+            return 204, None
+        return 200, {"sessions-ids": Array(0xB1, tuple(page))}
+
+
+class _Held:
+    """Stands in for a link in ``conn.locks`` for messages received through $management."""
+
+    def __init__(self, receiver: Any) -> None:
+        self.receiver = receiver
