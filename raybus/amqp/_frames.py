@@ -234,8 +234,11 @@ def performative(kind: str, /, **fields: Any) -> bytes:
 def error(
     condition: str, description: str | None = None, info: dict[Any, Any] | None = None
 ) -> Described:
-    """An AMQP error (``condition`` becomes a symbol)."""
-    return described_list("error", condition=Symbol(condition), description=description, info=info)
+    """An AMQP error (``condition`` becomes a symbol). ``info`` is always sent (an empty map
+    when None): pyamqp's sender reads all three fields of a rejected outcome's error."""
+    return described_list(
+        "error", condition=Symbol(condition), description=description or "", info=info or {}
+    )
 
 
 def frame(body: bytes, channel: int = 0, kind: int = FRAME_AMQP) -> bytes:

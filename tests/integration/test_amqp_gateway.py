@@ -1,0 +1,347 @@
+"""The official azure-servicebus SDK (7.15, unmodified) against the raybus AMQP gateway: queues,
+both receive modes, batches, settlement, deferral, scheduling, dead-lettering, locks, and
+messages crossing between the SDK and the native raybus client."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from amqp_gateway_fixtures import gateway, namespace, sdk  # noqa: F401  (fixtures)
+from azure.servicebus import (
+    AutoLockRenewer,
+    ServiceBusMessage,
+    ServiceBusReceiveMode,
+    ServiceBusSubQueue,
+)
+from azure.servicebus import ServiceBusClient as SdkClient
+from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
+from azure.servicebus.exceptions import (
+    MessageLockLostError,
+    MessageSizeExceededError,
+    MessagingEntityNotFoundError,
+)
+
+import raybus
+from raybus.management import ServiceBusAdministrationClient
+
+
+def _queue(admin: ServiceBusAdministrationClient, **options: object) -> str:
+    name = f"amqp-{uuid.uuid4().hex[:8]}"
+    admin.create_queue(name, **options)
+    return name
+
+
+def _drain_native(client: raybus.ServiceBusClient, queue: str) -> list[raybus.ServiceBusReceivedMessage]:
+    with client.get_queue_receiver(queue, max_wait_time=1) as r:
+        got = r.receive_messages(max_message_count=50, max_wait_time=1)
+        for m in got:
+            r.complete_message(m)
+        return got
+
+
+def test_send_and_receive_peek_lock_then_complete_empties_the_queue(
+    sdk: SdkClient, pooled_queue: str, client: raybus.ServiceBusClient
+) -> None:
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        sender.send_messages(
+            ServiceBusMessage(
+                "hello",
+                application_properties={"kind": "greeting", "n": 7},
+                message_id="m-1",
+                correlation_id="c-1",
+                subject="subj",
+                content_type="text/plain",
+                reply_to="back",
+                time_to_live=timedelta(minutes=5),
+            )
+        )
+        sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(3)])
+    with sdk.get_queue_receiver(pooled_queue, max_wait_time=2) as receiver:
+        got = []
+        while len(got) < 4:
+            batch = receiver.receive_messages(max_message_count=4, max_wait_time=2)
+            assert batch, "messages went missing"
+            got += batch
+        first = got[0]
+        assert str(first) == "hello"
+        assert first.message_id == "m-1" and first.correlation_id == "c-1"
+        assert first.subject == "subj" and first.content_type == "text/plain"
+        assert first.reply_to == "back"
+        assert first.application_properties == {b"kind": b"greeting", b"n": 7}
+        assert first.time_to_live == timedelta(minutes=5)
+        assert first.delivery_count == 0
+        assert first.locked_until_utc > datetime.now(timezone.utc)
+        assert [m.sequence_number for m in got] == sorted(m.sequence_number for m in got)
+        assert [str(m) for m in got[1:]] == ["m0", "m1", "m2"]
+        for m in got:
+            receiver.complete_message(m)
+    assert client.get_queue_receiver(pooled_queue).peek_messages(10) == []
+
+
+def test_receive_and_delete_removes_on_delivery(
+    sdk: SdkClient, pooled_queue: str, client: raybus.ServiceBusClient
+) -> None:
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        sender.send_messages([ServiceBusMessage(f"d{i}") for i in range(3)])
+    with sdk.get_queue_receiver(
+        pooled_queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE, max_wait_time=2
+    ) as receiver:
+        got = receiver.receive_messages(max_message_count=3, max_wait_time=3)
+        while len(got) < 3:
+            got += receiver.receive_messages(max_message_count=3, max_wait_time=2)
+    assert sorted(str(m) for m in got) == ["d0", "d1", "d2"]
+    assert client.get_queue_receiver(pooled_queue).peek_messages(10) == []
+
+
+def test_message_batch_is_split_into_its_messages(
+    sdk: SdkClient, pooled_queue: str, client: raybus.ServiceBusClient
+) -> None:
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        batch = sender.create_message_batch()
+        for i in range(100):
+            batch.add_message(ServiceBusMessage(b"x" * 1024, application_properties={"i": i}))
+        sender.send_messages(batch)
+    peeked = client.get_queue_receiver(pooled_queue).peek_messages(200)
+    assert len(peeked) == 100
+    assert [m.application_properties["i"] for m in peeked] == list(range(100))
+    assert all(m.body == b"x" * 1024 for m in peeked)
+
+
+def test_peek_neither_locks_nor_removes(sdk: SdkClient, pooled_queue: str) -> None:
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        sender.send_messages([ServiceBusMessage(f"p{i}") for i in range(3)])
+    with sdk.get_queue_receiver(pooled_queue, max_wait_time=2) as receiver:
+        peeked = receiver.peek_messages(max_message_count=10)
+        assert [str(m) for m in peeked] == ["p0", "p1", "p2"]
+        assert receiver.peek_messages(max_message_count=10, sequence_number=peeked[1].sequence_number)[0].sequence_number == peeked[1].sequence_number
+        got = receiver.receive_messages(max_message_count=3, max_wait_time=3)
+        assert got and str(got[0]) == "p0"  # still there, not locked by the peek
+        for m in got:
+            receiver.complete_message(m)
+
+
+def test_abandon_delivers_again_with_a_higher_delivery_count(
+    sdk: SdkClient, pooled_queue: str
+) -> None:
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        sender.send_messages(ServiceBusMessage("again"))
+    with sdk.get_queue_receiver(pooled_queue, max_wait_time=2) as receiver:
+        (msg,) = receiver.receive_messages(max_wait_time=3)
+        receiver.abandon_message(msg)
+        (again,) = receiver.receive_messages(max_wait_time=3)
+        assert again.sequence_number == msg.sequence_number
+        assert again.delivery_count == 1
+        receiver.complete_message(again)
+
+
+def test_defer_then_receive_deferred_by_sequence_number_and_complete(
+    sdk: SdkClient, pooled_queue: str, client: raybus.ServiceBusClient
+) -> None:
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        sender.send_messages(ServiceBusMessage("later"))
+    with sdk.get_queue_receiver(pooled_queue, max_wait_time=2) as receiver:
+        (msg,) = receiver.receive_messages(max_wait_time=3)
+        receiver.defer_message(msg)
+        assert receiver.receive_messages(max_wait_time=1) == []
+        (deferred,) = receiver.receive_deferred_messages([msg.sequence_number])
+        assert str(deferred) == "later" and deferred.lock_token is not None
+        receiver.complete_message(deferred)
+    assert client.get_queue_receiver(pooled_queue).peek_messages(5) == []
+
+
+def test_schedule_then_cancel_leaves_nothing_and_a_due_schedule_arrives(
+    sdk: SdkClient, pooled_queue: str, client: raybus.ServiceBusClient
+) -> None:
+    now = datetime.now(timezone.utc)
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        (far,) = sender.schedule_messages(ServiceBusMessage("far"), now + timedelta(hours=1))
+        (soon,) = sender.schedule_messages(ServiceBusMessage("soon"), now + timedelta(seconds=2))
+        assert far != soon
+        peeked = client.get_queue_receiver(pooled_queue).peek_messages(5)
+        # (an activated message gets a new sequence number, so only the far one is compared)
+        assert sorted(str(m) for m in peeked) == ["far", "soon"]
+        assert far in {m.sequence_number for m in peeked}
+        sender.cancel_scheduled_messages(far)
+    with sdk.get_queue_receiver(pooled_queue, max_wait_time=5) as receiver:
+        got = receiver.receive_messages(max_wait_time=5)
+        assert [str(m) for m in got] == ["soon"]
+        assert got[0].scheduled_enqueue_time_utc is not None
+        receiver.complete_message(got[0])
+    assert client.get_queue_receiver(pooled_queue).peek_messages(5) == []
+
+
+def test_dead_letter_with_reason_then_receive_from_the_dead_letter_queue(
+    sdk: SdkClient, pooled_queue: str
+) -> None:
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        sender.send_messages(ServiceBusMessage("poison"))
+    with sdk.get_queue_receiver(pooled_queue, max_wait_time=2) as receiver:
+        (msg,) = receiver.receive_messages(max_wait_time=3)
+        receiver.dead_letter_message(msg, reason="bad", error_description="cannot parse")
+    with sdk.get_queue_receiver(
+        pooled_queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=3
+    ) as dlq:
+        (dead,) = dlq.receive_messages(max_wait_time=3)
+        assert str(dead) == "poison"
+        assert dead.dead_letter_reason == "bad"
+        assert dead.dead_letter_error_description == "cannot parse"
+        dlq.complete_message(dead)
+
+
+def test_max_delivery_count_moves_the_message_to_the_dead_letter_queue(
+    sdk: SdkClient, admin: ServiceBusAdministrationClient
+) -> None:
+    queue = _queue(admin, max_delivery_count=2)
+    with sdk.get_queue_sender(queue) as sender:
+        sender.send_messages(ServiceBusMessage("fails"))
+    with sdk.get_queue_receiver(queue, max_wait_time=2) as receiver:
+        for _ in range(2):
+            (msg,) = receiver.receive_messages(max_wait_time=3)
+            receiver.abandon_message(msg)
+        assert receiver.receive_messages(max_wait_time=1) == []
+    with sdk.get_queue_receiver(
+        queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=3
+    ) as dlq:
+        (dead,) = dlq.receive_messages(max_wait_time=3)
+        assert str(dead) == "fails"
+        assert dead.dead_letter_reason == "MaxDeliveryCountExceeded"
+        dlq.complete_message(dead)
+
+
+def test_renew_lock_and_auto_lock_renewer_keep_the_message_locked(
+    sdk: SdkClient, admin: ServiceBusAdministrationClient
+) -> None:
+    queue = _queue(admin, lock_duration=timedelta(seconds=2))
+    with sdk.get_queue_sender(queue) as sender:
+        sender.send_messages([ServiceBusMessage("a"), ServiceBusMessage("b")])
+    renewer = AutoLockRenewer(max_lock_renewal_duration=30)
+    try:
+        with sdk.get_queue_receiver(queue, max_wait_time=2) as receiver:
+            got = receiver.receive_messages(max_message_count=2, max_wait_time=3)
+            while len(got) < 2:
+                got += receiver.receive_messages(max_message_count=2, max_wait_time=2)
+            first, second = got
+            before = first.locked_until_utc
+            after = receiver.renew_message_lock(first)
+            assert after >= before
+            renewer.register(receiver, second)
+            time.sleep(3.0)  # past both original locks
+            with pytest.raises(MessageLockLostError):
+                receiver.complete_message(first)  # renewed once only: its lock ran out
+            receiver.complete_message(second)  # kept alive by the renewer
+    finally:
+        renewer.close()
+
+
+def test_complete_after_the_lock_expired_raises_message_lock_lost(
+    sdk: SdkClient, admin: ServiceBusAdministrationClient
+) -> None:
+    queue = _queue(admin, lock_duration=timedelta(seconds=1))
+    with sdk.get_queue_sender(queue) as sender:
+        sender.send_messages(ServiceBusMessage("slow"))
+    with sdk.get_queue_receiver(queue, max_wait_time=2) as receiver:
+        (msg,) = receiver.receive_messages(max_wait_time=3)
+        time.sleep(1.5)
+        with pytest.raises(MessageLockLostError):
+            receiver.complete_message(msg)
+
+
+def test_sdk_messages_read_natively_and_native_messages_read_by_the_sdk(
+    sdk: SdkClient, pooled_queue: str, client: raybus.ServiceBusClient
+) -> None:
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        sender.send_messages(ServiceBusMessage(b"\x00bytes", session_id=None, subject="s"))
+        sender.send_messages(ServiceBusMessage("text"))
+        sender.send_messages(
+            AmqpAnnotatedMessage(value_body={b"k": [1, 2.5, "v"]}, application_properties={"p": 1})
+        )
+    got = _drain_native(client, pooled_queue)
+    assert [m.body for m in got] == [b"\x00bytes", b"text", {b"k": [1, 2.5, "v"]}]
+    assert got[0].subject == "s" and got[2].application_properties == {"p": 1}
+
+    with client.get_queue_sender(pooled_queue) as native:
+        native.send_messages(
+            [
+                raybus.ServiceBusMessage(b"raw", application_properties={"x": "y"}),
+                raybus.ServiceBusMessage("str body", message_id="nat-2"),
+                raybus.ServiceBusMessage({"a": [1, 2]}),
+            ]
+        )
+    with sdk.get_queue_receiver(pooled_queue, max_wait_time=2) as receiver:
+        msgs = receiver.receive_messages(max_message_count=3, max_wait_time=3)
+        while len(msgs) < 3:
+            msgs += receiver.receive_messages(max_message_count=3, max_wait_time=2)
+        assert b"".join(msgs[0].body) == b"raw"
+        assert msgs[0].application_properties == {b"x": b"y"}
+        assert str(msgs[1]) == "str body" and msgs[1].message_id == "nat-2"
+        assert msgs[2].body_type == AmqpMessageBodyType.VALUE
+        assert msgs[2].body == {b"a": [1, 2]}
+        for m in msgs:
+            receiver.complete_message(m)
+
+
+def test_bodies_round_trip_exactly_from_sdk_to_sdk(sdk: SdkClient, pooled_queue: str) -> None:
+    """Sequence and multi-section data bodies, which raybus has no native form for, come back
+    as the sender wrote them."""
+    sent = [
+        AmqpAnnotatedMessage(data_body=[b"part1", b"part2"]),
+        AmqpAnnotatedMessage(sequence_body=[[1, "two", b"three"]]),
+        AmqpAnnotatedMessage(value_body=[b"a", {b"bin-key": 1}, None, True]),
+    ]
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        for m in sent:
+            sender.send_messages(m)
+    with sdk.get_queue_receiver(pooled_queue, max_wait_time=2) as receiver:
+        got = receiver.receive_messages(max_message_count=3, max_wait_time=3)
+        while len(got) < 3:
+            got += receiver.receive_messages(max_message_count=3, max_wait_time=2)
+        assert got[0].body_type == AmqpMessageBodyType.DATA
+        assert list(got[0].body) == [b"part1", b"part2"]
+        assert got[1].body_type == AmqpMessageBodyType.SEQUENCE
+        assert list(got[1].body) == [[1, b"two", b"three"]]
+        assert got[2].body_type == AmqpMessageBodyType.VALUE
+        assert got[2].body == [b"a", {b"bin-key": 1}, None, True]
+        for m in got:
+            receiver.complete_message(m)
+
+
+def test_unknown_entity_raises_messaging_entity_not_found(sdk: SdkClient) -> None:
+    with pytest.raises(MessagingEntityNotFoundError):
+        with sdk.get_queue_sender("no-such-queue") as sender:
+            sender.send_messages(ServiceBusMessage("x"))
+    with pytest.raises(MessagingEntityNotFoundError):
+        with sdk.get_queue_receiver("no-such-queue", max_wait_time=1) as receiver:
+            receiver.receive_messages(max_wait_time=1)
+
+
+def test_oversize_message_raises_message_size_exceeded(
+    sdk: SdkClient, pooled_queue: str, client: raybus.ServiceBusClient
+) -> None:
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        with pytest.raises(MessageSizeExceededError):
+            sender.send_messages(ServiceBusMessage(b"x" * (300 * 1024)), timeout=10)
+        sender.send_messages(ServiceBusMessage("small"))  # the link still works
+    assert [m.body for m in client.get_queue_receiver(pooled_queue).peek_messages(5)] == [b"small"]
+
+
+async def test_aio_sdk_sends_receives_and_completes(gateway, pooled_queue: str) -> None:  # noqa: F811
+    from azure.servicebus.aio import ServiceBusClient as AioSdkClient
+
+    async with AioSdkClient.from_connection_string(
+        gateway.connection_string, retry_total=0
+    ) as client:
+        async with client.get_queue_sender(pooled_queue) as sender:
+            await sender.send_messages([ServiceBusMessage(f"a{i}") for i in range(3)])
+        async with client.get_queue_receiver(pooled_queue, max_wait_time=2) as receiver:
+            got = []
+            while len(got) < 3:
+                batch = await receiver.receive_messages(max_message_count=3, max_wait_time=3)
+                assert batch
+                got += batch
+            assert [str(m) for m in got] == ["a0", "a1", "a2"]
+            for m in got:
+                await receiver.complete_message(m)
+            assert await receiver.peek_messages(5) == []
