@@ -38,6 +38,7 @@ __all__ = ["CbsRequests", "ManagementRequests"]
 
 _LOG = logging.getLogger("raybus.amqp")
 _PREFIX = "com.microsoft:"
+_MAX_DATETIME_MS = 253402300800000
 _DISPOSITIONS = {
     "completed": COMPLETE,
     "abandoned": ABANDON,
@@ -356,8 +357,10 @@ class ManagementRequests(IncomingLink):
         client = self.gateway.client_for(self.conn, address.entity)
         after = args.get("last-updated-time")
         after_dt: datetime | None = None
-        if isinstance(after, Timestamp) and int(after) > 0:
-            after_dt = after.to_datetime()
+        # .NET's DateTime.MaxValue (253402300800000 ms) or beyond means "no filter": sessions
+        # with messages or state (the service's default listing mode).
+        if isinstance(after, int) and 0 < int(after) < _MAX_DATETIME_MS:
+            after_dt = Timestamp(after).to_datetime()
         if address.subscription is not None and address.topic is not None:
             ids = await client.list_subscription_sessions(
                 address.topic, address.subscription, state_updated_after=after_dt

@@ -1,0 +1,127 @@
+"""The azure-servicebus SDK against the raybus AMQP gateway: sessions (named, next available,
+state, lock renewal, listing), topics and subscriptions, a subscription's dead-letter queue,
+and SAS tokens presented through CBS."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from amqp_gateway_fixtures import gateway, namespace, sdk  # noqa: F401  (fixtures)
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import ServiceBusClient as SdkClient
+from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusAuthenticationError
+
+from raybus.amqp import GatewayHandle
+from raybus.management import ServiceBusAdministrationClient
+
+
+@pytest.fixture
+def session_queue(admin: ServiceBusAdministrationClient) -> str:
+    """A fresh session queue per test (the test's cleanup deletes it)."""
+    name = f"amqp-sess-{uuid.uuid4().hex[:6]}"
+    admin.create_queue(name, requires_session=True)
+    return name
+
+
+def test_named_session_receives_only_its_messages_and_keeps_state(
+    sdk: SdkClient, session_queue: str
+) -> None:
+    with sdk.get_queue_sender(session_queue) as sender:
+        sender.send_messages(
+            [ServiceBusMessage(f"{sid}-{i}", session_id=sid) for sid in ("a1", "b1") for i in range(2)]
+        )
+    with sdk.get_queue_receiver(session_queue, session_id="b1", max_wait_time=2) as receiver:
+        assert receiver.session.session_id == "b1"
+        assert receiver.session.locked_until_utc is not None
+        got = receiver.receive_messages(max_message_count=5, max_wait_time=3)
+        while len(got) < 2:
+            got += receiver.receive_messages(max_message_count=5, max_wait_time=2)
+        assert [str(m) for m in got] == ["b1-0", "b1-1"]
+        assert all(m.session_id == "b1" for m in got)
+        before = receiver.session.locked_until_utc
+        assert receiver.session.renew_lock() >= before
+        assert receiver.session.get_state() is None
+        receiver.session.set_state(b"checkpoint-2")
+        assert receiver.session.get_state() == b"checkpoint-2"
+        # The SDK peeks from after the last message it received unless told where to start.
+        assert receiver.peek_messages(5) == []
+        peeked = receiver.peek_messages(5, sequence_number=got[0].sequence_number)
+        assert [str(m) for m in peeked] == ["b1-0", "b1-1"]
+        for m in got:
+            receiver.complete_message(m)
+    with sdk.get_queue_receiver(session_queue, session_id="b1", max_wait_time=1) as again:
+        assert again.session.get_state() == b"checkpoint-2"
+        assert again.receive_messages(max_wait_time=1) == []
+    assert sorted(sdk.list_queue_sessions(session_queue)) == ["a1", "b1"]  # a1 has messages, b1 state
+    with sdk.get_queue_receiver(session_queue, session_id="a1", max_wait_time=2) as receiver:
+        got = receiver.receive_messages(max_message_count=5, max_wait_time=3)
+        while len(got) < 2:
+            got += receiver.receive_messages(max_message_count=5, max_wait_time=2)
+        for m in got:
+            receiver.complete_message(m)
+
+
+def test_next_available_session_is_named_in_the_receiver(
+    sdk: SdkClient, session_queue: str
+) -> None:
+    with sdk.get_queue_sender(session_queue) as sender:
+        sender.send_messages(ServiceBusMessage("only", session_id="n1"))
+    with sdk.get_queue_receiver(
+        session_queue, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=3
+    ) as receiver:
+        assert receiver.session.session_id == "n1"
+        (msg,) = receiver.receive_messages(max_wait_time=3)
+        assert str(msg) == "only"
+        receiver.complete_message(msg)
+
+
+def test_next_available_session_times_out_when_none_has_messages(
+    sdk: SdkClient, session_queue: str
+) -> None:
+    with pytest.raises(OperationTimeoutError):
+        with sdk.get_queue_receiver(
+            session_queue, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1
+        ) as receiver:
+            receiver.receive_messages(max_wait_time=1)
+
+
+def test_topic_fans_out_to_subscriptions_and_their_dead_letter_queue(
+    sdk: SdkClient, admin: ServiceBusAdministrationClient
+) -> None:
+    topic = f"amqp-t-{uuid.uuid4().hex[:6]}"
+    admin.create_topic(topic)
+    admin.create_subscription(topic, "s1")
+    admin.create_subscription(topic, "s2")
+    try:
+        with sdk.get_topic_sender(topic) as sender:
+            sender.send_messages([ServiceBusMessage("e0"), ServiceBusMessage("e1")])
+        for sub in ("s1", "s2"):
+            with sdk.get_subscription_receiver(topic, sub, max_wait_time=2) as receiver:
+                got = receiver.receive_messages(max_message_count=2, max_wait_time=3)
+                while len(got) < 2:
+                    got += receiver.receive_messages(max_message_count=2, max_wait_time=2)
+                assert [str(m) for m in got] == ["e0", "e1"]
+                receiver.complete_message(got[0])
+                receiver.dead_letter_message(got[1], reason="r", error_description="d")
+        with sdk.get_subscription_receiver(
+            topic, "s2", sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=2
+        ) as dlq:
+            (dead,) = dlq.receive_messages(max_wait_time=3)
+            assert str(dead) == "e1" and dead.dead_letter_reason == "r"
+            dlq.complete_message(dead)
+    finally:
+        admin.delete_topic(topic)
+
+
+def test_malformed_sas_token_is_refused_with_an_authentication_error(
+    gateway: GatewayHandle, pooled_queue: str  # noqa: F811
+) -> None:
+    conn_str = (
+        f"Endpoint=sb://localhost:{gateway.port};SharedAccessSignature=not-a-token;"
+        "UseDevelopmentEmulator=true;"
+    )
+    with SdkClient.from_connection_string(conn_str, retry_total=0) as client:
+        with pytest.raises(ServiceBusAuthenticationError):
+            with client.get_queue_sender(pooled_queue) as sender:
+                sender.send_messages(ServiceBusMessage("x"), timeout=10)
