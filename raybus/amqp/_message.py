@@ -214,10 +214,12 @@ def to_raybus(payload: bytes | memoryview) -> ServiceBusMessage:
     }
     try:
         return ServiceBusMessage(body, **kwargs)
-    except InvalidArgumentError:
-        if not exact:  # a body natives cannot hold: they get the raw sections
-            return ServiceBusMessage(s.raw_body, **kwargs)
-        raise
+    except InvalidArgumentError as exc:
+        if not str(exc.argument or "").startswith("body"):
+            raise
+    # A body natives cannot hold (a described value): they get the raw sections as bytes.
+    kwargs["application_properties"] = {**props, RAW_BODY_PROPERTY: s.raw_body}
+    return ServiceBusMessage(s.raw_body, **kwargs)
 
 
 def split_batch(payload: bytes | memoryview) -> list[bytes]:

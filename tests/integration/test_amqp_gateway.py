@@ -8,8 +8,8 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
+import amqp_gateway_fixtures
 import pytest
-from amqp_gateway_fixtures import gateway, namespace, sdk  # noqa: F401  (fixtures)
 from azure.servicebus import (
     AutoLockRenewer,
     ServiceBusMessage,
@@ -27,6 +27,11 @@ from azure.servicebus.exceptions import (
 import raybus
 from raybus.management import ServiceBusAdministrationClient
 
+# The shared gateway fixtures (module-scoped gateway, SDK client, module namespace).
+namespace = amqp_gateway_fixtures.namespace
+gateway = amqp_gateway_fixtures.gateway
+sdk = amqp_gateway_fixtures.sdk
+
 
 def _queue(admin: ServiceBusAdministrationClient, **options: object) -> str:
     name = f"amqp-{uuid.uuid4().hex[:8]}"
@@ -34,7 +39,9 @@ def _queue(admin: ServiceBusAdministrationClient, **options: object) -> str:
     return name
 
 
-def _drain_native(client: raybus.ServiceBusClient, queue: str) -> list[raybus.ServiceBusReceivedMessage]:
+def _drain_native(
+    client: raybus.ServiceBusClient, queue: str
+) -> list[raybus.ServiceBusReceivedMessage]:
     with client.get_queue_receiver(queue, max_wait_time=1) as r:
         got = r.receive_messages(max_message_count=50, max_wait_time=1)
         for m in got:
@@ -116,7 +123,8 @@ def test_peek_neither_locks_nor_removes(sdk: SdkClient, pooled_queue: str) -> No
     with sdk.get_queue_receiver(pooled_queue, max_wait_time=2) as receiver:
         peeked = receiver.peek_messages(max_message_count=10)
         assert [str(m) for m in peeked] == ["p0", "p1", "p2"]
-        assert receiver.peek_messages(max_message_count=10, sequence_number=peeked[1].sequence_number)[0].sequence_number == peeked[1].sequence_number
+        from_second = receiver.peek_messages(10, sequence_number=peeked[1].sequence_number)
+        assert [str(m) for m in from_second] == ["p1", "p2"]
         got = receiver.receive_messages(max_message_count=3, max_wait_time=3)
         assert got and str(got[0]) == "p0"  # still there, not locked by the peek
         for m in got:
@@ -309,12 +317,13 @@ def test_bodies_round_trip_exactly_from_sdk_to_sdk(sdk: SdkClient, pooled_queue:
 
 
 def test_unknown_entity_raises_messaging_entity_not_found(sdk: SdkClient) -> None:
-    with pytest.raises(MessagingEntityNotFoundError):
-        with sdk.get_queue_sender("no-such-queue") as sender:
-            sender.send_messages(ServiceBusMessage("x"))
-    with pytest.raises(MessagingEntityNotFoundError):
-        with sdk.get_queue_receiver("no-such-queue", max_wait_time=1) as receiver:
-            receiver.receive_messages(max_wait_time=1)
+    with pytest.raises(MessagingEntityNotFoundError), sdk.get_queue_sender("no-such-q") as sender:
+        sender.send_messages(ServiceBusMessage("x"))
+    with (
+        pytest.raises(MessagingEntityNotFoundError),
+        sdk.get_queue_receiver("no-such-q", max_wait_time=1) as receiver,
+    ):
+        receiver.receive_messages(max_wait_time=1)
 
 
 def test_oversize_message_raises_message_size_exceeded(
@@ -327,7 +336,7 @@ def test_oversize_message_raises_message_size_exceeded(
     assert [m.body for m in client.get_queue_receiver(pooled_queue).peek_messages(5)] == [b"small"]
 
 
-async def test_aio_sdk_sends_receives_and_completes(gateway, pooled_queue: str) -> None:  # noqa: F811
+async def test_aio_sdk_sends_receives_and_completes(gateway, pooled_queue: str) -> None:
     from azure.servicebus.aio import ServiceBusClient as AioSdkClient
 
     async with AioSdkClient.from_connection_string(

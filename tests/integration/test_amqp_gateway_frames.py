@@ -7,10 +7,10 @@ import socket
 import struct
 from collections.abc import Iterator
 
+import amqp_gateway_fixtures
 import pytest
-from amqp_gateway_fixtures import gateway, namespace, sdk  # noqa: F401  (fixtures)
-from azure.servicebus import ServiceBusMessage
 from azure.servicebus import ServiceBusClient as SdkClient
+from azure.servicebus import ServiceBusMessage
 
 from raybus.amqp import GatewayHandle
 from raybus.amqp._codec import Described, Symbol, UInt, ULong, encode
@@ -23,6 +23,11 @@ from raybus.amqp._frames import (
     frame,
     performative,
 )
+
+# The shared gateway fixtures (module-scoped gateway, SDK client, module namespace).
+namespace = amqp_gateway_fixtures.namespace
+gateway = amqp_gateway_fixtures.gateway
+sdk = amqp_gateway_fixtures.sdk
 
 
 class RawClient:
@@ -73,7 +78,7 @@ class RawClient:
 
 
 @pytest.fixture
-def raw(gateway: GatewayHandle) -> Iterator[RawClient]:  # noqa: F811
+def raw(gateway: GatewayHandle) -> Iterator[RawClient]:
     client = RawClient(gateway.port)
     try:
         yield client
@@ -107,8 +112,9 @@ def test_a_truncated_performative_closes_the_connection_with_decode_error(
     raw: RawClient,
 ) -> None:
     raw.open()
-    body = performative("begin", next_outgoing_id=UInt(0), incoming_window=UInt(10),
-                        outgoing_window=UInt(10))
+    body = performative(
+        "begin", next_outgoing_id=UInt(0), incoming_window=UInt(10), outgoing_window=UInt(10)
+    )
     raw.sock.sendall(frame(body[:-3]))
     _assert_close_with(raw, "amqp:decode-error")
 
@@ -130,22 +136,48 @@ def test_a_malformed_message_is_rejected_and_the_link_stays_usable(
     raw: RawClient, pooled_queue: str, sdk: SdkClient
 ) -> None:
     raw.open()
-    raw.sock.sendall(frame(performative("begin", next_outgoing_id=UInt(0),
-                                        incoming_window=UInt(100), outgoing_window=UInt(100))))
+    raw.sock.sendall(
+        frame(
+            performative(
+                "begin",
+                next_outgoing_id=UInt(0),
+                incoming_window=UInt(100),
+                outgoing_window=UInt(100),
+            )
+        )
+    )
     assert raw.read_frame().name == "begin"
     target = described_list("target", address=pooled_queue)
-    raw.sock.sendall(frame(performative(
-        "attach", name="raw-sender", handle=UInt(0), role=False, target=target,
-        source=described_list("source", address="raw"), initial_delivery_count=UInt(0),
-    )))
+    raw.sock.sendall(
+        frame(
+            performative(
+                "attach",
+                name="raw-sender",
+                handle=UInt(0),
+                role=False,
+                target=target,
+                source=described_list("source", address="raw"),
+                initial_delivery_count=UInt(0),
+            )
+        )
+    )
     assert raw.read_frame().name == "attach"
     assert raw.read_frame().name == "flow"  # credit for us
 
     def transfer(delivery_id: int, payload: bytes) -> Performative:
-        raw.sock.sendall(frame(performative(
-            "transfer", handle=UInt(0), delivery_id=UInt(delivery_id),
-            delivery_tag=bytes([delivery_id]), message_format=UInt(0), settled=False,
-        ) + payload))
+        raw.sock.sendall(
+            frame(
+                performative(
+                    "transfer",
+                    handle=UInt(0),
+                    delivery_id=UInt(delivery_id),
+                    delivery_tag=bytes([delivery_id]),
+                    message_format=UInt(0),
+                    settled=False,
+                )
+                + payload
+            )
+        )
         outcome = raw.read_frame()
         assert outcome.name == "disposition" and outcome.fields["settled"] is True
         return outcome
@@ -163,7 +195,7 @@ def test_a_malformed_message_is_rejected_and_the_link_stays_usable(
 
 
 def test_other_connections_survive_malformed_ones(
-    gateway: GatewayHandle, sdk: SdkClient, pooled_queue: str  # noqa: F811
+    gateway: GatewayHandle, sdk: SdkClient, pooled_queue: str
 ) -> None:
     with sdk.get_queue_sender(pooled_queue) as sender:
         sender.send_messages(ServiceBusMessage("before"))
@@ -174,11 +206,11 @@ def test_other_connections_survive_malformed_ones(
             assert bad.closed()
             bad.close()
         sender.send_messages(ServiceBusMessage("after"))  # the same connection still works
-    with SdkClient.from_connection_string(gateway.connection_string, retry_total=0) as fresh:
-        with fresh.get_queue_receiver(pooled_queue, max_wait_time=3) as receiver:
-            got = receiver.receive_messages(max_message_count=2, max_wait_time=3)
-            while len(got) < 2:
-                got += receiver.receive_messages(max_message_count=2, max_wait_time=2)
-            assert [str(m) for m in got] == ["before", "after"]
-            for m in got:
-                receiver.complete_message(m)
+    fresh = SdkClient.from_connection_string(gateway.connection_string, retry_total=0)
+    with fresh, fresh.get_queue_receiver(pooled_queue, max_wait_time=3) as receiver:
+        got = receiver.receive_messages(max_message_count=2, max_wait_time=3)
+        while len(got) < 2:
+            got += receiver.receive_messages(max_message_count=2, max_wait_time=2)
+        assert [str(m) for m in got] == ["before", "after"]
+        for m in got:
+            receiver.complete_message(m)

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import uuid
 
+import amqp_gateway_fixtures
 import pytest
-from amqp_gateway_fixtures import gateway, namespace, sdk  # noqa: F401  (fixtures)
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus import ServiceBusClient as SdkClient
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusAuthenticationError
 
 from raybus.amqp import GatewayHandle
 from raybus.management import ServiceBusAdministrationClient
+
+# The shared gateway fixtures (module-scoped gateway, SDK client, module namespace).
+namespace = amqp_gateway_fixtures.namespace
+gateway = amqp_gateway_fixtures.gateway
+sdk = amqp_gateway_fixtures.sdk
 
 
 @pytest.fixture
@@ -29,7 +34,11 @@ def test_named_session_receives_only_its_messages_and_keeps_state(
 ) -> None:
     with sdk.get_queue_sender(session_queue) as sender:
         sender.send_messages(
-            [ServiceBusMessage(f"{sid}-{i}", session_id=sid) for sid in ("a1", "b1") for i in range(2)]
+            [
+                ServiceBusMessage(f"{sid}-{i}", session_id=sid)
+                for sid in ("a1", "b1")
+                for i in range(2)
+            ]
         )
     with sdk.get_queue_receiver(session_queue, session_id="b1", max_wait_time=2) as receiver:
         assert receiver.session.session_id == "b1"
@@ -53,7 +62,10 @@ def test_named_session_receives_only_its_messages_and_keeps_state(
     with sdk.get_queue_receiver(session_queue, session_id="b1", max_wait_time=1) as again:
         assert again.session.get_state() == b"checkpoint-2"
         assert again.receive_messages(max_wait_time=1) == []
-    assert sorted(sdk.list_queue_sessions(session_queue)) == ["a1", "b1"]  # a1 has messages, b1 state
+    assert sorted(sdk.list_queue_sessions(session_queue)) == [
+        "a1",
+        "b1",
+    ]  # a1 has messages, b1 state
     with sdk.get_queue_receiver(session_queue, session_id="a1", max_wait_time=2) as receiver:
         got = receiver.receive_messages(max_message_count=5, max_wait_time=3)
         while len(got) < 2:
@@ -79,11 +91,13 @@ def test_next_available_session_is_named_in_the_receiver(
 def test_next_available_session_times_out_when_none_has_messages(
     sdk: SdkClient, session_queue: str
 ) -> None:
-    with pytest.raises(OperationTimeoutError):
-        with sdk.get_queue_receiver(
+    with (
+        pytest.raises(OperationTimeoutError),
+        sdk.get_queue_receiver(
             session_queue, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1
-        ) as receiver:
-            receiver.receive_messages(max_wait_time=1)
+        ) as receiver,
+    ):
+        receiver.receive_messages(max_wait_time=1)
 
 
 def test_topic_fans_out_to_subscriptions_and_their_dead_letter_queue(
@@ -115,13 +129,13 @@ def test_topic_fans_out_to_subscriptions_and_their_dead_letter_queue(
 
 
 def test_malformed_sas_token_is_refused_with_an_authentication_error(
-    gateway: GatewayHandle, pooled_queue: str  # noqa: F811
+    gateway: GatewayHandle, pooled_queue: str
 ) -> None:
     conn_str = (
         f"Endpoint=sb://localhost:{gateway.port};SharedAccessSignature=not-a-token;"
         "UseDevelopmentEmulator=true;"
     )
-    with SdkClient.from_connection_string(conn_str, retry_total=0) as client:
-        with pytest.raises(ServiceBusAuthenticationError):
-            with client.get_queue_sender(pooled_queue) as sender:
-                sender.send_messages(ServiceBusMessage("x"), timeout=10)
+    client = SdkClient.from_connection_string(conn_str, retry_total=0)
+    sender = client.get_queue_sender(pooled_queue)
+    with client, pytest.raises(ServiceBusAuthenticationError), sender:
+        sender.send_messages(ServiceBusMessage("x"), timeout=10)
