@@ -90,8 +90,10 @@ class Gateway:
         *,
         address: str | None = None,
         storage_path: str | None = None,
+        confirm_settlements: bool = False,
     ) -> None:
         self.namespace = namespace
+        self.confirm_settlements = confirm_settlements
         self.host = host
         self.port = port
         self._ray_address = address
@@ -261,18 +263,25 @@ def start_gateway(
     *,
     address: str | None = None,
     storage_path: str | None = None,
+    confirm_settlements: bool = False,
 ) -> GatewayHandle:
     """Start an AMQP 1.0 gateway for ``namespace`` on ``host:port`` (port 0: any free port)
     in a background thread; returns once it listens. ``address``/``storage_path`` are passed to
-    ``raybus.aio.ServiceBusClient``."""
-    gateway = Gateway(namespace, host, port, address=address, storage_path=storage_path)
+    ``raybus.aio.ServiceBusClient``; ``confirm_settlements`` makes every disposition wait for
+    the partition's answer before the SDK hears the outcome (see ``_links.settle``)."""
+    gateway = Gateway(
+        namespace,
+        host,
+        port,
+        address=address,
+        storage_path=storage_path,
+        confirm_settlements=confirm_settlements,
+    )
     loop = asyncio.new_event_loop()
-    started: asyncio.Future[None] | None = None
     ready = threading.Event()
     failure: list[BaseException] = []
 
     def run() -> None:
-        nonlocal started
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(gateway.start())

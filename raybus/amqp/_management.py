@@ -258,7 +258,7 @@ class ManagementRequests(IncomingLink):
                 None if reason is None else str(reason),
                 None if description is None else str(description),
             )
-            await settle(link.receiver, msg, op)
+            await settle(link.receiver, msg, op, confirm=self.gateway.confirm_settlements)
             self.conn.locks.pop(token, None)
         return 200, {}
 

@@ -18,10 +18,19 @@ from ._parse import parse_duration
 __all__ = ["gateway"]
 
 
-async def _serve(cli: _context.CliContext, host: str, port: int, duration: float | None) -> None:
+async def _serve(
+    cli: _context.CliContext, host: str, port: int, duration: float | None, confirm: bool
+) -> None:
     from ..amqp import Gateway
 
-    server = Gateway(cli.namespace, host, port, address=cli.address, storage_path=cli.storage_path)
+    server = Gateway(
+        cli.namespace,
+        host,
+        port,
+        address=cli.address,
+        storage_path=cli.storage_path,
+        confirm_settlements=confirm,
+    )
     await server.start()
     typer.echo(f"raybus AMQP gateway for namespace {cli.namespace!r} on {host}:{server.port}")
     typer.echo(
@@ -52,6 +61,14 @@ def gateway(
             "--duration", help="Stop after this long (e.g. 30s, 5m); default: until Ctrl-C."
         ),
     ] = None,
+    confirm_settlements: Annotated[
+        bool,
+        typer.Option(
+            "--confirm-settlements",
+            help="Tell the SDK a settlement's outcome only after the broker applied it "
+            "(slower; default: the native client's guarantee).",
+        ),
+    ] = False,
 ) -> None:
     """Serve the namespace over AMQP 1.0 so the azure-servicebus SDK works against it.
 
@@ -66,4 +83,4 @@ def gateway(
     cli = _context.get(ctx)
     cli.join()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(cli, host, port, seconds))
+        asyncio.run(_serve(cli, host, port, seconds, confirm_settlements))
