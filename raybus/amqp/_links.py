@@ -309,6 +309,7 @@ class EntityReceiver(OutgoingLink):
         self.unsettled: dict[int, ServiceBusReceivedMessage] = {}
         self.peek_lock = int(attach.get("snd_settle_mode", 2)) != 1
         self._pump: asyncio.Task[None] | None = None
+        self._receiving = False
 
     async def setup(self) -> None:
         source = self.source
@@ -356,6 +357,7 @@ class EntityReceiver(OutgoingLink):
             if self.is_detached:
                 break
             wait = _DRAIN_WAIT_S if self.drain else _IDLE_WAIT_S
+            self._receiving = True
             try:
                 got = await self.receiver.receive_messages(
                     max_message_count=min(self.credit, _MAX_FETCH), max_wait_time=wait
@@ -366,13 +368,24 @@ class EntityReceiver(OutgoingLink):
             except ServiceBusError as exc:
                 self.detach_with_error(exc)
                 return
-            if self.is_detached:
-                await self._give_back(got)
-                return
-            for msg in got:
+            finally:
+                self._receiving = False
+            # The credit may have shrunk meanwhile (an early drain): give back the excess.
+            keep = 0 if self.is_detached else max(0, self.credit)
+            for msg in got[:keep]:
                 self._deliver(msg)
+            if got[keep:]:
+                await self._give_back(got[keep:])
             if not got:
                 self.drained()
+
+    def credit_changed(self) -> None:
+        """Answer a drain at once while a receive is in flight (the SDK drains when it closes
+        a receiver): in peek-lock mode whatever that receive still brings is given back, so
+        the SDK need not wait for it. In receive-and-delete mode those messages are already
+        deleted, so the drain waits for them instead."""
+        if self.drain and self._receiving and self.peek_lock:
+            self.drained()
 
     def _deliver(self, msg: ServiceBusReceivedMessage) -> None:
         rec = msg._record
@@ -443,9 +456,15 @@ class EntityReceiver(OutgoingLink):
 
     async def cleanup(self) -> None:
         # Unsettled messages stay locked: the SDK may still settle them through $management
-        # within their lock; otherwise the lock runs out and they are delivered again.
-        with contextlib.suppress(ServiceBusError, ValueError):
-            await self.receiver.close()
+        # within their lock; otherwise the lock runs out and they are delivered again. A
+        # receive in flight finishes first and gives back what it brings.
+        self.credit_ready.set()
+        if self._pump is not None and not self._pump.done():
+            await asyncio.wait([self._pump], timeout=_IDLE_WAIT_S + 10)
+        receiver = getattr(self, "receiver", None)  # None when the attach was refused
+        if receiver is not None:
+            with contextlib.suppress(ServiceBusError, ValueError):
+                await receiver.close()
 
 
 async def settle(
