@@ -34,7 +34,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -55,6 +57,23 @@ def _check(indices: list[int], n: int, who: str) -> None:
         raise RuntimeError(f"{who}: received {len(indices)} messages, not each of {n} once")
 
 
+def _drain(receiver: Any, n: int, batch: int, who: str, body: Callable[[Any], bytes]) -> float:
+    """Receive and complete ``n`` messages one by one (either client: same method names);
+    checks each arrived once; returns the seconds it took."""
+    got: list[int] = []
+    start = time.perf_counter()
+    while len(got) < n:
+        msgs = receiver.receive_messages(max_message_count=batch, max_wait_time=10)
+        if not msgs:
+            raise RuntimeError(f"{who}: the queue ran dry early")
+        for m in msgs:
+            got.append(int.from_bytes(body(m)[:8], "big"))
+            receiver.complete_message(m)
+    seconds = time.perf_counter() - start
+    _check(got, n, who)
+    return seconds
+
+
 def native_run(namespace: str, queue: str, n: int, batch: int) -> tuple[float, float]:
     import raybus
 
@@ -69,18 +88,8 @@ def native_run(namespace: str, queue: str, n: int, batch: int) -> tuple[float, f
                     ]
                 )
             send_s = time.perf_counter() - start
-        got: list[int] = []
         with client.get_queue_receiver(queue, max_wait_time=10) as receiver:
-            start = time.perf_counter()
-            while len(got) < n:
-                msgs = receiver.receive_messages(max_message_count=batch, max_wait_time=10)
-                if not msgs:
-                    raise RuntimeError("native: the queue ran dry early")
-                for m in msgs:
-                    got.append(int.from_bytes(m.body[:8], "big"))
-                    receiver.complete_message(m)
-            recv_s = time.perf_counter() - start
-    _check(got, n, "native")
+            recv_s = _drain(receiver, n, batch, "native", lambda m: m.body)
     return n / send_s, n / recv_s
 
 
@@ -97,18 +106,8 @@ def sdk_role(conn_str: str, queue: str, n: int, batch: int) -> None:
                     b.add_message(ServiceBusMessage(_body(i)))
                 sender.send_messages(b)
             send_s = time.perf_counter() - start
-        got: list[int] = []
         with client.get_queue_receiver(queue, max_wait_time=10, prefetch_count=batch) as receiver:
-            start = time.perf_counter()
-            while len(got) < n:
-                msgs = receiver.receive_messages(max_message_count=batch, max_wait_time=10)
-                if not msgs:
-                    raise RuntimeError("sdk: the queue ran dry early")
-                for m in msgs:
-                    got.append(int.from_bytes(b"".join(m.body)[:8], "big"))
-                    receiver.complete_message(m)
-            recv_s = time.perf_counter() - start
-    _check(got, n, "sdk")
+            recv_s = _drain(receiver, n, batch, "sdk", lambda m: b"".join(m.body))
     print(json.dumps({"send": n / send_s, "receive": n / recv_s}))
 
 

@@ -94,16 +94,11 @@ class Link:
         if self.is_detached:
             return
         a = self.attach_frame
-        self.session.send(
-            "attach",
-            name=self.name,
-            handle=UInt(self.handle),
-            role=self.our_role_receiver,
+        self._send_attach(
+            self.reply_source,
+            a.get("target"),
             snd_settle_mode=a.get("snd_settle_mode"),
             rcv_settle_mode=a.get("rcv_settle_mode"),
-            source=self.reply_source,
-            target=a.get("target"),
-            initial_delivery_count=None if self.our_role_receiver else UInt(0),
             max_message_size=None
             if self.max_message_size is None
             else ULong(self.max_message_size),
@@ -111,18 +106,25 @@ class Link:
         )
         self.started()
 
-    def _refuse(self, exc: BaseException) -> None:
-        """Refuse the attach the AMQP way: attach with no terminus, then detach with the error."""
-        _LOG.info("amqp link %r refused: %s", self.address, exc)
-        a = self.attach_frame
+    def _send_attach(self, source: Any, target: Any, **fields: Any) -> None:
         self.session.send(
             "attach",
             name=self.name,
             handle=UInt(self.handle),
             role=self.our_role_receiver,
-            source=None if not self.our_role_receiver else a.get("source"),
-            target=None if self.our_role_receiver else a.get("target"),
+            source=source,
+            target=target,
             initial_delivery_count=None if self.our_role_receiver else UInt(0),
+            **fields,
+        )
+
+    def _refuse(self, exc: BaseException) -> None:
+        """Refuse the attach the AMQP way: attach with no terminus, then detach with the error."""
+        _LOG.info("amqp link %r refused: %s", self.address, exc)
+        a = self.attach_frame
+        self._send_attach(
+            None if not self.our_role_receiver else a.get("source"),
+            None if self.our_role_receiver else a.get("target"),
         )
         self.detach_with_error(exc)
 

@@ -70,6 +70,19 @@ def _response(
     )
 
 
+def _sequence_numbers(args: dict[str, Any]) -> list[int]:
+    """The request's ``sequence-numbers`` (an array of longs) as ints."""
+    seqs = args.get("sequence-numbers")
+    items = seqs.items if isinstance(seqs, Array) else seqs
+    if not isinstance(items, list | tuple) or not all(
+        isinstance(s, int) and not isinstance(s, bool) for s in items
+    ):
+        raise InvalidArgumentError(
+            "sequence-numbers must be an array of longs", None, "sequence-numbers"
+        )
+    return [int(s) for s in items]
+
+
 def _reply_link(link: IncomingLink, address: str) -> ReplyLink | None:
     """The connection's outgoing link for ``address`` (this session's first)."""
     sessions = [link.session, *link.conn.sessions.values()]
@@ -265,19 +278,14 @@ class ManagementRequests(IncomingLink):
     async def _op_receive_by_sequence_number(
         self, args: dict[str, Any], app: dict[str, Any]
     ) -> tuple[int, Any]:
-        seqs = args.get("sequence-numbers")
-        seqs = list(seqs.items) if isinstance(seqs, Array) else seqs
-        if not isinstance(seqs, list):
-            raise InvalidArgumentError(
-                "sequence-numbers must be an array of longs", None, "sequence-numbers"
-            )
+        seqs = _sequence_numbers(args)
         delete = int(args.get("receiver-settle-mode", 1)) == 0
         mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE if delete else None
         if args.get("session-id") is not None:
             receiver = self._session_receiver(args, app)
         else:
             receiver = self._plain_receiver(args, app, mode)
-        got = await receiver.receive_deferred_messages([int(s) for s in seqs])
+        got = await receiver.receive_deferred_messages(seqs)
         if not got:
             return 204, None
         out = []
@@ -314,14 +322,9 @@ class ManagementRequests(IncomingLink):
     async def _op_cancel_scheduled_message(
         self, args: dict[str, Any], app: dict[str, Any]
     ) -> tuple[int, Any]:
-        seqs = args.get("sequence-numbers")
-        seqs = list(seqs.items) if isinstance(seqs, Array) else seqs
-        if not isinstance(seqs, list):
-            raise InvalidArgumentError(
-                "sequence-numbers must be an array", None, "sequence-numbers"
-            )
+        seqs = _sequence_numbers(args)
         sender = self.gateway.management_sender(self.conn, self.address)
-        await sender.cancel_scheduled_messages([int(s) for s in seqs])
+        await sender.cancel_scheduled_messages(seqs)
         return 200, {}
 
     async def _op_get_session_state(

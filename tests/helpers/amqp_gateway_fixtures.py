@@ -3,7 +3,9 @@ the module's raybus namespace, and azure-servicebus clients pointed at it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient as SdkClient
@@ -34,3 +36,15 @@ def sdk(gateway: GatewayHandle) -> Iterator[SdkClient]:
     )
     with client:
         yield client
+
+
+def receive_n(receiver: Any, n: int, timeout: float = 15.0) -> list[Any]:
+    """Exactly ``n`` messages from an SDK receiver (they may come in several receives); fails
+    if they do not all arrive within ``timeout`` seconds."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n:
+        assert time.monotonic() < deadline, f"only {len(got)} of {n} messages arrived"
+        got += receiver.receive_messages(max_message_count=n - len(got), max_wait_time=2)
+    assert len(got) == n, f"{len(got)} messages arrived, {n} expected"
+    return got

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import amqp_gateway_fixtures
 import pytest
+from amqp_gateway_fixtures import receive_n
 from azure.servicebus import (
     AutoLockRenewer,
     ServiceBusMessage,
@@ -67,11 +68,7 @@ def test_send_and_receive_peek_lock_then_complete_empties_the_queue(
         )
         sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(3)])
     with sdk.get_queue_receiver(pooled_queue, max_wait_time=2) as receiver:
-        got = []
-        while len(got) < 4:
-            batch = receiver.receive_messages(max_message_count=4, max_wait_time=2)
-            assert batch, "messages went missing"
-            got += batch
+        got = receive_n(receiver, 4)
         first = got[0]
         assert str(first) == "hello"
         assert first.message_id == "m-1" and first.correlation_id == "c-1"
@@ -96,9 +93,7 @@ def test_receive_and_delete_removes_on_delivery(
     with sdk.get_queue_receiver(
         pooled_queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE, max_wait_time=2
     ) as receiver:
-        got = receiver.receive_messages(max_message_count=3, max_wait_time=3)
-        while len(got) < 3:
-            got += receiver.receive_messages(max_message_count=3, max_wait_time=2)
+        got = receive_n(receiver, 3)
     assert sorted(str(m) for m in got) == ["d0", "d1", "d2"]
     assert client.get_queue_receiver(pooled_queue).peek_messages(10) == []
 
@@ -228,9 +223,7 @@ def test_renew_lock_and_auto_lock_renewer_keep_the_message_locked(
     renewer = AutoLockRenewer(max_lock_renewal_duration=30)
     try:
         with sdk.get_queue_receiver(queue, max_wait_time=2) as receiver:
-            got = receiver.receive_messages(max_message_count=2, max_wait_time=3)
-            while len(got) < 2:
-                got += receiver.receive_messages(max_message_count=2, max_wait_time=2)
+            got = receive_n(receiver, 2)
             first, second = got
             before = first.locked_until_utc
             after = receiver.renew_message_lock(first)
@@ -279,9 +272,7 @@ def test_sdk_messages_read_natively_and_native_messages_read_by_the_sdk(
             ]
         )
     with sdk.get_queue_receiver(pooled_queue, max_wait_time=2) as receiver:
-        msgs = receiver.receive_messages(max_message_count=3, max_wait_time=3)
-        while len(msgs) < 3:
-            msgs += receiver.receive_messages(max_message_count=3, max_wait_time=2)
+        msgs = receive_n(receiver, 3)
         assert b"".join(msgs[0].body) == b"raw"
         assert msgs[0].application_properties == {b"x": b"y"}
         assert str(msgs[1]) == "str body" and msgs[1].message_id == "nat-2"
@@ -303,9 +294,7 @@ def test_bodies_round_trip_exactly_from_sdk_to_sdk(sdk: SdkClient, pooled_queue:
         for m in sent:
             sender.send_messages(m)
     with sdk.get_queue_receiver(pooled_queue, max_wait_time=2) as receiver:
-        got = receiver.receive_messages(max_message_count=3, max_wait_time=3)
-        while len(got) < 3:
-            got += receiver.receive_messages(max_message_count=3, max_wait_time=2)
+        got = receive_n(receiver, 3)
         assert got[0].body_type == AmqpMessageBodyType.DATA
         assert list(got[0].body) == [b"part1", b"part2"]
         assert got[1].body_type == AmqpMessageBodyType.SEQUENCE

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from amqp_gateway_fixtures import receive_n
 from azure.servicebus import ServiceBusClient as SdkClient
 from azure.servicebus import ServiceBusMessage
 
@@ -38,11 +39,7 @@ def _round_trip(port: int, queue: str, n: int) -> list[str]:
         with sdk.get_queue_sender(queue) as sender:
             sender.send_messages([ServiceBusMessage(f"c{i}") for i in range(n)])
         with sdk.get_queue_receiver(queue, max_wait_time=3) as receiver:
-            got = []
-            while len(got) < n:
-                batch = receiver.receive_messages(max_message_count=n, max_wait_time=3)
-                assert batch, "messages went missing"
-                got += batch
+            got = receive_n(receiver, n)
             for m in got:
                 receiver.complete_message(m)
             return [str(m) for m in got]

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import amqp_gateway_fixtures
 import pytest
+from amqp_gateway_fixtures import receive_n
 from azure.servicebus import ServiceBusClient as SdkClient
 from azure.servicebus import ServiceBusMessage
 
@@ -208,9 +209,7 @@ def test_other_connections_survive_malformed_ones(
         sender.send_messages(ServiceBusMessage("after"))  # the same connection still works
     fresh = SdkClient.from_connection_string(gateway.connection_string, retry_total=0)
     with fresh, fresh.get_queue_receiver(pooled_queue, max_wait_time=3) as receiver:
-        got = receiver.receive_messages(max_message_count=2, max_wait_time=3)
-        while len(got) < 2:
-            got += receiver.receive_messages(max_message_count=2, max_wait_time=2)
+        got = receive_n(receiver, 2)
         assert [str(m) for m in got] == ["before", "after"]
         for m in got:
             receiver.complete_message(m)

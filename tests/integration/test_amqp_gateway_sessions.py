@@ -8,6 +8,7 @@ import uuid
 
 import amqp_gateway_fixtures
 import pytest
+from amqp_gateway_fixtures import receive_n
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus import ServiceBusClient as SdkClient
 from azure.servicebus.exceptions import OperationTimeoutError, ServiceBusAuthenticationError
@@ -43,9 +44,7 @@ def test_named_session_receives_only_its_messages_and_keeps_state(
     with sdk.get_queue_receiver(session_queue, session_id="b1", max_wait_time=2) as receiver:
         assert receiver.session.session_id == "b1"
         assert receiver.session.locked_until_utc is not None
-        got = receiver.receive_messages(max_message_count=5, max_wait_time=3)
-        while len(got) < 2:
-            got += receiver.receive_messages(max_message_count=5, max_wait_time=2)
+        got = receive_n(receiver, 2)
         assert [str(m) for m in got] == ["b1-0", "b1-1"]
         assert all(m.session_id == "b1" for m in got)
         before = receiver.session.locked_until_utc
@@ -67,9 +66,7 @@ def test_named_session_receives_only_its_messages_and_keeps_state(
         "b1",
     ]  # a1 has messages, b1 state
     with sdk.get_queue_receiver(session_queue, session_id="a1", max_wait_time=2) as receiver:
-        got = receiver.receive_messages(max_message_count=5, max_wait_time=3)
-        while len(got) < 2:
-            got += receiver.receive_messages(max_message_count=5, max_wait_time=2)
+        got = receive_n(receiver, 2)
         for m in got:
             receiver.complete_message(m)
 
@@ -112,9 +109,7 @@ def test_topic_fans_out_to_subscriptions_and_their_dead_letter_queue(
             sender.send_messages([ServiceBusMessage("e0"), ServiceBusMessage("e1")])
         for sub in ("s1", "s2"):
             with sdk.get_subscription_receiver(topic, sub, max_wait_time=2) as receiver:
-                got = receiver.receive_messages(max_message_count=2, max_wait_time=3)
-                while len(got) < 2:
-                    got += receiver.receive_messages(max_message_count=2, max_wait_time=2)
+                got = receive_n(receiver, 2)
                 assert [str(m) for m in got] == ["e0", "e1"]
                 receiver.complete_message(got[0])
                 receiver.dead_letter_message(got[1], reason="r", error_description="d")

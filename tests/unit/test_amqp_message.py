@@ -4,6 +4,7 @@ conditions, without Ray."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 
 import pytest
 
@@ -21,7 +22,7 @@ from raybus.amqp._codec import (
     encode,
 )
 from raybus.amqp._errors import condition_of, status_of
-from raybus.amqp._gateway import parse_address
+from raybus.amqp._gateway import Gateway, parse_address
 from raybus.amqp._message import (
     RAW_BODY_PROPERTY,
     encode_body,
@@ -246,3 +247,17 @@ def test_errors_map_to_the_conditions_the_sdk_knows(
 ) -> None:
     assert condition_of(error) == condition
     assert status_of(error) == status
+
+
+def test_links_use_the_token_put_for_the_most_specific_audience() -> None:
+    gateway = Gateway("ns")
+    gateway._client = lambda token: token  # type: ignore[method-assign]  # no Ray: token = client
+    conn = SimpleNamespace(
+        tokens={"sb://localhost:5672/": "T-ns", "sb://localhost:5672/orders": "T-orders"}
+    )
+    assert gateway.client_for(conn, "orders") == "T-orders"
+    assert gateway.client_for(conn, "Orders") == "T-orders"  # paths compare case-insensitively
+    assert gateway.client_for(conn, "other") == "T-ns"
+    assert gateway.client_for(conn, "t/Subscriptions/s") == "T-ns"
+    conn.tokens = {"sb://localhost:5672/orders": "T-orders"}
+    assert gateway.client_for(conn, "orders-2") is None  # no token covers it: no credential
