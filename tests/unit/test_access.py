@@ -230,3 +230,20 @@ def test_auth_errors_pickle() -> None:
     ):
         back = pickle.loads(pickle.dumps(exc))
         assert type(back) is type(exc) and str(back) == str(exc)
+
+
+def test_the_cli_takes_its_credential_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from raybus.cli._context import CliContext
+
+    for var in ("RAYBUS_SAS_TOKEN", "RAYBUS_KEY_NAME", "RAYBUS_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    assert CliContext().credential() is None
+    monkeypatch.setenv("RAYBUS_KEY_NAME", "app")
+    monkeypatch.setenv("RAYBUS_KEY", KEY_A)
+    cred = CliContext().credential()
+    assert isinstance(cred, SharedAccessKeyCredential) and cred.key_name == "app"
+    token = generate_sas_token("sb://x/", "app", KEY_A, 2_000_000_000)
+    monkeypatch.setenv("RAYBUS_SAS_TOKEN", token)
+    assert CliContext().credential().token_for("/q") == token
