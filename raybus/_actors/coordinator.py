@@ -27,7 +27,7 @@ from typing import Any
 
 import ray
 
-from .. import _failpoints
+from .. import _failpoints, _rpc
 from .._core import journal
 from .._core.access import INTERNAL
 from .._core.registry import partition_actor_name
@@ -181,9 +181,10 @@ class CoordinatorActor(Guarded):
                 self.aborted += 1
                 count_transaction(self._namespace, "aborted")
                 entity, error = failed[0]
-                cause = _cause(error)
+                cause = _rpc.translate(error, entity)
+                reason = f"{type(cause).__name__}: {cause}"
                 raise TransactionAbortedError(
-                    f"the transaction was rolled back: {cause}", entity, txn_id, cause
+                    f"the transaction was rolled back: {reason}", entity, txn_id, reason, cause
                 )
             _failpoints.hit("coordinator.before_decision")
             await self._append(("commit", txn_id, names))
@@ -222,13 +223,6 @@ class CoordinatorActor(Guarded):
             "aborted": self.aborted,
             "undone": len(self._decided),
         }
-
-
-def _cause(error: BaseException) -> str:
-    """The participant's own error, as "TypeName: text" (from inside Ray's wrapper)."""
-    cause = getattr(error, "cause", None)
-    cause = cause if isinstance(cause, BaseException) else error
-    return f"{type(cause).__name__}: {cause}"
 
 
 def coordinator_actor(namespace: str, storage_path: str | None = None) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 
 import ray
 
-from .. import _rpc, exceptions
+from .. import _rpc
 from .._core.access import INTERNAL
 from .._core.fanout import Target, plan
 from .._core.record import WireRecord, from_wire, to_wire
@@ -35,6 +35,7 @@ from ..auth import AccessRights
 from ..exceptions import (
     MessageSizeExceededError,
     MessagingEntityDisabledError,
+    MessagingEntityNotFoundError,
     PartitionMovedError,
     ServiceBusError,
     TransactionAbortedError,
@@ -158,10 +159,9 @@ class RouterActor(Guarded):
                 self.copies += sum(len(c) for c in copies.values())
                 return
             except (PartitionMovedError, TransactionAbortedError) as exc:
-                reason = getattr(exc, "reason", None) or type(exc).__name__
-                if attempt == _ROUTE_RETRIES - 1 or not reason.startswith(
-                    ("PartitionMovedError", "MessagingEntityNotFoundError")
-                ):
+                cause = exc.cause if isinstance(exc, TransactionAbortedError) else exc
+                moved = isinstance(cause, PartitionMovedError | MessagingEntityNotFoundError)
+                if attempt == _ROUTE_RETRIES - 1 or not moved:
                     raise self._as_sent(exc) from None
                 await self._refresh(copies)
 
@@ -169,18 +169,11 @@ class RouterActor(Guarded):
         """The error a send raises: a subscription's refusal as its own type (a full store
         raises ``ServiceBusQuotaExceededError``, as a full queue does), not as the internal
         transaction's ``TransactionAbortedError``."""
-        reason = getattr(exc, "reason", None)
-        if not isinstance(exc, TransactionAbortedError) or not reason:
+        cause = exc.cause if isinstance(exc, TransactionAbortedError) else None
+        if not isinstance(cause, ServiceBusError) or isinstance(cause, TransactionAbortedError):
             return exc
-        name, _sep, text = reason.partition(": ")
-        cls = getattr(exceptions, name, None)
-        if (
-            isinstance(cls, type)
-            and issubclass(cls, ServiceBusError)
-            and not issubclass(cls, TransactionAbortedError)
-        ):
-            return cls(text or reason, self._props.name)
-        return exc
+        # The same error, naming the topic the caller sent to (entity is the second argument).
+        return type(cause)(cause.args[0], self._props.name, *cause.args[2:])
 
     def _shares(self, copies: dict[str, list[Any]]) -> dict[tuple[str, int], list[Any]]:
         """Copies per (subscription path, partition id), placed as a sender places them."""

@@ -39,6 +39,8 @@ from .._core.registry import partition_actor_name
 from .._core.store import SettleOp
 from ..exceptions import (
     InvalidArgumentError,
+    MessagingEntityNotFoundError,
+    PartitionMovedError,
     TransactionAbortedError,
     TransactionSizeExceededError,
     TransactionTimeoutError,
@@ -199,7 +201,9 @@ class ServiceBusTransaction:
                     )
                     break
                 except TransactionAbortedError as exc:
-                    moved = (exc.reason or "").startswith(("PartitionMovedError", "Messaging"))
+                    moved = isinstance(
+                        exc.cause, PartitionMovedError | MessagingEntityNotFoundError
+                    )
                     if not moved or attempt == _MOVED_RETRIES - 1:
                         raise
         except BaseException:
