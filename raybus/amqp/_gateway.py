@@ -17,13 +17,14 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
 from .. import aio
 from .._topic_models import subscription_path
-from ..auth import SasTokenCredential, covers, resource_path
+from ..auth import SasTokenCredential, covers, parse_sas_token, resource_path
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError, ServiceBusError
 from ._connection import AmqpConnection
@@ -152,6 +153,7 @@ class Gateway:
     def _client(self, token: str | None) -> aio.ServiceBusClient:
         client = self._clients.get(token)
         if client is None:
+            self._forget_expired()
             credential = None if token is None else SasTokenCredential(token)
             client = aio.ServiceBusClient(
                 self.namespace,
@@ -161,6 +163,19 @@ class Gateway:
             )
             self._clients[token] = client
         return client
+
+    def _forget_expired(self) -> None:
+        """Drop the clients of expired tokens: the SDK puts a fresh token on every connection
+        and renews it, so without this the cache would grow for as long as the gateway runs
+        (the links still using a dropped client keep their own reference)."""
+        now = time.time()
+        for token in [t for t in self._clients if t is not None]:
+            try:
+                expired = parse_sas_token(token).expiry <= now
+            except ServiceBusError:
+                expired = True
+            if expired:
+                del self._clients[token]
 
     def client_for(self, conn: AmqpConnection, entity: str) -> aio.ServiceBusClient:
         """The raybus client for ``entity`` on ``conn``: the one holding the token put for the

@@ -30,6 +30,7 @@ from raybus.amqp._message import (
     split_batch,
     to_raybus,
 )
+from raybus.auth import generate_sas_token
 from raybus.enums import ServiceBusSubQueue
 
 
@@ -261,3 +262,12 @@ def test_links_use_the_token_put_for_the_most_specific_audience() -> None:
     assert gateway.client_for(conn, "t/Subscriptions/s") == "T-ns"
     conn.tokens = {"sb://localhost:5672/orders": "T-orders"}
     assert gateway.client_for(conn, "orders-2") is None  # no token covers it: no credential
+
+
+def test_clients_of_expired_tokens_are_dropped() -> None:
+    gateway = Gateway("ns")
+    past = generate_sas_token("sb://h/q", "k", "key-0123456789abcdef", expiry=1)
+    fresh = generate_sas_token("sb://h/q", "k", "key-0123456789abcdef", ttl=600)
+    gateway._clients = {None: "open", past: "old", fresh: "new"}  # type: ignore[dict-item]
+    gateway._forget_expired()
+    assert gateway._clients == {None: "open", fresh: "new"}
