@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -134,9 +135,21 @@ class AmqpConnection:
         # Lock token -> (link that delivered it, raybus message), for $management operations.
         self.locks: dict[str, tuple[Any, Any]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
+        self._held = 0
         self._closed = False
 
     # ------------------------------------------------------------------ plumbing
+
+    def hold(self, lock_token: str, link: Any, message: Any) -> None:
+        """Remember a locked message for ``$management`` operations by lock token. Messages
+        the SDK never settled would pile up on a long-lived connection, so every 1024th call
+        drops those whose lock ended a minute ago or more."""
+        self.locks[lock_token] = (link, message)
+        self._held += 1
+        if self._held % 1024 == 0:
+            stale = time.time() - 60.0
+            for token in [t for t, (_l, m) in self.locks.items() if m._record.locked_until < stale]:
+                del self.locks[token]
 
     def write(self, data: bytes) -> None:
         if not self._closed:

@@ -395,7 +395,7 @@ class EntityReceiver(OutgoingLink):
         if self.peek_lock and rec.lock_token:
             delivery_id = self.send(lock_tag(rec.lock_token), payload, settled=False)
             self.unsettled[delivery_id] = msg
-            self.conn.locks[rec.lock_token] = (self, msg)
+            self.conn.hold(rec.lock_token, self, msg)
         else:
             self.send(uuid.uuid4().bytes_le, payload, settled=True)
 

@@ -293,7 +293,7 @@ class ManagementRequests(IncomingLink):
             item: dict[str, Any] = {"message": from_raybus(m._record, locked=not delete)}
             if m.lock_token:
                 item["lock-token"] = uuid.UUID(m.lock_token)
-                self.conn.locks[m.lock_token] = (_Held(receiver), m)
+                self.conn.hold(m.lock_token, _Held(receiver), m)
             out.append(item)
         return 200, {"messages": out}
 

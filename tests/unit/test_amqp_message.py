@@ -3,6 +3,7 @@ conditions, without Ray."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
@@ -21,6 +22,7 @@ from raybus.amqp._codec import (
     decode_all,
     encode,
 )
+from raybus.amqp._connection import AmqpConnection
 from raybus.amqp._errors import condition_of, status_of
 from raybus.amqp._gateway import Gateway, parse_address
 from raybus.amqp._message import (
@@ -271,3 +273,15 @@ def test_clients_of_expired_tokens_are_dropped() -> None:
     gateway._clients = {None: "open", past: "old", fresh: "new"}  # type: ignore[dict-item]
     gateway._forget_expired()
     assert gateway._clients == {None: "open", fresh: "new"}
+
+
+def test_locks_held_past_their_expiry_are_pruned() -> None:
+    conn = AmqpConnection(None, None, None)  # type: ignore[arg-type]  # no socket needed
+    old = SimpleNamespace(_record=SimpleNamespace(locked_until=0.0))
+    conn.hold("old", None, old)
+    fresh = SimpleNamespace(_record=SimpleNamespace(locked_until=time.time() + 60))
+    for i in range(1022):
+        conn.hold(f"t{i}", None, fresh)
+    assert "old" in conn.locks  # pruning runs every 1024th call
+    conn.hold("last", None, fresh)
+    assert "old" not in conn.locks and len(conn.locks) == 1023
