@@ -214,7 +214,13 @@ class ManagementRequests(IncomingLink):
             receiver = self._session_receiver(args, app)
         else:
             receiver = self._plain_receiver(args, app)
-        start = max(1, int(args.get("from-sequence-number") or 1))
+        start = int(args.get("from-sequence-number") or 0)
+        if start <= 1:
+            # The SDK's "from the beginning". On a partitioned queue an explicit number names
+            # one partition, so start every partition's peek cursor from the beginning instead.
+            receiver._peek_cursor = 0
+            receiver._peek_cursors.clear()
+            start = 0
         count = max(1, int(args.get("message-count") or 1))
         peeked = await receiver.peek_messages(count, sequence_number=start)
         if not peeked:

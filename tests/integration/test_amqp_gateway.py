@@ -343,3 +343,24 @@ async def test_aio_sdk_sends_receives_and_completes(gateway, pooled_queue: str) 
             for m in got:
                 await receiver.complete_message(m)
             assert await receiver.peek_messages(5) == []
+
+
+def test_partitioned_queue_peek_iterate_with_prefetch_and_defer(
+    sdk: SdkClient, admin: ServiceBusAdministrationClient
+) -> None:
+    queue = _queue(admin, partition_count=2)
+    with sdk.get_queue_sender(queue) as sender:
+        sender.send_messages(
+            [ServiceBusMessage(f"m{i}", partition_key=f"k{i % 4}") for i in range(8)]
+        )
+    names = [f"m{i}" for i in range(8)]
+    with sdk.get_queue_receiver(queue, max_wait_time=2, prefetch_count=5) as receiver:
+        assert sorted(str(m) for m in receiver.peek_messages(20)) == names  # every partition
+        got = list(receiver)  # iterates until max_wait_time passes without a message
+        assert sorted(str(m) for m in got) == names
+        receiver.defer_message(got[0])
+        for m in got[1:]:
+            receiver.complete_message(m)
+        (deferred,) = receiver.receive_deferred_messages([got[0].sequence_number])
+        assert str(deferred) == str(got[0])
+        receiver.complete_message(deferred)
