@@ -27,6 +27,7 @@ _CONDITIONS: tuple[tuple[type[BaseException], str, int], ...] = (
     (ex.MessageAlreadySettled, "com.microsoft:message-lock-lost", 410),
     (ex.InvalidArgumentError, "com.microsoft:argument-error", 400),
     (DecodeError, "amqp:decode-error", 400),
+    (TypeError, "com.microsoft:argument-error", 400),  # a request field of the wrong type
 )
 
 

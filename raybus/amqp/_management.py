@@ -28,6 +28,7 @@ from ..exceptions import (
     MessageLockLostError,
     ServiceBusAuthenticationError,
     ServiceBusError,
+    SessionLockLostError,
 )
 from ._codec import Array, Described, Int, Symbol, Timestamp, ULong, encode
 from ._errors import condition_of, status_of
@@ -150,7 +151,7 @@ class ManagementRequests(IncomingLink):
             status, result = await self._run(operation, args, app)
             text = "OK" if status == 200 else "No Content"
             response = _response(props.get("message_id"), status, text, result)
-        except (ServiceBusError, ValueError) as exc:
+        except (ServiceBusError, ValueError, TypeError) as exc:  # TypeError: ill-typed fields
             _LOG.info("amqp $management %s on %s: %s", operation, self.address, exc)
             response = _response(
                 props.get("message_id"), status_of(exc), str(exc), None, condition_of(exc)
@@ -167,7 +168,10 @@ class ManagementRequests(IncomingLink):
         session_id = args.get("session-id")
         for session in self.conn.sessions.values():
             for link in session.links.values():
+                # (a link still attaching has no receiver yet)
                 if not isinstance(link, EntityReceiver) or link.is_detached:
+                    continue
+                if getattr(link, "receiver", None) is None:
                     continue
                 if name is not None and link.name == str(name):
                     return link
@@ -195,8 +199,6 @@ class ManagementRequests(IncomingLink):
     def _session_receiver(self, args: dict[str, Any], app: dict[str, Any]) -> Any:
         link = self._entity_link(app, args)
         if link is None or link.receiver.session is None:
-            from ..exceptions import SessionLockLostError
-
             raise SessionLockLostError(
                 f"no receiver on this connection holds session {args.get('session-id')!r}",
                 self.address,
