@@ -28,14 +28,13 @@ from typing import Any
 import ray
 
 from .. import _failpoints, _rpc
-from .._core import journal
 from .._core.access import INTERNAL
 from .._core.registry import partition_actor_name
 from .._metrics import count_transaction
-from .._storage import DurableLog
 from ..auth import AccessRights
-from ..exceptions import ServiceBusAuthorizationError, ServiceBusError, TransactionAbortedError
+from ..exceptions import ServiceBusAuthorizationError, TransactionAbortedError
 from .access import Guarded, guarded, internal
+from .changelog import ChangeLog
 
 __all__ = ["CoordinatorActor", "coordinator_actor", "coordinator_actor_name"]
 
@@ -55,43 +54,33 @@ class CoordinatorActor(Guarded):
 
     def __init__(self, namespace: str, storage_path: str | None = None) -> None:
         self._namespace = namespace
-        self._log: DurableLog | None = None
+        self._log: ChangeLog | None = None
         self._decided: dict[str, list[str]] = {}  # committed, not acknowledged by all
         self._inflight: set[str] = set()
         self._resume: asyncio.Task[None] | None = None
         self.committed = 0
         self.aborted = 0
-        # Appends and checkpoints are serialised: the log has one writer.
-        self._log_lock = asyncio.Lock()
         self._actor_ids: dict[str, Any] = {}  # partition name -> its actor id (checked)
         if storage_path is not None:
-            self._log = DurableLog.from_storage_path(storage_path, namespace, "coordinator")
-            found = self._log.recover()
-            tables = [found.checkpoint] if found.checkpoint is not None else []
-            tables += [table for _lsn, table in found.entries]
-            for table in tables:
-                for entry in journal.from_table(table):
-                    kind, txn_id, names = entry[3]
-                    if kind == "commit":
-                        self._decided[txn_id] = names
-                    else:
-                        self._decided.pop(txn_id, None)
+            # Only undone decisions matter: a checkpoint of them every 1,000 changes.
+            self._log = ChangeLog(
+                storage_path,
+                namespace,
+                "coordinator",
+                lambda: [("commit", t, n) for t, n in self._decided.items()],
+                every=1000,
+            )
+            for kind, txn_id, names in self._log.replay():
+                if kind == "commit":
+                    self._decided[txn_id] = names
+                else:
+                    self._decided.pop(txn_id, None)
             if self._decided:  # re-send logged decisions without waiting for a client
                 ray.get_runtime_context().current_actor.ping.remote()
 
     async def _append(self, record: tuple[str, str, list[str]]) -> None:
-        log = self._log
-        if log is None:
-            return
-        async with self._log_lock:  # DurableLog has one writer
-            await asyncio.to_thread(log.append, journal.to_table([(0, 0, 0, record)]))
-            if log.next_lsn % 1000 == 0:  # keep the log short: only undone decisions matter
-                snap = [(0, 0, 0, ("commit", t, n)) for t, n in self._decided.items()]
-                try:
-                    table = journal.to_table(snap)
-                    await asyncio.to_thread(log.checkpoint, table, log.next_lsn - 1)
-                except ServiceBusError as exc:
-                    _log.warning("coordinator checkpoint failed: %s", exc)
+        if self._log is not None:
+            await self._log.append(record)
 
     def _start_resume(self) -> None:
         if self._decided and (self._resume is None or self._resume.done()):

@@ -18,18 +18,18 @@ import pyarrow.fs as pafs
 import ray
 
 from .._clock import SystemClock
-from .._core import journal
 from .._core.access import ANY, INTERNAL, Guard
 from .._core.partition import PartitionCounts
 from .._core.registry import EntityEntry, Registry, entity_storage_dirs
 from .._core.slots import PartitionMap
 from .._models import QueueProperties
-from .._storage import DurableLog, open_storage
+from .._storage import open_storage
 from .._topic_models import is_subscription
 from ..auth import AccessRights
-from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError, ServiceBusError
+from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 from .access import guarded, internal_token
 from .access_admin import AccessOps
+from .changelog import ChangeLog
 from .partition import partition_actor
 from .router import router_actor
 from .scaling import Scaler
@@ -102,18 +102,13 @@ class NamespaceActor(TopicOps, AccessOps):
         self._handles: dict[str, dict[int, Any]] = {}
         self._routers: dict[str, Any] = {}  # topic name -> its router actor
         self._router_version = 0
-        self._log: DurableLog | None = None
-        self._logged = 0
-        self._log_lock = asyncio.Lock()
+        self._log: ChangeLog | None = None
         self._scaler = Scaler(self)
         if storage_path is not None:
-            self._log = DurableLog.from_storage_path(storage_path, namespace, "registry")
-            found = self._log.recover()
-            tables = [found.checkpoint] if found.checkpoint is not None else []
-            tables += [table for _lsn, table in found.entries]
-            for table in tables:
-                self._registry.restore((p[3][0], p[3][1]) for p in journal.from_table(table))
-            self._logged = len(found.entries)
+            self._log = ChangeLog(
+                storage_path, namespace, "registry", self._registry.snapshot, every=100
+            )
+            self._registry.restore((kind, value) for kind, value in self._log.replay())
             for entry in self._registry.list():
                 key = entry.properties.name.lower()
                 if entry.kind == "topic":
@@ -146,20 +141,8 @@ class NamespaceActor(TopicOps, AccessOps):
 
     async def _persist(self, change: tuple[str, Any]) -> None:
         """Log one registry change durably (a no-op without storage)."""
-        log = self._log
-        if log is None:
-            return
-        table = journal.to_table([(0, 0, 0, change)])
-        async with self._log_lock:  # DurableLog has one writer; calls here run concurrently
-            await asyncio.to_thread(log.append, table)
-            self._logged += 1
-            if self._logged >= 100:
-                snap = journal.to_table([(0, 0, 0, c) for c in self._registry.snapshot()])
-                try:
-                    await asyncio.to_thread(log.checkpoint, snap, log.next_lsn - 1)
-                    self._logged = 0
-                except ServiceBusError as exc:
-                    _log.warning("registry checkpoint of %s failed: %s", self._namespace, exc)
+        if self._log is not None:
+            await self._log.append(change)
 
     @guarded(ANY)
     async def storage_path(self) -> str | None:

@@ -188,6 +188,34 @@ def test_delete_queue_by_any_casing_removes_it_and_frees_the_name(
     assert admin.get_queue_runtime_properties(name).active_message_count == 0
 
 
+def test_a_sender_holding_a_deleted_queues_route_reaches_the_queue_made_again(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    """The sender's cached route names the dead queue's actors. Its next send finds them gone,
+    rechecks the name, learns the new incarnation and reports the old queue deleted (the send
+    is not silently redirected); the send after that reaches the new queue. Nothing reaches
+    the new queue twice and nothing is lost once a send has succeeded."""
+    name = _name("again")
+    admin.create_queue(name)
+    with client.get_queue_sender(name) as sender:
+        sender.send_messages(ServiceBusMessage("old"))
+        admin.delete_queue(name)
+        admin.create_queue(name)
+        sent = 0
+        for body in ("new-1", "new-2"):
+            try:
+                sender.send_messages(ServiceBusMessage(body))
+                sent += 1
+            except MessagingEntityNotFoundError:
+                assert body == "new-1", "only the first send may see the old queue gone"
+        sender.send_messages(ServiceBusMessage("new-3"))
+    with client.get_queue_receiver(name, max_wait_time=2) as receiver:
+        got = receiver.receive_messages(max_message_count=10, max_wait_time=3)
+        receiver.complete_messages(got)
+    bodies = [str(m) for m in got]
+    assert "old" not in bodies and len(bodies) == sent + 1 and bodies[-1] == "new-3"
+
+
 def test_list_queues_and_their_runtime_properties_cover_every_queue(
     namespace: str, client: raybus.ServiceBusClient
 ) -> None:

@@ -152,3 +152,28 @@ def test_forwarding_settings_are_checked_and_receivers_are_refused(
         pytest.raises(InvalidArgumentError),
     ):
         receiver.receive_messages(1)
+
+
+def test_forwarding_rides_out_a_destination_partition_crash(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """The destination partition dies while preparing a forwarding transaction (a fail point):
+    the forwarder's commit is rolled back with a transient cause, it releases the batch and
+    tries again once the partition is back, so every message arrives once and none is
+    dead-lettered at the source."""
+    import ray
+
+    from raybus._sync import run
+
+    src, dest = _n("src"), _n("dest")
+    admin.create_queue(dest)
+    admin.create_queue(src, forward_to=dest)
+    (handle,) = run(client._aio._conn.route(dest)).partitions
+    ray.get(handle.arm_failpoint.remote("participant.before_prepare"))
+    n = 200
+    with client.get_queue_sender(src) as sender:
+        for i in range(0, n, 50):
+            sender.send_messages([ServiceBusMessage(f"m{j}") for j in range(i, i + 50)])
+    got = _drain(client, dest, n)
+    assert sorted(m.body for m in got) == sorted(f"m{i}" for i in range(n))
+    assert _drain(client, src, 1, sub_queue="deadletter") == []

@@ -1239,3 +1239,29 @@ def test_sends_to_a_topic_join_a_transaction(
     finally:
         admin.delete_topic(topic)
         admin.delete_queue(src)
+
+
+def test_publishing_goes_on_while_a_subscription_changes_its_partition_count(
+    client: raybus.ServiceBusClient,
+    admin: ServiceBusAdministrationClient,
+    topic: str,
+) -> None:
+    """The router's cached map goes stale when a subscription grows: a partition that gave a
+    slot away refuses keys it no longer owns (PartitionMovedError, inside the router's
+    two-phase publish), and the router refreshes its routes and sends again. Every keyed copy
+    arrives exactly once."""
+    admin.create_subscription(topic, "grows", partition_count=1)
+    admin.create_subscription(topic, "fixed")
+    n = 300
+    with client.get_topic_sender(topic) as sender:
+        for i in range(0, n, 10):
+            if i == 100:
+                sub = admin.get_subscription(topic, "grows")
+                admin.update_subscription(topic, sub, partition_count=3)
+            sender.send_messages(
+                [ServiceBusMessage(f"m{j}", partition_key=f"k{j % 37}") for j in range(i, i + 10)]
+            )
+    for sub in ("grows", "fixed"):
+        got = _drain(client, topic, sub, n, timeout=60)
+        assert sorted(_bodies(got)) == sorted(f"m{i}" for i in range(n)), sub
+    assert admin.get_subscription(topic, "grows").partition_count == 3
