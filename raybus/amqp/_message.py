@@ -59,6 +59,15 @@ __all__ = [
 BATCH_FORMAT = 0x80013700  # Service Bus batch: each data section holds one encoded message
 RAW_BODY_PROPERTY = "x-raybus-amqp-body"
 
+# Annotation keys, made once (from_raybus runs for every delivered message).
+_SEQ = Symbol("x-opt-sequence-number")
+_ENQ = Symbol("x-opt-enqueued-time")
+_ENQ_SEQ = Symbol("x-opt-enqueue-sequence-number")
+_STATE = Symbol("x-opt-message-state")
+_LOCKED = Symbol("x-opt-locked-until")
+_SCHED = Symbol("x-opt-scheduled-enqueue-time")
+_PKEY = Symbol("x-opt-partition-key")
+_DLSRC = Symbol("x-opt-deadletter-source")
 _HEADER, _DELIVERY_ANN, _MESSAGE_ANN, _PROPERTIES, _APP_PROPS = 0x70, 0x71, 0x72, 0x73, 0x74
 _DATA, _SEQUENCE, _VALUE, _FOOTER = 0x75, 0x76, 0x77, 0x78
 _BODY = (_DATA, _SEQUENCE, _VALUE)
@@ -194,10 +203,10 @@ def to_raybus(payload: bytes | memoryview) -> ServiceBusMessage:
     p = s.properties
     ttl = s.header[2] if len(s.header) > 2 else None
     ann = s.annotations
-    scheduled = ann.get(Symbol("x-opt-scheduled-enqueue-time"))
+    scheduled = ann.get(_SCHED)
     if isinstance(scheduled, Timestamp):
         scheduled = scheduled.to_datetime()
-    partition_key = ann.get(Symbol("x-opt-partition-key"))
+    partition_key = ann.get(_PKEY)
     kwargs: dict[str, Any] = {
         "application_properties": props or None,
         "message_id": _text(p.get("message_id")),
@@ -249,19 +258,19 @@ def from_raybus(rec: MessageRecord, *, locked: bool) -> bytes:
     ttl_ms = None if ttl is None or ttl == float("inf") else UInt(min(round(ttl * 1000), 2**32 - 1))
     parts = [_section(_HEADER, [True, None, ttl_ms, None, UInt(rec.delivery_count)])]
     ann: dict[Any, Any] = {
-        Symbol("x-opt-sequence-number"): rec.sequence_number,
-        Symbol("x-opt-enqueued-time"): _ts(rec.enqueued_time),
-        Symbol("x-opt-enqueue-sequence-number"): rec.enqueued_sequence_number,
-        Symbol("x-opt-message-state"): rec.state,
+        _SEQ: rec.sequence_number,
+        _ENQ: _ts(rec.enqueued_time),
+        _ENQ_SEQ: rec.enqueued_sequence_number,
+        _STATE: rec.state,
     }
     if locked and rec.locked_until:
-        ann[Symbol("x-opt-locked-until")] = _ts(rec.locked_until)
+        ann[_LOCKED] = _ts(rec.locked_until)
     if rec.scheduled_enqueue_time:
-        ann[Symbol("x-opt-scheduled-enqueue-time")] = _ts(rec.scheduled_enqueue_time)
+        ann[_SCHED] = _ts(rec.scheduled_enqueue_time)
     if rec.partition_key is not None:
-        ann[Symbol("x-opt-partition-key")] = rec.partition_key
+        ann[_PKEY] = rec.partition_key
     if rec.dead_letter_source is not None:
-        ann[Symbol("x-opt-deadletter-source")] = rec.dead_letter_source
+        ann[_DLSRC] = rec.dead_letter_source
     parts.append(_section(_MESSAGE_ANN, ann))
     props = [
         rec.message_id,
