@@ -101,7 +101,7 @@ class Admin:
         return ray.get_actor(target["name"], namespace=target["ray_namespace"])
 
 
-class _Endpoint:
+class Endpoint:
     def __init__(
         self, target: dict[str, Any], source: int, system: dict[str, Any], cfg: dict[str, Any]
     ) -> None:
@@ -133,11 +133,4 @@ class _Endpoint:
         pass
 
 
-def open_sender(target: dict[str, Any], system: dict[str, Any], cfg: dict[str, Any]) -> _Endpoint:
-    return _Endpoint(target, 0, system, cfg)
-
-
-def open_receiver(
-    target: dict[str, Any], source: int, system: dict[str, Any], cfg: dict[str, Any]
-) -> _Endpoint:
-    return _Endpoint(target, source, system, cfg)
+Sender = Receiver = Endpoint

@@ -9,8 +9,9 @@ provides two halves:
   entities and returns a JSON-able description of them; ``check_empty(target)`` raises
   ``BenchError`` if anything is left (unsettled, redelivered, dead-lettered);
   ``teardown(target)``; ``close()``.
-* ``open_sender(target, system, cfg)`` / ``open_receiver(target, source, system, cfg)`` (in
-  the sender and receiver worker processes) return an ``Endpoint``.
+* ``Sender(target, source, system, cfg)`` / ``Receiver(target, source, system, cfg)`` (in the
+  sender and receiver worker processes): ``Endpoint`` classes (``source`` is the subscription
+  a receiver reads; 0 for a sender).
 
 Bodies carry their own index and send time, so every peer is checked (each message exactly
 once, body intact) and timed (send-to-receive latency) in the same way.

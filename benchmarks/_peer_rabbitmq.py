@@ -99,8 +99,10 @@ class _Threaded:
         self.pool.shutdown(wait=False)
 
 
-class _Sender(_Threaded):
-    def __init__(self, target: dict[str, Any], cfg: dict[str, Any]) -> None:
+class Sender(_Threaded):
+    def __init__(
+        self, target: dict[str, Any], source: int, system: dict[str, Any], cfg: dict[str, Any]
+    ) -> None:
         super().__init__()
         self.target = target
         self.single = cfg["calls"] == "single"
@@ -174,7 +176,7 @@ class _Sender(_Threaded):
             self.shutdown()
 
 
-class _Receiver(_Threaded):
+class Receiver(_Threaded):
     def __init__(
         self, target: dict[str, Any], source: int, system: dict[str, Any], cfg: dict[str, Any]
     ) -> None:
@@ -236,13 +238,3 @@ class _Receiver(_Threaded):
             await self.run(_close)
         finally:
             self.shutdown()
-
-
-def open_sender(target: dict[str, Any], system: dict[str, Any], cfg: dict[str, Any]) -> _Sender:
-    return _Sender(target, cfg)
-
-
-def open_receiver(
-    target: dict[str, Any], source: int, system: dict[str, Any], cfg: dict[str, Any]
-) -> _Receiver:
-    return _Receiver(target, source, system, cfg)

@@ -73,8 +73,10 @@ def _client(target: dict[str, Any]) -> raybus.aio.ServiceBusClient:
     return _clients[ns]
 
 
-class _Sender:
-    def __init__(self, target: dict[str, Any], cfg: dict[str, Any]) -> None:
+class Sender:
+    def __init__(
+        self, target: dict[str, Any], source: int, system: dict[str, Any], cfg: dict[str, Any]
+    ) -> None:
         c = _client(target)
         name = target["name"]
         self.sender = (
@@ -99,7 +101,7 @@ class _Sender:
         await self.sender.close()
 
 
-class _Receiver:
+class Receiver:
     def __init__(
         self, target: dict[str, Any], source: int, system: dict[str, Any], cfg: dict[str, Any]
     ) -> None:
@@ -136,13 +138,3 @@ class _Receiver:
 
     async def close(self) -> None:
         await self.receiver.close()
-
-
-def open_sender(target: dict[str, Any], system: dict[str, Any], cfg: dict[str, Any]) -> _Sender:
-    return _Sender(target, cfg)
-
-
-def open_receiver(
-    target: dict[str, Any], source: int, system: dict[str, Any], cfg: dict[str, Any]
-) -> _Receiver:
-    return _Receiver(target, source, system, cfg)

@@ -58,8 +58,10 @@ def _empty(exc: BaseException) -> bool:
     return isinstance(exc, Empty) or "Empty" in type(exc).__name__
 
 
-class _Endpoint:
-    def __init__(self, target: dict[str, Any], source: int, cfg: dict[str, Any]) -> None:
+class Endpoint:
+    def __init__(
+        self, target: dict[str, Any], source: int, system: dict[str, Any], cfg: dict[str, Any]
+    ) -> None:
         ns = target["ray_namespace"]
         self.actors = [ray.get_actor(n, namespace=ns) for n in target["names"]]
         self.actor = self.actors[source]
@@ -100,11 +102,4 @@ class _Endpoint:
         pass
 
 
-def open_sender(target: dict[str, Any], system: dict[str, Any], cfg: dict[str, Any]) -> _Endpoint:
-    return _Endpoint(target, 0, cfg)
-
-
-def open_receiver(
-    target: dict[str, Any], source: int, system: dict[str, Any], cfg: dict[str, Any]
-) -> _Endpoint:
-    return _Endpoint(target, source, cfg)
+Sender = Receiver = Endpoint

@@ -196,7 +196,7 @@ def latency_table(summary: Sequence[Mapping[str, Any]]) -> str:
                 ]
                 cells.append("" if s["system"] == "raybus" else _ratio(vs.get(s["system"])))
             lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) if len(lines) > 2 else "(not run)"
 
 
 def detail_table(summary: Sequence[Mapping[str, Any]]) -> str:
@@ -324,19 +324,25 @@ def split_notes(text: str) -> str:
 
 
 def chart(summary: Sequence[Mapping[str, Any]], path: str, title: str) -> None:
-    """Grouped bars of msgs/s (log scale) per cell for raybus and its peers."""
+    """Left: grouped bars of delivered msgs/s (log scale) per cell for raybus and its peers.
+    Right: p50 and p99 latency per system in the fixed-rate scenario (log scale)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     systems = ["raybus", "raybus-express", *PEERS]
-    keys: list[tuple[str, int, str]] = []
-    for s in summary:
-        if cell_key(s) not in keys:
-            keys.append(cell_key(s))
+    keys = [k for k in _keys(summary) if k[0] not in LATENCY_SCENARIOS]
+    lat = [
+        s
+        for s in summary
+        if s["scenario"] in LATENCY_SCENARIOS and s.get("latency") and s["msgs_per_s"]
+    ]
+    fig, axes = plt.subplots(
+        1, 2, figsize=(max(9, 1.1 * len(keys) + 4), 5.5), gridspec_kw={"width_ratios": [3, 1]}
+    )
+    ax = axes[0]
     width = 0.8 / len(systems)
-    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(keys)), 5))
     for j, system in enumerate(systems):
         vals = []
         for key in keys:
@@ -348,9 +354,24 @@ def chart(summary: Sequence[Mapping[str, Any]], path: str, title: str) -> None:
     ax.set_yscale("log")
     ax.set_ylabel("delivered msgs/s (log)")
     ax.set_xticks(range(len(keys)))
-    ax.set_xticklabels([f"{k[0]}\n{_size(k[1])} {k[2]}" for k in keys], fontsize=8)
-    ax.set_title(title)
+    ax.set_xticklabels([f"{k[0]}\n{_size(k[1])} {k[2]}" for k in keys], fontsize=7)
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, ncol=2)
+    ax.grid(axis="y", alpha=0.3)
+    ax = axes[1]
+    if lat:
+        names = [s["system"] for s in lat]
+        xs = range(len(lat))
+        ax.bar([x - 0.2 for x in xs], [s["latency"]["p50_ms"] for s in lat], 0.4, label="p50")
+        ax.bar([x + 0.2 for x in xs], [s["latency"]["p99_ms"] for s in lat], 0.4, label="p99")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(names, rotation=45, ha="right", fontsize=7)
+        ax.set_yscale("log")
+        ax.axhline(2, color="grey", lw=0.8, ls=":")
+        ax.axhline(20, color="grey", lw=0.8, ls="--")
+        ax.legend(fontsize=7)
+    ax.set_ylabel("send-to-receive latency, ms (log)")
+    ax.set_title("1,000 msg/s open loop\n(targets: p50 2 ms, p99 20 ms)", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

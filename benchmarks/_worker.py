@@ -42,7 +42,7 @@ async def run_senders(cell: dict[str, Any], go: asyncio.Event) -> dict[str, Any]
     peer = _peer(cell["system"])
     cfg = cell["cfg"]
     n, size = cell["n"], cell["size"]
-    eps = [peer.open_sender(cell["target"], system, cfg) for _ in range(cell["senders"])]
+    eps = [peer.Sender(cell["target"], 0, system, cfg) for _ in range(cell["senders"])]
     step = 1 if cfg["calls"] == "single" else cfg["batch"]
     chunks = iter(range(0, n, step))
     emit(event="prepared")
@@ -89,7 +89,7 @@ async def run_receivers(cell: dict[str, Any], go: asyncio.Event) -> dict[str, An
     problems: list[str] = []
     latencies: list[float] = []
     eps = [
-        (j % sources, peer.open_receiver(cell["target"], j % sources, system, cfg))
+        (j % sources, peer.Receiver(cell["target"], j % sources, system, cfg))
         for j in range(cell["receivers"])
     ]
     emit(event="prepared")
