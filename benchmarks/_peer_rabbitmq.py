@@ -9,7 +9,7 @@
   sender publishes through the channel's asynchronous half on the same blocking connection
   and pumps I/O with the connection's own wait loop (``_flush_output``, a private pika
   method) until every publish of the call is confirmed. calls="single": one publish, one
-  confirm.
+  confirm. Calls made concurrently on one endpoint while it waits go out together next.
 * Receiver: ``basic_qos(prefetch_count)``; peek-lock's peer is manual acks (batch: one
   ``basic_ack(multiple=True)`` per received list; single: one ack per message);
   receive-and-delete's peer is ``auto_ack=True``.
@@ -107,6 +107,9 @@ class Sender(_Threaded):
         self.target = target
         self.single = cfg["calls"] == "single"
         self.conn: Any = None
+        self.pending: list[tuple[list[bytes], asyncio.Future[None]]] = []
+        self.flushing = False
+        self.flusher: asyncio.Future[None] | None = None
 
     def _open(self) -> None:
         import pika
@@ -153,11 +156,33 @@ class Sender(_Threaded):
             raise BenchError(f"RabbitMQ nacked {self.nacked} publishes")
 
     async def send(self, bodies: list[bytes]) -> None:
-        if self.single:
-            for b in bodies:
-                await self.run(self._publish, [b])
-        else:
-            await self.run(self._publish, bodies)
+        for call in [[b] for b in bodies] if self.single else [bodies]:
+            fut = asyncio.get_running_loop().create_future()
+            self.pending.append((call, fut))
+            if not self.flushing:
+                self.flushing = True
+                self.flusher = asyncio.ensure_future(self._flush())
+            await fut
+
+    async def _flush(self) -> None:
+        """Calls made while a publish is waiting for its confirms go out together next, each
+        answered once all of its messages are confirmed: what an asynchronous AMQP client
+        does (raybus's sender merges concurrent calls likewise), so that concurrent calls on
+        one endpoint (the open-loop latency sender) are not serialised behind one confirm
+        each."""
+        try:
+            while self.pending:
+                calls, self.pending = self.pending, []
+                try:
+                    await self.run(self._publish, [b for bodies, _f in calls for b in bodies])
+                except Exception as exc:
+                    for _b, f in calls:
+                        f.set_exception(exc)
+                else:
+                    for _b, f in calls:
+                        f.set_result(None)
+        finally:
+            self.flushing = False
 
     async def receive(self, max_n: int, wait: float) -> list[tuple[bytes, Any]]:
         raise NotImplementedError
