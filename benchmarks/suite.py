@@ -48,7 +48,7 @@ import ray
 from _peer_base import LABELS, SYSTEMS
 from _report import chart, evaluate_targets, results_md, run_section, split_notes
 from _scenarios import PROFILES, SCENARIOS, build_plan
-from _stats import SCHEMA_VERSION, rates, summarise, validate_result
+from _stats import SCHEMA_VERSION, cell_key, rates, summarise, validate_result
 
 PUBLISHED = HERE / "published"
 TITLES = {k: v["title"] for k, v in SCENARIOS.items()}
@@ -253,11 +253,14 @@ def run_plan(
     with rp.Progress(*columns, rp.TimeElapsedColumn()) as progress:
         bar = progress.add_task("suite", total=args.rounds * sum(len(c["systems"]) for c in plan))
         for rnd in range(args.rounds):
-            for cell in plan:
+            for index, cell in enumerate(plan):
                 what = f"{cell['scenario']} {cell['size']} B {cell['calls']}"
                 base = {k: cell[k] for k in ("scenario", "size", "calls", "n")} | {"round": rnd}
-                for system in cell["systems"]:
+                # A different system goes first in each cell: none always meets a cold cache.
+                k = (index + rnd) % max(1, len(cell["systems"]))
+                for system in cell["systems"][k:] + cell["systems"][:k]:
                     rec = {**base, "system": system, "ok": False}
+                    rec["loadavg_1m"] = os.getloadavg()[0]
                     progress.update(bar, description=f"{what}: {system}")
                     if args.budget - (time.time() - started) <= cell["reserve_s"]:
                         rec["skipped"] = f"time budget of {args.budget:.0f} s used up"
@@ -339,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
 
     facts["loadavg_end"] = list(os.getloadavg())
     summary = summarise(runs)
+    cells = list(dict.fromkeys((r["scenario"], r["size"], r["calls"]) for r in runs))
+    order = list(SYSTEMS)  # within a cell, systems in a fixed order whatever order they ran in
+    summary.sort(key=lambda s: (cells.index(cell_key(s)), order.index(s["system"])))
     doc: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "suite": "raybus-peers",
