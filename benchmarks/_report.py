@@ -253,6 +253,13 @@ def facts_block(doc: Mapping[str, Any]) -> str:
     la0 = ", ".join(f"{x:.2f}" for x in m["loadavg_start"] or [])
     la1 = ", ".join(f"{x:.2f}" for x in m["loadavg_end"] or [])
     unavailable = "; ".join(f"{k}: {r}" for k, r in doc["peers_unavailable"].items()) or "none"
+    during = sorted(r["loadavg_1m"] for r in doc.get("runs", []) if "loadavg_1m" in r)
+    sampled = (
+        f"; 1-minute load at the start of each run: min {during[0]:.1f}, "
+        f"median {during[len(during) // 2]:.1f}, max {during[-1]:.1f}"
+        if during
+        else ""
+    )
     return "\n".join(
         [
             f"- date: {doc['started_at']} (UTC), duration {doc['duration_s']:.0f} s, "
@@ -261,7 +268,7 @@ def facts_block(doc: Mapping[str, Any]) -> str:
             f"- CPUs: {m['cpu_count']} ({', '.join(m.get('cpu_model') or [])}), "
             f"memory {m.get('mem_gb', '?')} GB",
             f"- load average (1, 5, 15 min) at start: {la0}; at end: {la1} "
-            "(the machine is shared with other agents' work)",
+            f"(the machine is shared with other agents' work){sampled}",
             "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
             f"- git commit: {m.get('git_commit')}",
             f"- peers not available: {unavailable}",

@@ -35,9 +35,8 @@ def _peer(system: str) -> Any:
 
 async def run_senders(cell: dict[str, Any], go: asyncio.Event) -> dict[str, Any]:
     """``cell['senders']`` tasks send indexes 0..n-1 in chunks of ``batch`` (1 for single
-    calls), taking the next chunk as they finish one; with ``rate`` set, one task sends one
-    message per tick instead (the low-latency scenario: the rate is held unless a send takes
-    longer than a tick, and the achieved rate is reported)."""
+    calls), taking the next chunk as they finish one; with ``rate`` set, one message is sent
+    per tick instead, open loop (the low-latency scenario; the achieved rate is reported)."""
     system = SYSTEMS[cell["system"]]
     peer = _peer(cell["system"])
     cfg = cell["cfg"]
@@ -55,8 +54,8 @@ async def run_senders(cell: dict[str, Any], go: asyncio.Event) -> dict[str, Any]
 
     async def paced(ep: Any) -> None:
         """Open loop: a send starts at every tick whether or not earlier ones returned, so a
-        slow send delays nothing but itself (its latency shows it, as the body carries the
-        tick's time)."""
+        slow send delays nothing but itself. The body carries the time its send started: the
+        tick's, unless this event loop itself fell behind (the achieved rate shows that)."""
         start = time.monotonic()
         sends = []
         for i in range(n):

@@ -145,6 +145,7 @@ def test_results_md_keeps_the_hand_written_notes() -> None:
         "summary": _all_met(),
         "targets": _report.evaluate_targets(_all_met()),
         "peers_unavailable": {"rabbitmq": "not root"},
+        "runs": [{"loadavg_1m": x} for x in (9.0, 3.0, 30.0)] + [{"skipped": "budget"}],
     }
     text = _report.results_md(
         [("Quick run", doc, "published/suite-quick.png")], {"throughput": "T"}, "My notes.\n"
@@ -152,6 +153,7 @@ def test_results_md_keeps_the_hand_written_notes() -> None:
     assert "## Quick run" in text and "published/suite-quick.png" in text
     assert "at start: 1.00, 2.00, 3.00; at end: 4.00, 5.00, 6.00" in text
     assert "rabbitmq: not root" in text
+    assert "each run: min 3.0, median 9.0, max 30.0" in text
     assert _report.split_notes(text).strip() == "My notes."
     again = _report.results_md([], {}, _report.split_notes(text))
     assert _report.split_notes(again).strip() == "My notes."
