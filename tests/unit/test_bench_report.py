@@ -180,6 +180,18 @@ def test_plan_covers_the_issue_scenarios_and_leaves_out_unavailable_peers() -> N
     assert big["n"] * 65536 <= _scenarios.PROFILES["full"]["bytes_cap"]
 
 
+def test_quick_plan_runs_the_cells_of_the_targets_before_the_budget_can_cut_them() -> None:
+    plan = _scenarios.build_plan("quick")
+    order = [(c["scenario"], c["size"], c["calls"]) for c in plan]
+    assert order[:4] == [
+        ("throughput", 1024, "batch"),
+        ("throughput", 65536, "batch"),
+        ("latency", 1024, "single"),
+        ("senders100", 1024, "single"),
+    ]
+    assert order[-1] == ("throughput", 1024, "single")
+
+
 def test_plan_rejects_unknown_scenarios_and_tiny_bodies() -> None:
     with pytest.raises(ValueError, match="unknown scenario"):
         _scenarios.build_plan("quick", ["nope"])
