@@ -199,6 +199,47 @@ def latency_table(summary: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) if len(lines) > 2 else "(not run)"
 
 
+VARIANTS = [
+    ("raybus", "rabbitmq"),
+    ("raybus-express", "rabbitmq"),
+    ("raybus-rd", "rabbitmq-rd"),
+    ("raybus-express-rd", "rabbitmq-rd"),
+]
+
+
+def variants_table(summary: Sequence[Mapping[str, Any]]) -> str:
+    """raybus's storage and receive modes side by side, each against RabbitMQ in the same
+    settle mode (peek-lock ↔ manual ack, receive-and-delete ↔ auto-ack): msgs/s and the ratio.
+    Express answers before its write reaches the disk (within 1 s), a quorum queue after its
+    fsync: that ratio is not like for like, and says what the durable write path costs."""
+    head = " | ".join(
+        f"{LABELS[v]} (÷ {'auto-ack' if p.endswith('-rd') else 'manual ack'})" for v, p in VARIANTS
+    )
+    lines = [f"| scenario | size | calls | {head} |", "|---|---:|---|" + "---:|" * len(VARIANTS)]
+    found = False
+    for key in _keys(summary):
+        if key[0] in LATENCY_SCENARIOS:
+            continue
+        row = [key[0], _size(key[1]), key[2]]
+        for ours, peer in VARIANTS:
+            mine = _get(summary, *key, ours)
+            theirs = _get(summary, *key, peer) or _get(summary, *key, "rabbitmq")
+            if mine is None or mine.get("skipped"):
+                row.append("")
+                continue
+            found = found or ours != "raybus"
+            r = ratio_of(mine, theirs)
+            row.append(f"{_rate_cell(mine)} ({_ratio(r)})")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) if found else "(no variants run)"
+
+
+def ratio_of(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> float | None:
+    if not a or not b or a["msgs_per_s"] is None or not b["msgs_per_s"]:
+        return None
+    return float(a["msgs_per_s"]) / float(b["msgs_per_s"])
+
+
 def detail_table(summary: Sequence[Mapping[str, Any]]) -> str:
     """Every system of every cell, raw: msgs/s, MB/s, latency percentiles, failures."""
     lines = [
@@ -282,6 +323,10 @@ def run_section(doc: Mapping[str, Any], titles: Mapping[str, str], chart: str | 
         "#### raybus against its peers (raybus ÷ peer: above 1 means raybus is faster)",
         "",
         ratio_table(doc["summary"], titles),
+        "",
+        "#### raybus durable and express, peek-lock and receive-and-delete, against RabbitMQ",
+        "",
+        variants_table(doc["summary"]),
         "",
         "#### Low latency: 1,000 msg/s, open loop, per-message sends",
         "",

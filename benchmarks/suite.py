@@ -205,6 +205,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--out", type=Path, default=HERE / "results", help="directory for JSON/Markdown/PNG"
     )
     p.add_argument(
+        "--render",
+        action="store_true",
+        help="run nothing: redraw the published charts and regenerate benchmarks/RESULTS.md",
+    )
+    p.add_argument(
         "--publish",
         action="store_true",
         help="copy to benchmarks/published/ and regenerate benchmarks/RESULTS.md",
@@ -281,6 +286,16 @@ def run_plan(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        for profile in ("full", "quick"):
+            path = PUBLISHED / f"suite-{profile}.json"
+            if path.exists():
+                doc = json.loads(path.read_text())
+                validate_result(doc)
+                title = f"raybus and peers ({profile}, {doc['started_at']} UTC)"
+                chart(doc["summary"], str(path.with_suffix(".png")), title)
+        publish_results_md()
+        return 0
     started = time.time()
     facts = machine_facts()
     facts["loadavg_start"] = facts.pop("loadavg")

@@ -232,3 +232,25 @@ def test_latency_cells_have_their_own_table_and_stay_out_of_the_rate_table() -> 
     # The RabbitMQ target counts the latency cell by p99: 24 ms against raybus's 12 ms.
     t = _report.evaluate_targets(summary)[1]
     assert t["status"] == "pass" and "2 of 2 cells" in t["measured"]
+
+
+def test_variants_table_compares_each_raybus_mode_with_rabbitmq_in_the_same_settle_mode() -> None:
+    summary = [
+        _s("throughput", 1024, "batch", "raybus", 500.0),
+        _s("throughput", 1024, "batch", "raybus-express", 2000.0),
+        _s("throughput", 1024, "batch", "raybus-rd", 900.0),
+        _s("throughput", 1024, "batch", "rabbitmq", 1000.0),
+        _s("throughput", 1024, "batch", "rabbitmq-rd", 3000.0),
+    ]
+    lines = _report.variants_table(summary).splitlines()
+    row = [c.strip() for c in lines[2].split("|")[1:-1]]
+    assert row == [
+        "throughput",
+        "1 KiB",
+        "batch",
+        "500 (0.50x)",
+        "2,000 (2.00x)",
+        "900 (0.30x)",
+        "",
+    ]
+    assert _report.variants_table(summary[:1]) == "(no variants run)"
