@@ -118,7 +118,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "latency_s": 1.5,
         "rounds": 1,
         "timeout": 40.0,
-        "budget_s": 115.0,
+        "budget_s": 100.0,
         # Cells that feed a target first: on a loaded machine the budget cuts the others.
         "single_last": True,
     },

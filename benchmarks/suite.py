@@ -263,11 +263,13 @@ def run_plan(
                 base = {k: cell[k] for k in ("scenario", "size", "calls", "n")} | {"round": rnd}
                 # A different system goes first in each cell: none always meets a cold cache.
                 k = (index + rnd) % max(1, len(cell["systems"]))
+                # All of a cell's systems or none: a ratio needs both sides.
+                out_of_time = args.budget - (time.time() - started) <= cell["reserve_s"]
                 for system in cell["systems"][k:] + cell["systems"][:k]:
                     rec = {**base, "system": system, "ok": False}
                     rec["loadavg_1m"] = os.getloadavg()[0]
                     progress.update(bar, description=f"{what}: {system}")
-                    if args.budget - (time.time() - started) <= cell["reserve_s"]:
+                    if out_of_time:
                         rec["skipped"] = f"time budget of {args.budget:.0f} s used up"
                     else:
                         try:
