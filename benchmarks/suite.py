@@ -121,11 +121,16 @@ def make_admins(storage: str, unavailable: dict[str, str]) -> dict[str, Any]:
 
 
 class Runner:
-    """Holds the two worker processes (restarted after a failure: one may be stuck)."""
+    """Holds the two worker processes (restarted after a failure: one may be stuck) and each
+    system's entities. A system keeps its queue (or topic, actor) from one cell to the next
+    while the topology stays the same: every run leaves it empty (checked), and creating one
+    (a Ray worker process per raybus partition or peer actor) costs seconds on this machine.
+    A run that fails drops its entities; a new topology drops the others'."""
 
     def __init__(self, gcs: str, admins: dict[str, Any], timeout: float) -> None:
         self.gcs, self.admins, self.timeout = gcs, admins, timeout
         self.workers: dict[str, WorkerProcess] = {}
+        self.targets: dict[tuple[str, str], dict[str, Any]] = {}
 
     def worker(self, role: str) -> WorkerProcess:
         w = self.workers.get(role)
@@ -134,15 +139,37 @@ class Runner:
             w = self.workers[role] = WorkerProcess(argv, 120)
         return w
 
-    def close(self) -> None:
+    def restart_workers(self) -> None:
         for w in self.workers.values():
             w.close()
         self.workers.clear()
 
+    def close(self) -> None:
+        self.restart_workers()
+        for key in list(self.targets):
+            self.drop(key)
+
+    def target(self, system: str, topology: dict[str, Any]) -> tuple[str, str]:
+        key = (system, json.dumps(topology, sort_keys=True))
+        if key not in self.targets:
+            for other in [k for k in self.targets if k[1] != key[1]]:
+                self.drop(other)
+            self.targets[key] = self.admins[SYSTEMS[system]["peer"]].setup(
+                topology, SYSTEMS[system]
+            )
+        return key
+
+    def drop(self, key: tuple[str, str]) -> None:
+        target = self.targets.pop(key)
+        try:
+            self.admins[SYSTEMS[key[0]]["peer"]].teardown(target)
+        except Exception as exc:
+            print(f"warning: teardown of {key[0]} failed: {exc!r}", file=sys.stderr)
+
     def run(self, cell: dict[str, Any], system: str, batch: int) -> dict[str, Any]:
-        sysopts = SYSTEMS[system]
-        admin = self.admins[sysopts["peer"]]
-        target = admin.setup(cell["topology"], sysopts)
+        admin = self.admins[SYSTEMS[system]["peer"]]
+        key = self.target(system, cell["topology"])
+        target = self.targets[key]
         sources = max(1, cell["topology"].get("subscriptions", 0))
         common = {
             "op": "prepare",
@@ -167,13 +194,9 @@ class Runner:
                 raise BenchError("; ".join(got["problems"]))
             admin.check_empty(target)
         except BaseException:
-            self.close()  # a worker may be stuck mid-run; the next run starts fresh ones
+            self.restart_workers()  # a worker may be stuck mid-run; the next run starts fresh ones
+            self.drop(key)  # and messages may be left: the next run gets new entities
             raise
-        finally:
-            try:
-                admin.teardown(target)
-            except Exception as exc:
-                print(f"warning: teardown of {system} failed: {exc!r}", file=sys.stderr)
         elapsed = got["t_end"] - sent["t_start"]
         out = rates(cell["n"], elapsed, cell["size"], copies=sources)
         out.update(
