@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test unit lint bench fault soak clean
+.PHONY: install run test unit lint bench bench-full fault soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,9 +37,14 @@ fault: install
 soak: install
 	$(PY) -m pytest -q -m soak tests/fault
 
+# raybus against RabbitMQ (quorum queues), ray.util.queue and bare Ray actors, in one run;
+# regenerates benchmarks/RESULTS.md. RabbitMQ needs root (benchmarks/rabbitmq.sh installs and
+# starts it on 127.0.0.1); without it the other systems still run and the tables say so.
 bench: install
-	$(PY) benchmarks/core_throughput.py
-	$(PY) benchmarks/durability.py
+	$(PY) benchmarks/suite.py --quick --publish
+
+bench-full: install
+	$(PY) benchmarks/suite.py --publish
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,29 +1,47 @@
-"""Helpers shared by the benchmark scripts: payloads, deadlines, a watchdog, machine facts.
+"""Helpers shared by the benchmark scripts: the environment for Ray, starting the local
+cluster, worker subprocesses, payloads, deadlines, a watchdog, machine facts, result files.
 
 Imported by the scripts in this folder as ``_common`` (they run with this folder on sys.path).
+Importing it first sets the environment Ray needs on this machine (loopback only, no usage
+stats) and makes this checkout importable by Ray's workers, before anything imports Ray.
 """
 
 from __future__ import annotations
 
-import contextlib
-import faulthandler
-import json
 import os
-import platform
-import statistics
-import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-
-import ray
-
-import raybus
 
 ROOT = Path(__file__).resolve().parent.parent
+HERE = ROOT / "benchmarks"
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+# Ray workers (raybus's actors, the benchmarks' own actors) import from this checkout.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")) if p
+)
+
+import contextlib  # noqa: E402
+import faulthandler  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import platform  # noqa: E402
+import queue as stdqueue  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from collections import deque  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from typing import Any  # noqa: E402
+
+import ray  # noqa: E402
+
+import raybus  # noqa: E402
+
+PROTO = "BENCH "  # prefix of protocol lines on a worker process's stdout
 
 
 class BenchError(RuntimeError):
@@ -38,6 +56,105 @@ def make_body(i: int, size: int) -> bytes:
 def median(xs: list[float]) -> float | None:
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
+
+
+def start_local_ray(object_store_mb: int = 300) -> str:
+    """The local Ray cluster every benchmark uses: 127.0.0.1 only (the environment above),
+    2 CPUs, a small object store, no dashboard, workers' logs not forwarded. Returns the GCS
+    address worker processes join."""
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=object_store_mb << 20,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+    )
+    return str(ray.get_runtime_context().gcs_address)
+
+
+class WorkerProcess:
+    """Handle on a benchmark's helper subprocess (``argv``): JSON commands go to its stdin, it
+    answers ``BENCH {json}`` lines on stdout (other output is ignored; the last stderr lines
+    are kept for error messages). The first answer must be ``ready``."""
+
+    def __init__(self, argv: list[str], startup_timeout: float) -> None:
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        self.lines: stdqueue.Queue[dict[str, Any] | None] = stdqueue.Queue()
+        self.stderr_tail: deque[str] = deque(maxlen=40)
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+        self.expect("ready", startup_timeout)
+
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(PROTO):
+                self.lines.put(json.loads(line[len(PROTO) :]))
+        self.lines.put(None)  # EOF: the process ended
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr_tail.append(line.rstrip())
+
+    def command(self, **cmd: Any) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise BenchError(f"worker process is gone: {exc}\n{self.tail()}") from None
+
+    def tail(self) -> str:
+        return "\n".join(self.stderr_tail)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def poll(self) -> dict[str, Any] | None:
+        """A pending message, if any (raises if the worker failed or ended)."""
+        try:
+            msg = self.lines.get_nowait()
+        except stdqueue.Empty:
+            return None
+        return self._check(msg)
+
+    def _check(self, msg: dict[str, Any] | None) -> dict[str, Any]:
+        if msg is None:
+            raise BenchError(f"worker process ended (rc={self.proc.poll()})\n{self.tail()}")
+        if msg.get("event") == "error":
+            raise BenchError(f"worker failed:\n{msg['error']}")
+        return msg
+
+    def expect(self, event: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BenchError(f"timed out after {timeout:g} s waiting for worker {event!r}")
+            try:
+                msg = self._check(self.lines.get(timeout=remaining))
+            except stdqueue.Empty:
+                continue
+            if msg.get("event") == event:
+                return msg
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.command(op="exit")
+                self.proc.wait(timeout=20)
+            except (BenchError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(timeout=10)
 
 
 class Deadline:

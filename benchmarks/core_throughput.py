@@ -26,22 +26,14 @@ Writes a Markdown table to stdout and JSON to ``benchmarks/results/``.
 
 from __future__ import annotations
 
-import os
-
-# Before Ray is imported: listen on 127.0.0.1 only, send no usage stats.
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-
 import argparse
 import asyncio
 import gc
 import json
 import logging
-import queue as stdqueue
+import os
 import statistics
-import subprocess
 import sys
-import threading
 import time
 import traceback
 import uuid
@@ -50,20 +42,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-# Ray workers (raybus's actors) and the sender process must import raybus from this checkout.
-# (This directory too, for BareQueue when this file is imported rather than run.)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")) if p
-)
+# Before Ray: sets Ray's environment (loopback only, no usage stats) and puts this checkout on
+# the import paths of this process and of Ray's workers.
+import _common
+
+ROOT = _common.ROOT
 
 import ray  # noqa: E402
 from _common import (  # noqa: E402
+    PROTO,
     BenchError,
     Deadline,
     Watchdog,
+    WorkerProcess,
     machine_facts,
     make_body,
     median,
@@ -76,7 +67,6 @@ from raybus import ServiceBusMessage, ServiceBusReceiveMode  # noqa: E402
 from raybus.management import ServiceBusAdministrationClient  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-PROTO = "BENCH "  # prefix of protocol lines on the sender's stdout
 RAY_NAMESPACE_PREFIX = "raybus-bench"
 
 # (system, mode): label, description. Order = run order within a round (interleaved).
@@ -287,90 +277,13 @@ def send_one(
     emit(event="done", t_start=t0, t_end=t1, sent=n, calls=calls)
 
 
-class SenderProcess:
-    """Handle on the sender subprocess: JSON lines in, ``BENCH {json}`` lines out."""
+class SenderProcess(WorkerProcess):
+    """The sender subprocess: this script again, with ``--role sender``."""
 
     def __init__(self, address: str, startup_timeout: float) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--role",
-                "sender",
-                "--address",
-                address,
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-        )
-        self.lines: stdqueue.Queue[dict[str, Any] | None] = stdqueue.Queue()
-        self.stderr_tail: deque[str] = deque(maxlen=40)
-        threading.Thread(target=self._read_stdout, daemon=True).start()
-        threading.Thread(target=self._read_stderr, daemon=True).start()
-        self.expect("ready", startup_timeout)
-
-    def _read_stdout(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith(PROTO):
-                self.lines.put(json.loads(line[len(PROTO) :]))
-        self.lines.put(None)  # EOF: the process ended
-
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.stderr_tail.append(line.rstrip())
-
-    def command(self, **cmd: Any) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(json.dumps(cmd) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
-            raise BenchError(f"sender process is gone: {exc}\n{self.tail()}") from None
-
-    def tail(self) -> str:
-        return "\n".join(self.stderr_tail)
-
-    def poll(self) -> dict[str, Any] | None:
-        """A pending message, if any (raises if the sender failed or ended)."""
-        try:
-            msg = self.lines.get_nowait()
-        except stdqueue.Empty:
-            return None
-        return self._check(msg)
-
-    def _check(self, msg: dict[str, Any] | None) -> dict[str, Any]:
-        if msg is None:
-            raise BenchError(f"sender process ended (rc={self.proc.poll()})\n{self.tail()}")
-        if msg.get("event") == "error":
-            raise BenchError(f"sender failed:\n{msg['error']}")
-        return msg
-
-    def expect(self, event: str, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise BenchError(f"timed out after {timeout:g} s waiting for sender {event!r}")
-            try:
-                msg = self._check(self.lines.get(timeout=remaining))
-            except stdqueue.Empty:
-                continue
-            if msg.get("event") == event:
-                return msg
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.command(op="exit")
-                self.proc.wait(timeout=20)
-            except (BenchError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        script = str(Path(__file__).resolve())
+        argv = [sys.executable, script, "--role", "sender", "--address", address]
+        super().__init__(argv, startup_timeout)
 
 
 # ---------------------------------------------------------------------------- receivers
@@ -857,14 +770,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.time()
     facts = machine_facts()
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=300 * 1024 * 1024,
-        logging_level=logging.WARNING,
-        log_to_driver=False,
-    )
+    _common.start_local_ray(300)
     runs: list[dict[str, Any]] = []
     errors: list[str] = []
     bench: Bench | None = None

@@ -34,19 +34,13 @@ Run: ``python benchmarks/partitions.py [--quick]``. Writes Markdown tables to st
 
 from __future__ import annotations
 
-import os
-
-# Before Ray is imported: listen on 127.0.0.1 only, send no usage stats.
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-
 import argparse
 import asyncio
 import contextlib
 import gc
 import itertools
-import logging
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -61,14 +55,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-# Ray workers (raybus's actors) must import raybus from this checkout; this folder too, for
-# BareQueue when this file is imported rather than run.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")) if p
-)
+# Before Ray: sets Ray's environment (loopback only, no usage stats) and puts this checkout on
+# the import paths of this process and of Ray's workers.
+import _common
+
+ROOT = _common.ROOT
 
 import ray  # noqa: E402
 from _common import (  # noqa: E402
@@ -1242,14 +1233,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = [(first, args.storage)] + ([("durable", tmpdir)] if tmpdir else [])
     if tmpdir:
         facts["durable_dir"] = tmpdir
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=300 * 1024 * 1024,
-        logging_level=logging.WARNING,
-        log_to_driver=False,
-    )
+    _common.start_local_ray(300)
     bench = Bench(args, tmpdir)
     runs: list[dict[str, Any]] = []
     pauses: list[dict[str, Any]] = []

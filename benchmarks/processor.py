@@ -28,15 +28,9 @@ Run: ``python benchmarks/processor.py [--quick]``. Writes Markdown tables to std
 
 from __future__ import annotations
 
-import os
-
-# Before Ray is imported: listen on 127.0.0.1 only, send no usage stats.
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-
 import argparse
 import asyncio
-import logging
+import os
 import statistics
 import sys
 import time
@@ -45,13 +39,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-# Ray workers (raybus's actors and the replicas) must import raybus from this checkout.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")) if p
-)
+# Before Ray: sets Ray's environment (loopback only, no usage stats) and puts this checkout on
+# the import paths of this process and of Ray's workers.
+import _common
+
+ROOT = _common.ROOT
 
 import ray  # noqa: E402
 from _common import (  # noqa: E402
@@ -378,14 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     facts = machine_facts()
     facts["raybus_path"] = str(Path(raybus.__file__).resolve().parent)
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=300 * 1024 * 1024,
-        logging_level=logging.WARNING,
-        log_to_driver=False,
-    )
+    _common.start_local_ray(300)
     progress(
         f"raybus processor: replicas {args.replicas}, concurrency {args.concurrency}, "
         f"prefetch {args.prefetch}, "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A throw-away RabbitMQ node for benchmarks/peers.py, listening on 127.0.0.1 only.
+# A throw-away RabbitMQ node for benchmarks/suite.py, listening on 127.0.0.1 only.
 #
 #   benchmarks/rabbitmq.sh start    # install rabbitmq-server if missing, start, wait until ready
 #   benchmarks/rabbitmq.sh stop     # stop the node and its epmd

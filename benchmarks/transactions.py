@@ -18,11 +18,6 @@ Run: ``python benchmarks/transactions.py [--quick] [--storage memory://]``.
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-
 import argparse
 import asyncio
 import shutil
@@ -33,6 +28,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+# Before Ray: sets Ray's environment (loopback only, no usage stats) and puts this checkout on
+# the import paths of this process and of Ray's workers.
+import _common
 import ray
 from _common import BenchError, Watchdog, machine_facts, make_body, median, report_errors
 from _common import write_results as _write
@@ -172,14 +170,7 @@ def main() -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
     watchdog = Watchdog(cleanup)
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=200 << 20,
-        logging_level="WARNING",
-        log_to_driver=False,
-    )
+    _common.start_local_ray(200)
     try:
         raybus.connect  # noqa: B018 (the aio client joins the Ray started above)
         with watchdog.armed(900, "transactions benchmark"):
