@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from . import _context, demo, dlq, messages, queue, rule, stats, subscription, topic
+from . import _context, demo, dlq, http, messages, queue, rule, stats, subscription, topic
 from ._errors import EXIT_CODES_HELP, RaybusGroup
 
 __all__ = ["app"]
@@ -72,3 +72,4 @@ app.command("peek")(messages.peek)
 app.add_typer(dlq.app, name="dlq")
 app.command("stats")(stats.stats)
 app.command("demo")(demo.demo)
+app.command("http")(http.http)

@@ -21,14 +21,19 @@ requests without the header are then served.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Any
 
 from ._app import GatewaySettings
 
-__all__ = ["GatewaySettings", "app_name", "start_http_gateway", "stop_http_gateway"]
-
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+__all__ = [
+    "GatewaySettings",
+    "app_name",
+    "default_tls_directory",
+    "start_http_gateway",
+    "stop_http_gateway",
+]
 
 
 def app_name(namespace: str) -> str:
@@ -36,15 +41,23 @@ def app_name(namespace: str) -> str:
     return f"raybus-http-{namespace}"
 
 
+def default_tls_directory() -> str:
+    """Where ``tls=True`` keeps its self-signed certificate: ``RAYBUS_TLS_DIR``, else
+    ``~/.raybus/tls``."""
+    return os.environ.get("RAYBUS_TLS_DIR") or os.path.join(
+        os.path.expanduser("~"), ".raybus", "tls"
+    )
+
+
 def _tls_files(tls: Any) -> tuple[str, str] | None:
-    """(certfile, keyfile): given, or a self-signed pair for localhost when ``tls=True``."""
+    """(certfile, keyfile): given, or a self-signed pair for localhost when ``tls=True``
+    (reused while valid; see ``raybus.http._tls``)."""
     if tls is None or tls is False:
         return None
     if tls is True:
-        from ._tls import self_signed_certificate  # type: ignore[attr-defined]
+        from ._tls import ensure_certificate
 
-        cert, key = self_signed_certificate()
-        return str(cert), str(key)
+        return ensure_certificate(default_tls_directory())
     if isinstance(tls, tuple | list) and len(tls) == 2 and all(isinstance(p, str) for p in tls):
         return str(tls[0]), str(tls[1])
     raise ValueError("tls must be None, True (self-signed) or (certfile, keyfile)")

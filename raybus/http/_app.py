@@ -98,13 +98,14 @@ Management = Callable[..., Any]
 
 
 def _load_management() -> Management | None:
-    """The ATOM handler, or None while ``raybus.http._atom`` does not exist (then 501)."""
+    """The ATOM handler (``raybus.http._atom``), imported on first use; None (then 501) if
+    it cannot be imported, so the runtime API never depends on it."""
     try:
-        from . import _atom  # type: ignore[attr-defined]
+        from ._atom import handle_management
     except ImportError:
+        log.warning("raybus.http: the management API is unavailable", exc_info=True)
         return None
-    handler: Management | None = getattr(_atom, "handle_management", None)
-    return handler
+    return handle_management
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -162,7 +163,10 @@ class HttpGateway:
         return StarletteResponse(body, status_code=status, headers=headers)
 
     async def _serve(self, request: Request) -> Response:
-        path = request.url.path
+        # The raw path: segments are unquoted once, after splitting (an entity name or lock
+        # token may hold an escaped '/' or '%').
+        raw = request.scope.get("raw_path") or request.scope["path"].encode()
+        path = raw.decode("latin-1").split("?", 1)[0]
         root = request.scope.get("root_path", "")
         if root and path.startswith(root):
             path = path[len(root) :]

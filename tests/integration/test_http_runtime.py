@@ -475,3 +475,59 @@ def test_malformed_or_expired_authorization_is_401(http: httpx.Client, queue: st
 def test_open_namespace_accepts_requests_without_a_token(http: httpx.Client, queue: str) -> None:
     assert http.post(f"/{queue}/messages", content=b"open").status_code == 201
     assert http.delete(f"/{queue}/messages/head", params={"timeout": 5}).content == b"open"
+
+
+# ------------------------------------------------------------------ the curl example
+
+
+def test_curl_example_runs_against_the_gateway(
+    gateway: str, queue: str, admin: ServiceBusAdministrationClient
+) -> None:
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "http_curl.sh"
+    proc = subprocess.run(
+        ["bash", str(script), gateway, queue], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert out.count("status 201") == 4  # single send, two peek-locks, batch send
+    assert "renew status 200" in out and "unlock status 200" in out
+    assert '"DeliveryCount":2' in out
+    assert "Amount: 250" in out and 'Priority: "high"' in out
+    assert "received: order 2" in out and "received: order 3" in out
+    assert out.rstrip().endswith("status 204")
+    assert admin.get_queue_runtime_properties(queue).active_message_count == 0
+
+
+# ------------------------------------------------------------------ TLS (last: restarts Serve)
+
+
+def test_tls_gateway_serves_https_with_the_self_signed_certificate(
+    gateway: str,
+    namespace: str,
+    queue: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Serve's HTTP options are per cluster, so this replaces the module's plain gateway
+    (it runs last in the module)."""
+    from ray import serve
+
+    tls_dir = tmp_path_factory.mktemp("tls")
+    monkeypatch.setenv("RAYBUS_TLS_DIR", str(tls_dir))
+    raybus.http.stop_http_gateway(namespace, shutdown_serve=True)
+    try:
+        url = raybus.http.start_http_gateway(namespace, port=_free_port(), tls=True)
+        assert url.startswith("https://127.0.0.1:")
+        certfile = str(tls_dir / "raybus-gateway.crt")
+        with httpx.Client(base_url=url, verify=certfile, timeout=30) as c:
+            assert c.post(f"/{queue}/messages", content=b"secret").status_code == 201
+            got = c.delete(f"/{queue}/messages/head", params={"timeout": 5})
+            assert got.status_code == 200 and got.content == b"secret"
+        with pytest.raises(httpx.ConnectError):  # not trusted without the certificate
+            httpx.get(f"{url}/{queue}/messages/head")
+    finally:
+        raybus.http.stop_http_gateway(namespace, shutdown_serve=True)
+        serve.shutdown()
