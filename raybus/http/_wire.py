@@ -219,8 +219,10 @@ def batch_messages(body: bytes) -> list[ServiceBusMessage]:
         text = item.get("Body", "")
         if not isinstance(text, str):
             raise _bad(f"{where}: Body must be a string")
-        options = _message_options(item.get("BrokerProperties") or {}, f"{where}.BrokerProperties")
-        user = item.get("UserProperties") or {}
+        broker = item.get("BrokerProperties")
+        options = _message_options({} if broker is None else broker, f"{where}.BrokerProperties")
+        user = item.get("UserProperties")
+        user = {} if user is None else user
         if not isinstance(user, dict):
             raise _bad(f"{where}: UserProperties must be a JSON object")
         for key, value in user.items():
