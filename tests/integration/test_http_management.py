@@ -1,25 +1,29 @@
 """The unmodified Azure SDK admin client against raybus's ATOM management API over HTTPS.
 
-``azure.servicebus.management.ServiceBusAdministrationClient`` talks to a local HTTPS server
-(``tests/helpers/atom_server.py``: uvicorn with the gateway's self-signed certificate, trusted
-through ``connection_verify``) that hands each request to ``raybus.http._atom``; what it
-creates is checked through raybus's own clients too, so the translation is tested end to end:
+``azure.servicebus.management.ServiceBusAdministrationClient`` talks to raybus's HTTP gateway
+(``raybus.http.start_http_gateway`` on a free loopback port, with TLS from the gateway's
+self-signed certificate, trusted through ``connection_verify``), whose ingress hands
+management requests to ``raybus.http._atom``; what it creates is checked through raybus's
+own clients too, so the translation is tested end to end:
 every setting round-trips, rules created over HTTP filter and change real messages, runtime
 counts follow real messages, and raybus's errors arrive as the SDK's typed exceptions.
 
-Cost: one raybus namespace for the module (actors are worker processes); every test uses its
-own entity names, and topics are deleted after each test.
+Cost: one raybus namespace and one gateway for the module (Serve's controller and proxy take
+seconds to start; Serve is shut down after, as its HTTP options, TLS included, are fixed by
+whoever starts it); every test uses its own entity names, and topics are deleted after each
+test.
 """
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
 import requests
-from atom_server import AtomServer, atom_server
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.servicebus.management import (
     CorrelationRuleFilter,
@@ -30,8 +34,10 @@ from azure.servicebus.management import (
 )
 
 import raybus
+import raybus.http
 from raybus import ServiceBusMessage, ServiceBusReceiveMode
 from raybus.exceptions import ServiceBusError
+from raybus.http._tls import ensure_certificate
 from raybus.management import ServiceBusAdministrationClient as RaybusAdmin
 
 pytestmark = pytest.mark.timeout(240)
@@ -42,14 +48,45 @@ def namespace(module_namespace: str) -> str:
     return module_namespace
 
 
+@dataclass(frozen=True)
+class Gateway:
+    port: int
+    certfile: str
+
+    @property
+    def connection_string(self) -> str:
+        # The namespace is open (no authorization rules): the key signs tokens nobody checks.
+        return (
+            f"Endpoint=sb://127.0.0.1:{self.port}/;SharedAccessKeyName=RootManageSharedAccessKey;"
+            "SharedAccessKey=unused-in-an-open-namespace"
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 @pytest.fixture(scope="module")
-def server(namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AtomServer]:
-    with atom_server(namespace, str(tmp_path_factory.mktemp("certs"))) as srv:
-        yield srv
+def server(namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    from ray import serve
+
+    certfile, keyfile = ensure_certificate(tmp_path_factory.mktemp("certs"))
+    serve.shutdown()  # Serve's HTTP options (TLS) are fixed by whoever starts it
+    url = raybus.http.start_http_gateway(
+        namespace, port=_free_port(), tls=(certfile, keyfile), max_replicas=1
+    )
+    try:
+        yield Gateway(int(url.rsplit(":", 1)[1]), certfile)
+    finally:
+        raybus.http.stop_http_gateway(namespace)
+        serve.shutdown()
 
 
 @pytest.fixture
-def sdk(server: AtomServer) -> Iterator[ServiceBusAdministrationClient]:
+def sdk(server: Gateway) -> Iterator[ServiceBusAdministrationClient]:
     client = ServiceBusAdministrationClient.from_connection_string(
         server.connection_string, connection_verify=server.certfile
     )
@@ -355,7 +392,7 @@ def test_raybus_errors_arrive_as_the_sdks_typed_errors(
 
 
 def test_hostile_and_malformed_bodies_get_400_and_change_nothing(
-    server: AtomServer, sdk: ServiceBusAdministrationClient
+    server: Gateway, sdk: ServiceBusAdministrationClient
 ) -> None:
     name = _name("q")
     laughs = (
