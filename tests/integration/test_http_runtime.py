@@ -222,6 +222,40 @@ def test_long_poll_returns_a_message_sent_while_it_waits(
     assert result["r"].content == b"late"
 
 
+def test_waiting_receives_do_not_block_other_requests(
+    gateway: str, queue: str, admin: ServiceBusAdministrationClient
+) -> None:
+    """Thirty long polls wait on an empty queue while a send and a receive on another queue
+    are served: the handlers await the broker instead of holding a thread each."""
+    import asyncio
+
+    other = f"h-{uuid.uuid4().hex[:8]}"
+    admin.create_queue(other)
+
+    async def run() -> tuple[list[int], float, float]:
+        async with httpx.AsyncClient(base_url=gateway, timeout=60) as c:
+
+            async def poll() -> tuple[int, float]:
+                r = await c.delete(f"/{queue}/messages/head", params={"timeout": 5})
+                return r.status_code, time.monotonic()
+
+            polls = [asyncio.ensure_future(poll()) for _ in range(30)]
+            await asyncio.sleep(0.5)
+            assert (await c.post(f"/{other}/messages", content=b"through")).status_code == 201
+            got = await c.delete(f"/{other}/messages/head", params={"timeout": 0})
+            assert got.status_code == 200 and got.content == b"through"
+            served_at = time.monotonic()
+            results = await asyncio.gather(*polls)
+            return [r[0] for r in results], served_at, min(r[1] for r in results)
+
+    try:
+        statuses, served_at, first_poll_done = asyncio.run(run())
+    finally:
+        admin.delete_queue(other)
+    assert statuses == [204] * 30
+    assert served_at < first_poll_done
+
+
 def test_timeout_above_the_cap_is_capped(http: httpx.Client, queue: str) -> None:
     started = time.monotonic()
     resp = http.post(f"/{queue}/messages/head", params={"timeout": 3600})
