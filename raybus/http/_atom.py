@@ -67,6 +67,7 @@ Response = tuple[int, dict[str, str], bytes]
 
 API_VERSION = "2021-05"
 MAX_PAGE = 1000
+PAGE_CONCURRENCY = 16
 
 # Most specific first: FilterSyntaxError and the others are all ServiceBusErrors.
 _STATUS: tuple[tuple[type[ServiceBusError], int], ...] = (
@@ -249,7 +250,15 @@ async def _paged(
     ``next`` link when more follow; ``render`` returns None for an item deleted meanwhile."""
     skip, top = request.page()
     ordered = sorted(items, key=lambda item: item.name.lower())
-    rendered = await asyncio.gather(*(render(item) for item in ordered[skip : skip + top]))
+    # Each entry asks the broker for its counts; a page of 1,000 should not be 1,000 calls
+    # in flight at once.
+    limit = asyncio.Semaphore(PAGE_CONCURRENCY)
+
+    async def bounded(item: Any) -> str | None:
+        async with limit:
+            return await render(item)
+
+    rendered = await asyncio.gather(*(bounded(item) for item in ordered[skip : skip + top]))
     path = "/".join(request.segments)
     links = [el("link", attrs={"rel": "self", "href": request.href(path)})]
     if skip + top < len(ordered):

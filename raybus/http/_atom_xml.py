@@ -91,6 +91,8 @@ def parse_document(body: bytes) -> ET.Element:
         root = ET.fromstring(body)
     except ET.ParseError as exc:
         raise _bad(f"malformed XML: {exc}") from None
+    except (LookupError, ValueError) as exc:  # e.g. an unknown encoding in the declaration
+        raise _bad(f"malformed XML: {exc}") from None
     count = 0
     stack = [(root, 1)]
     while stack:
@@ -193,7 +195,10 @@ def duration_from_text(value: str, what: str) -> timedelta:
     if seconds >= Decimal(str(MAX_DURATION.total_seconds())) - Decimal("0.000001"):
         return MAX_DURATION
     micros = int((seconds * 1_000_000).to_integral_value())
-    return timedelta(microseconds=micros)
+    try:
+        return timedelta(microseconds=micros)
+    except OverflowError:  # only a huge negative duration gets here
+        raise _bad(f"{what}: {value!r} is out of range", what) from None
 
 
 def parse_duration(element: ET.Element) -> timedelta:

@@ -33,6 +33,8 @@ from azure.servicebus.management import (
     SqlRuleFilter,
     TrueRuleFilter,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from requests.structures import CaseInsensitiveDict
 
 from raybus._core import filters as rb
@@ -600,3 +602,50 @@ def test_bad_rules_are_400(stub: _StubAdmin, rule: str, reason: str) -> None:
     assert status == 400, detail
     assert reason.encode() in detail
     assert [r.name for r in stub.rules["t", "s"]] == ["$Default"]
+
+
+_VALID_RULE = (
+    b'<?xml version="1.0" encoding="utf-8"?><entry xmlns="http://www.w3.org/2005/Atom">'
+    b'<content type="application/xml"><RuleDescription xmlns="http://schemas.microsoft.com/'
+    b'netservices/2010/10/servicebus/connect" xmlns:i="http://www.w3.org/2001/XMLSchema-instance">'
+    b'<Filter i:type="SqlFilter"><SqlExpression>a = @p</SqlExpression><Parameters>'
+    b'<KeyValueOfstringanyType><Key>@p</Key><Value i:type="d6p1:int" '
+    b'xmlns:d6p1="http://www.w3.org/2001/XMLSchema">5</Value></KeyValueOfstringanyType>'
+    b'</Parameters></Filter><Action i:type="SqlRuleAction"><SqlExpression>SET b = 1'
+    b"</SqlExpression></Action><Name>r</Name></RuleDescription></content></entry>"
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cut=st.integers(min_value=0, max_value=len(_VALID_RULE)),
+    at=st.integers(min_value=0, max_value=len(_VALID_RULE) - 1),
+    byte=st.integers(min_value=0, max_value=255),
+    tail=st.binary(max_size=20),
+)
+def test_damaged_bodies_are_answered_400_or_served_never_raised(
+    cut: int, at: int, byte: int, tail: bytes
+) -> None:
+    """Whatever a body's damage (truncated, one byte changed, junk appended), the answer is a
+    201 (still valid) or a 400 with a reason: no exception reaches the gateway."""
+    damaged = bytearray(_VALID_RULE[:cut] + tail)
+    if damaged:
+        damaged[min(at, len(damaged) - 1)] = byte
+    stub = _StubAdmin()
+    stub.entities["t"] = TopicProperties("t")
+    asyncio.run(stub.create_subscription("t", "s"))
+    status, _, detail = _call(stub, "PUT", "/t/subscriptions/s/rules/r", bytes(damaged))
+    assert status in (201, 400), detail
+    if status == 400:
+        assert detail.startswith(b"<Error><Code>400</Code><Detail>")
+        assert [r.name for r in stub.rules["t", "s"]] == ["$Default"]
+
+
+def test_the_undamaged_body_is_served() -> None:
+    stub = _StubAdmin()
+    stub.entities["t"] = TopicProperties("t")
+    asyncio.run(stub.create_subscription("t", "s"))
+    assert _call(stub, "PUT", "/t/subscriptions/s/rules/r", _VALID_RULE)[0] == 201
+    assert stub.rules["t", "s"][-1] == rb.RuleProperties(
+        "r", rb.SqlRuleFilter("a = @p", {"@p": 5}), rb.SqlRuleAction("SET b = 1")
+    )

@@ -61,6 +61,8 @@ EXTERNAL_ENTITY = (
         (b"<entry>&undefined;</entry>", "malformed XML"),
         (b"not xml at all", "malformed XML"),
         (b"<a/><b/>", "malformed XML"),
+        (b'<?xml version="1.0" encoding="Atf-8"?><entry/>', "malformed XML"),
+        (b'<?xml version="1.0" encoding="utf-16"?><entry/>', "malformed XML"),
         ("<entry>\u00e9</entry>".encode("latin-1"), "not UTF-8"),
         (b"<a>" * 40 + b"</a>" * 40, "deeper"),
         (b"<a>" + b"<b/>" * 5000 + b"</a>", "elements"),
@@ -104,7 +106,9 @@ def test_durations_parse_from_iso_8601(text: str, expected: timedelta) -> None:
     assert parse_duration(_element("LockDuration", text)) == expected
 
 
-@pytest.mark.parametrize("text", ["P1Y", "P1M", "PT", "P", "1M", "PTXS", "", "P1DT", "-", "PT1.S"])
+@pytest.mark.parametrize(
+    "text", ["P1Y", "P1M", "PT", "P", "1M", "PTXS", "", "P1DT", "-", "PT1.S", "-P9999999999999D"]
+)
 def test_bad_durations_name_the_element(text: str) -> None:
     with pytest.raises(InvalidArgumentError) as info:
         parse_duration(_element("LockDuration", text))
