@@ -33,6 +33,8 @@ from ..exceptions import ServiceBusError, TransactionAbortedError
 if TYPE_CHECKING:
     from .partition import PartitionActor
 
+from .access import internal
+
 __all__ = ["BATCH", "MAX_HOPS", "Forwarder"]
 
 _log = logging.getLogger("raybus.forward")
@@ -115,7 +117,8 @@ class Forwarder:
 
         coordinator = coordinator_actor(actor._namespace, actor._storage_path)
         try:
-            await _rpc.call(source, coordinator.commit, uuid.uuid4().hex, participants)
+            commit = internal(coordinator, actor._namespace).commit
+            await _rpc.call(source, commit, uuid.uuid4().hex, participants)
         except TransactionAbortedError as exc:
             reason = exc.reason or ""
             if reason.startswith(_TRANSIENT):
@@ -133,7 +136,9 @@ class Forwarder:
         from .namespace import TopicRoute, namespace_actor_name
 
         actor = self._actor
-        registry = ray.get_actor(namespace_actor_name(actor._namespace), "raybus")
+        registry = internal(
+            ray.get_actor(namespace_actor_name(actor._namespace), "raybus"), actor._namespace
+        )
         route = await _rpc.call(dest, registry.route, dest)
         if isinstance(route, TopicRoute):
             _version, _props, subs = await _rpc.call(dest, registry.router_config, dest)
