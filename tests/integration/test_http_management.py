@@ -24,7 +24,12 @@ from datetime import timedelta
 
 import pytest
 import requests
-from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+)
 from azure.servicebus.management import (
     CorrelationRuleFilter,
     ServiceBusAdministrationClient,
@@ -36,6 +41,7 @@ from azure.servicebus.management import (
 import raybus
 import raybus.http
 from raybus import ServiceBusMessage, ServiceBusReceiveMode
+from raybus.auth import SharedAccessKeyCredential
 from raybus.exceptions import ServiceBusError
 from raybus.http._tls import ensure_certificate
 from raybus.management import ServiceBusAdministrationClient as RaybusAdmin
@@ -418,3 +424,42 @@ def test_namespace_properties(sdk: ServiceBusAdministrationClient, namespace: st
     props = sdk.get_namespace_properties()
     assert props.name == namespace
     assert props.messaging_sku == "Standard"
+
+
+def test_sas_keys_from_the_connection_string_are_checked_by_the_broker(
+    server: Gateway, namespace: str
+) -> None:
+    """The SDK signs with the connection string's key; the gateway passes the token on and
+    raybus's actors check it: a Manage key works, a wrong key is 401 (the SDK's
+    ClientAuthenticationError), a Send-only key is 403. Runs last: rules close the namespace,
+    so they are removed again at the end."""
+    root_key, send_key = "R" * 44, "S" * 44
+    open_admin = RaybusAdmin(namespace)
+    open_admin.create_authorization_rule("root", ["Manage"], primary_key=root_key)
+    root = RaybusAdmin(namespace, credential=SharedAccessKeyCredential("root", root_key))
+    try:
+        root.create_authorization_rule("sender", ["Send"], primary_key=send_key)
+
+        def client(key_name: str, key: str) -> ServiceBusAdministrationClient:
+            conn = server.connection_string.split(";SharedAccessKeyName=")[0]
+            return ServiceBusAdministrationClient.from_connection_string(
+                f"{conn};SharedAccessKeyName={key_name};SharedAccessKey={key}",
+                connection_verify=server.certfile,
+            )
+
+        name = _name("q")
+        with client("root", root_key) as manager:
+            manager.create_queue(name)
+            assert manager.get_queue(name).name == name
+        with client("root", "W" * 44) as wrong, pytest.raises(ClientAuthenticationError):
+            wrong.get_queue(name)
+        with client("sender", send_key) as sender, pytest.raises(HttpResponseError) as info:
+            sender.create_queue(_name("q"))
+        assert info.value.status_code == 403
+        assert [q.name for q in root.list_queues() if q.name == name] == [name]
+    finally:
+        for rule in ("sender", "root"):
+            try:
+                root.delete_authorization_rule(rule)
+            except ServiceBusError:
+                pass
