@@ -22,6 +22,11 @@ ranges, rights) apply unchanged; raybus errors become the status codes Service B
 (401) or ``HttpResponseError`` carrying the detail. Request bodies are parsed defensively
 (see ``_atom_xml``): a bad one is a 400 naming the problem, never a 500.
 
+An entity's ``AuthorizationRules`` are set after the entity is created or updated: if that
+fails (a bad key, say) the answer is the error, and the entity exists with its settings
+applied but its rules not (the rules were checked before anything changed, so this takes a
+broker-side refusal).
+
 Deviations: a rule's update is a delete and a create (raybus has no rule update); the new
 rule is compiled first, so a bad one leaves the old rule in place, but a message published in
 between meets neither. Rules report no ``CreatedAt`` (raybus does not record it).
@@ -287,15 +292,49 @@ async def _missing_is_none(make: Awaitable[str]) -> str | None:
 
 
 async def _queue_entry(request: _Request, props: Any) -> str:
-    runtime = await request.admin.get_queue_runtime_properties(props.name)
-    content = models.queue_description(props, runtime, request.host)
+    runtime, rules = await asyncio.gather(
+        request.admin.get_queue_runtime_properties(props.name),
+        request.admin.list_authorization_rules(entity=props.name),
+    )
+    content = models.queue_description(props, runtime, request.host, rules)
     return request.entry(props.name, props.name, content, runtime.updated_at_utc)
 
 
 async def _topic_entry(request: _Request, props: Any) -> str:
-    runtime = await request.admin.get_topic_runtime_properties(props.name)
-    content = models.topic_description(props, runtime)
+    runtime, rules = await asyncio.gather(
+        request.admin.get_topic_runtime_properties(props.name),
+        request.admin.list_authorization_rules(entity=props.name),
+    )
+    content = models.topic_description(props, runtime, rules)
     return request.entry(props.name, props.name, content, runtime.updated_at_utc)
+
+
+async def _set_access_rules(
+    admin: ServiceBusAdministrationClient, entity: str, wanted: list[models.WantedRule] | None
+) -> None:
+    """Make the entity's access rules the ``wanted`` set (None: leave them). A rule whose
+    rights and keys are unchanged is not rewritten (the SDK's update sends every rule back)."""
+    if wanted is None:
+        return
+    current = {r.key_name: r for r in await admin.list_authorization_rules(entity=entity)}
+    for rule in wanted:
+        have = current.pop(rule.key_name, None)
+        primary = rule.primary_key or (have.primary_key if have else None)
+        secondary = rule.secondary_key or (have.secondary_key if have else None)
+        if have is None or (have.rights, have.primary_key, have.secondary_key) != (
+            rule.rights,
+            primary,
+            secondary,
+        ):
+            await admin.create_authorization_rule(
+                rule.key_name,
+                rule.rights,
+                entity=entity,
+                primary_key=primary,
+                secondary_key=secondary,
+            )
+    for stale in current:
+        await admin.delete_authorization_rule(stale, entity=entity)
 
 
 async def _get_entity(request: _Request) -> Response:
@@ -312,12 +351,15 @@ async def _put_entity(request: _Request) -> Response:
     description = request.description()
     kind = local_name(description)
     admin = request.admin
+    # Checked before anything changes; applied after the entity exists.
+    access_rules = models.authorization_rules(description)
     if kind == "QueueDescription":
         if request.is_update:
             current = await admin.get_queue(name)
             props = await admin.update_queue(current, **models.entity_options(description, current))
         else:
             props = await admin.create_queue(name, **models.entity_options(description))
+        await _set_access_rules(admin, props.name, access_rules)
         entry = await _queue_entry(request, props)
     elif kind == "TopicDescription":
         if request.is_update:
@@ -327,6 +369,7 @@ async def _put_entity(request: _Request) -> Response:
             )
         else:
             topic = await admin.create_topic(name, **models.entity_options(description))
+        await _set_access_rules(admin, topic.name, access_rules)
         entry = await _topic_entry(request, topic)
     else:
         raise InvalidArgumentError(

@@ -7,9 +7,11 @@ ignored, because the Azure SDK's ``update_*`` sends back everything ``get_*`` re
 Fields raybus does not have are answered with Service Bus's default and otherwise ignored
 (``SupportOrdering``, ``FilteringMessagesBeforePublishing``, a topic's ``EnablePartitioning``,
 ``EnableExpress`` and ``EnableSubscriptionPartitioning``, ``EntityAvailabilityStatus``),
-except two whose silent loss would weaken security: a non-empty ``AuthorizationRules`` list
-(raybus's rules are per namespace, see ``raybus.auth``) and ``IsAnonymousAccessible=true``
-are refused with a 400.
+except ``IsAnonymousAccessible=true``, refused with a 400: silently ignoring it would leave a
+caller believing an entity is open when it is not (or the reverse). ``AuthorizationRules``
+are raybus's entity-level access rules (``raybus.auth``): the list in a request is the
+entity's whole set (``authorization_rules``), keys omitted are generated; rules carry no
+created/modified times.
 
 A queue's ``EnablePartitioning=true`` creates ``PARTITIONED_QUEUE_PARTITIONS`` partitions
 (raybus's ``partition_count`` may later be changed through raybus's own client); it reads
@@ -21,7 +23,7 @@ as Service Bus does.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -43,6 +45,7 @@ from .._topic_models import (
     TopicProperties,
     TopicRuntimeProperties,
 )
+from ..auth import AccessRights, AuthorizationRule, normalise_rights
 from ..enums import EntityStatus
 from ..exceptions import InvalidArgumentError
 from ._atom_xml import (
@@ -66,6 +69,8 @@ from ._atom_xml import (
 
 __all__ = [
     "PARTITIONED_QUEUE_PARTITIONS",
+    "WantedRule",
+    "authorization_rules",
     "entity_options",
     "queue_description",
     "rule_description",
@@ -175,14 +180,6 @@ def entity_options(description: ET.Element, current: Any = None) -> dict[str, An
     if specs is None:
         raise InvalidArgumentError(f"unexpected description element {kind!r}", None, "body")
     given = children(description)
-    rules = given.get("AuthorizationRules")
-    if rules is not None and len(rules):
-        raise InvalidArgumentError(
-            "entity-level AuthorizationRules are not supported; raybus's access rules are "
-            "per namespace",
-            None,
-            "AuthorizationRules",
-        )
     anonymous = given.get("IsAnonymousAccessible")
     if anonymous is not None and parse_bool(anonymous):
         raise InvalidArgumentError(
@@ -202,6 +199,73 @@ def entity_options(description: ET.Element, current: Any = None) -> dict[str, An
                 "EnablePartitioning",
             )
     return options
+
+
+# ------------------------------------------------------------------ access rules
+
+
+@dataclass(frozen=True)
+class WantedRule:
+    """An entity's access rule as a request describes it (keys None: keep or generate)."""
+
+    key_name: str
+    rights: frozenset[AccessRights]
+    primary_key: str | None
+    secondary_key: str | None
+
+
+def authorization_rules(description: ET.Element) -> list[WantedRule] | None:
+    """The ``AuthorizationRules`` of a description, checked (None when the element is
+    absent: the entity's rules are then left as they are)."""
+    element = child(description, "AuthorizationRules")
+    if element is None:
+        return None
+    wanted: dict[str, WantedRule] = {}
+    for item in element:
+        fields = children(item)
+        name_el = fields.get("KeyName")
+        name = (name_el.text or "").strip() if name_el is not None else ""
+        if local_name(item) != "AuthorizationRule" or not name:
+            raise InvalidArgumentError(
+                "each entry of AuthorizationRules must be an AuthorizationRule with a KeyName",
+                None,
+                "AuthorizationRules",
+            )
+        if name in wanted:
+            raise InvalidArgumentError(
+                f"AuthorizationRules names {name!r} twice", None, "AuthorizationRules"
+            )
+        rights_el = fields.get("Rights")
+        rights = normalise_rights([] if rights_el is None else [r.text or "" for r in rights_el])
+        keys = [fields.get(k) for k in ("PrimaryKey", "SecondaryKey")]
+        primary, secondary = ((k.text or None) if k is not None else None for k in keys)
+        wanted[name] = WantedRule(name, rights, primary, secondary)
+    return list(wanted.values())
+
+
+_RIGHTS_ORDER = (AccessRights.LISTEN, AccessRights.SEND, AccessRights.MANAGE)
+
+
+def _rules_element(rules: Sequence[AuthorizationRule]) -> str:
+    return el(
+        "AuthorizationRules",
+        *(
+            el(
+                "AuthorizationRule",
+                el("ClaimType", text="SharedAccessKey"),
+                el("ClaimValue", text="None"),
+                el(
+                    "Rights",
+                    *(el("AccessRights", text=r.value) for r in _RIGHTS_ORDER if r in rule.rights),
+                ),
+                el("KeyName", text=rule.key_name),
+                el("PrimaryKey", text=rule.primary_key),
+                el("SecondaryKey", text=rule.secondary_key),
+                attrs={"i:type": "SharedAccessAuthorizationRule"},
+            )
+            for rule in rules
+        ),
+    )
 
 
 # ------------------------------------------------------------------ rules
@@ -397,8 +461,13 @@ def _receivable(props: Any, host: str) -> list[tuple[str, str | None]]:
     ]
 
 
-def queue_description(props: QueueProperties, runtime: QueueRuntimeProperties, host: str) -> str:
-    """A ``QueueDescription`` with the settings and the counters of one moment."""
+def queue_description(
+    props: QueueProperties,
+    runtime: QueueRuntimeProperties,
+    host: str,
+    rules: Sequence[AuthorizationRule] = (),
+) -> str:
+    """A ``QueueDescription`` with the settings, access rules and counters of one moment."""
     return _root(
         "QueueDescription",
         elements(_receivable(props, host) + _sized(props) + _common(props)),
@@ -411,7 +480,7 @@ def queue_description(props: QueueProperties, runtime: QueueRuntimeProperties, h
                 ("EnableExpress", format_bool(props.enable_express)),
             ]
         ),
-        el("AuthorizationRules"),
+        _rules_element(rules),
         _times(runtime),
         _counts(
             runtime.active_message_count,
@@ -423,7 +492,9 @@ def queue_description(props: QueueProperties, runtime: QueueRuntimeProperties, h
     )
 
 
-def topic_description(props: TopicProperties, runtime: TopicRuntimeProperties) -> str:
+def topic_description(
+    props: TopicProperties, runtime: TopicRuntimeProperties, rules: Sequence[AuthorizationRule] = ()
+) -> str:
     return _root(
         "TopicDescription",
         elements(_sized(props) + _common(props)),
@@ -438,7 +509,7 @@ def topic_description(props: TopicProperties, runtime: TopicRuntimeProperties) -
                 ("EnableExpress", "false"),
             ]
         ),
-        el("AuthorizationRules"),
+        _rules_element(rules),
         _times(runtime),
         _counts(0, 0, runtime.scheduled_message_count, 0, 0),
     )

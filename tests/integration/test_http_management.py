@@ -31,6 +31,7 @@ from azure.core.exceptions import (
     ResourceNotFoundError,
 )
 from azure.servicebus.management import (
+    AuthorizationRule,
     CorrelationRuleFilter,
     ServiceBusAdministrationClient,
     SqlRuleAction,
@@ -42,7 +43,7 @@ import raybus
 import raybus.http
 from raybus import ServiceBusMessage, ServiceBusReceiveMode
 from raybus.auth import SharedAccessKeyCredential
-from raybus.exceptions import ServiceBusError
+from raybus.exceptions import ServiceBusAuthorizationError, ServiceBusError
 from raybus.http._tls import ensure_certificate
 from raybus.management import ServiceBusAdministrationClient as RaybusAdmin
 
@@ -457,6 +458,32 @@ def test_sas_keys_from_the_connection_string_are_checked_by_the_broker(
             sender.create_queue(_name("q"))
         assert info.value.status_code == 403
         assert [q.name for q in root.list_queues() if q.name == name] == [name]
+
+        # An entity's AuthorizationRules are raybus's entity-level rules.
+        guarded, reader_key = _name("q"), "L" * 44
+        with client("root", root_key) as manager:
+            made = manager.create_queue(
+                guarded,
+                authorization_rules=[
+                    AuthorizationRule(key_name="reader", rights=["Listen"], primary_key=reader_key)
+                ],
+            )
+            assert [(r.key_name, r.rights) for r in made.authorization_rules] == [
+                ("reader", ["Listen"])
+            ]
+        (stored,) = root.list_authorization_rules(entity=guarded)
+        assert (stored.key_name, stored.primary_key) == ("reader", reader_key)
+        with raybus.ServiceBusClient(
+            namespace, credential=SharedAccessKeyCredential("reader", reader_key)
+        ) as reader:
+            with reader.get_queue_receiver(guarded) as receiver:
+                assert receiver.peek_messages(max_message_count=1) == []
+            with (
+                reader.get_queue_sender(guarded) as sender,
+                pytest.raises(ServiceBusAuthorizationError),
+            ):
+                sender.send_messages(ServiceBusMessage("not allowed"))
+        root.delete_queue(guarded)
     finally:
         for rule in ("sender", "root"):
             try:

@@ -26,6 +26,9 @@ import urllib3
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.core.pipeline.transport import RequestsTransport
 from azure.servicebus.management import (
+    AuthorizationRule as SdkAuthorizationRule,
+)
+from azure.servicebus.management import (
     CorrelationRuleFilter,
     FalseRuleFilter,
     ServiceBusAdministrationClient,
@@ -45,6 +48,7 @@ from raybus._topic_models import (
     TopicProperties,
     TopicRuntimeProperties,
 )
+from raybus.auth import AccessRights, AuthorizationRule, normalise_rights
 from raybus.exceptions import (
     FilterSyntaxError,
     InvalidArgumentError,
@@ -70,6 +74,7 @@ class _StubAdmin:
         self.subs: dict[tuple[str, str], SubscriptionProperties] = {}
         self.rules: dict[tuple[str, str], list[rb.RuleProperties]] = {}
         self.calls: list[tuple[str, Any]] = []
+        self.access: dict[tuple[str, str], AuthorizationRule] = {}
         self.fail: ServiceBusError | None = None
 
     def _get(self, name: str, kind: type) -> Any:
@@ -153,6 +158,33 @@ class _StubAdmin:
 
     async def list_subscriptions(self, topic: str) -> list[SubscriptionProperties]:
         return [s for (t, _), s in self.subs.items() if t == topic]
+
+    async def list_authorization_rules(self, *, entity: str) -> list[AuthorizationRule]:
+        return [r for r in self.access.values() if r.entity == entity]
+
+    async def create_authorization_rule(
+        self,
+        key_name: str,
+        rights: Any,
+        *,
+        entity: str,
+        primary_key: str | None = None,
+        secondary_key: str | None = None,
+    ) -> AuthorizationRule:
+        self.calls.append(("create_authorization_rule", key_name))
+        keys = {"primary_key": primary_key, "secondary_key": secondary_key}
+        rule = AuthorizationRule(
+            key_name,
+            normalise_rights(rights),
+            entity=entity,
+            **{k: v for k, v in keys.items() if v is not None},
+        )
+        self.access[entity, key_name] = rule
+        return rule
+
+    async def delete_authorization_rule(self, key_name: str, *, entity: str) -> None:
+        self.calls.append(("delete_authorization_rule", key_name))
+        del self.access[entity, key_name]
 
     async def create_rule(
         self, topic: str, sub: str, name: str, *, filter: Any, action: Any
@@ -545,7 +577,13 @@ def test_the_sdk_raises_its_typed_errors(
         (
             "<QueueDescription><AuthorizationRules><AuthorizationRule/></AuthorizationRules>"
             "</QueueDescription>",
-            "AuthorizationRules",
+            "with a KeyName",
+        ),
+        (
+            "<QueueDescription><AuthorizationRules><AuthorizationRule><KeyName>k</KeyName>"
+            "<Rights><AccessRights>Fly</AccessRights></Rights></AuthorizationRule>"
+            "</AuthorizationRules></QueueDescription>",
+            "unknown access right",
         ),
         (
             "<QueueDescription><IsAnonymousAccessible>true</IsAnonymousAccessible>"
@@ -649,3 +687,36 @@ def test_the_undamaged_body_is_served() -> None:
     assert stub.rules["t", "s"][-1] == rb.RuleProperties(
         "r", rb.SqlRuleFilter("a = @p", {"@p": 5}), rb.SqlRuleAction("SET b = 1")
     )
+
+
+def test_entity_access_rules_cross_both_ways_and_an_update_rewrites_only_changes(
+    sdk: ServiceBusAdministrationClient, stub: _StubAdmin
+) -> None:
+    props = sdk.create_queue(
+        "q",
+        authorization_rules=[
+            SdkAuthorizationRule(
+                key_name="reader", rights=["Listen"], primary_key="P" * 44, secondary_key="S" * 44
+            ),
+            SdkAuthorizationRule(key_name="admin", rights=["Manage"]),
+        ],
+    )
+    reader = stub.access["q", "reader"]
+    assert (reader.rights, reader.primary_key) == (frozenset({AccessRights.LISTEN}), "P" * 44)
+    assert stub.access["q", "admin"].rights == frozenset(AccessRights)  # Manage implies all
+    got = {r.key_name: r for r in props.authorization_rules}
+    assert got["reader"].rights == ["Listen"] and got["reader"].secondary_key == "S" * 44
+    assert got["admin"].rights == ["Listen", "Send", "Manage"]
+    assert got["admin"].primary_key == stub.access["q", "admin"].primary_key  # generated
+    assert got["reader"].claim_type == "SharedAccessKey"
+
+    fetched = sdk.get_queue("q")
+    stub.calls.clear()
+    sdk.update_queue(fetched)  # every rule sent back unchanged: nothing rewritten
+    assert [c for c in stub.calls if "authorization" in c[0]] == []
+    fetched.authorization_rules = [r for r in fetched.authorization_rules if r.key_name == "reader"]
+    fetched.authorization_rules[0].rights = ["Listen", "Send"]
+    sdk.update_queue(fetched)
+    assert sorted(k for _, k in stub.access) == ["reader"]
+    assert stub.access["q", "reader"].rights == frozenset({AccessRights.LISTEN, AccessRights.SEND})
+    assert stub.access["q", "reader"].primary_key == "P" * 44  # kept
