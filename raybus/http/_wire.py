@@ -83,10 +83,15 @@ _NOT_PROPERTIES = frozenset(
     }
 )
 _NOT_PROPERTY_PREFIXES = ("x-ms-", "x-forwarded-", "proxy-", "sec-")
-# Response headers an application property may not overwrite.
-_RESERVED_RESPONSE = frozenset(
-    {"brokerproperties", "content-length", "content-type", "date", "location", "server"}
-)
+# Response headers an application property may not become (besides the request headers
+# above, which include the hop-by-hop ones that would change the response's framing).
+_RESERVED_RESPONSE = _NOT_PROPERTIES | {
+    "location",
+    "retry-after",
+    "server",
+    "set-cookie",
+    "www-authenticate",
+}
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 _STRING_FIELDS = {
@@ -271,13 +276,21 @@ def _broker_properties(msg: ServiceBusReceivedMessage) -> dict[str, Any]:
     return props
 
 
+def _content_type(value: str | None) -> str:
+    """The message's content type if it can be a header value (printable ASCII), else the
+    generic one: a Python sender may have set anything."""
+    if value and value.isascii() and value.isprintable():
+        return value
+    return "application/octet-stream"
+
+
 def received_headers(msg: ServiceBusReceivedMessage) -> dict[str, str]:
     """Response headers of a received message: ``BrokerProperties``, ``Content-Type`` and one
-    header per application property (JSON-encoded; names that are not HTTP tokens or that
-    would replace a response header of the gateway's own are left out)."""
+    header per application property (JSON-encoded, so ASCII without line breaks; names that
+    are not HTTP tokens, or that are standard or hop-by-hop headers, are left out)."""
     headers = {
         "BrokerProperties": json.dumps(_broker_properties(msg), separators=(",", ":")),
-        "Content-Type": msg.content_type or "application/octet-stream",
+        "Content-Type": _content_type(msg.content_type),
     }
     props = dict(msg.application_properties or {})
     if msg.dead_letter_reason is not None:
@@ -287,7 +300,8 @@ def received_headers(msg: ServiceBusReceivedMessage) -> dict[str, str]:
     for name, value in props.items():
         if not isinstance(name, str) or not _TOKEN.match(name):
             continue
-        if name.lower() in _RESERVED_RESPONSE:
+        lowered = name.lower()
+        if lowered in _RESERVED_RESPONSE or lowered.startswith(_NOT_PROPERTY_PREFIXES):
             continue
         headers[name] = json.dumps(_json_value(value))  # ASCII: header-safe
     return headers

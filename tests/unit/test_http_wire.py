@@ -284,6 +284,8 @@ def test_received_headers_carry_broker_and_custom_properties() -> None:
             "raw": b"\x00\x01",
             "bad name": "skipped",
             "Location": "cannot override",
+            "Transfer-Encoding": "chunked",
+            "x-ms-thing": "reserved",
             "line": "a\r\nInjected: yes",
         },
         dead_letter_reason="r",
@@ -302,11 +304,14 @@ def test_received_headers_carry_broker_and_custom_properties() -> None:
     assert headers["raw"] == '"AAE="'
     assert headers["line"] == '"a\\r\\nInjected: yes"'
     assert "bad name" not in headers and "Location" not in headers
+    assert "Transfer-Encoding" not in headers and "x-ms-thing" not in headers
     assert headers["DeadLetterReason"] == '"r"'
     assert received_body(msg) == b"text"
     assert received_body(_received(body={"a": 1})) == b'{"a": 1}'
     assert received_body(_received(body=b"\xff")) == b"\xff"
     assert received_headers(_received(body=b""))["Content-Type"] == "application/octet-stream"
+    odd = _received(body=b"", content_type="text/plain\r\nX-Injected: 1")
+    assert received_headers(odd)["Content-Type"] == "application/octet-stream"
 
 
 # ------------------------------------------------------------------ tokens and clients
