@@ -11,6 +11,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -18,6 +19,7 @@ import pytest
 
 import raybus.http
 from raybus import ServiceBusMessage
+from raybus.auth import SharedAccessKeyCredential, generate_sas_token
 from raybus.management import CorrelationRuleFilter, ServiceBusAdministrationClient
 
 BATCH = "application/vnd.microsoft.servicebus.json"
@@ -492,8 +494,6 @@ def test_malformed_http_is_refused_with_400(gateway: str, queue: str, head: byte
 
 
 def test_malformed_or_expired_authorization_is_401(http: httpx.Client, queue: str) -> None:
-    from raybus.auth import generate_sas_token
-
     for header in (
         "Bearer abc",
         "SharedAccessSignature sr=x",
@@ -509,6 +509,97 @@ def test_malformed_or_expired_authorization_is_401(http: httpx.Client, queue: st
 def test_open_namespace_accepts_requests_without_a_token(http: httpx.Client, queue: str) -> None:
     assert http.post(f"/{queue}/messages", content=b"open").status_code == 201
     assert http.delete(f"/{queue}/messages/head", params={"timeout": 5}).content == b"open"
+
+
+# A namespace with access rules, served by a second gateway application on the same Serve
+# proxy (at /closed): the module's own namespace stays open for the other tests.
+
+ROOT_KEY = "R" * 44
+
+
+@dataclass(frozen=True)
+class Closed:
+    url: str
+    root: ServiceBusAdministrationClient
+    send_key: str
+    listen_key: str
+
+    def token(self, rule: str, key: str, entity: str = "q") -> str:
+        return generate_sas_token(f"sb://raybus/{entity}", rule, key, ttl=600)
+
+    def send(self, entity: str = "q") -> dict[str, str]:
+        return {"Authorization": self.token("send", self.send_key, entity)}
+
+    def listen(self, entity: str = "q") -> dict[str, str]:
+        return {"Authorization": self.token("listen", self.listen_key, entity)}
+
+
+@pytest.fixture(scope="module")
+def closed(gateway: str) -> Iterator[Closed]:
+    import ray
+
+    from raybus._actors.namespace import namespace_actor_name
+
+    ns = f"test-closed-{uuid.uuid4().hex[:8]}"
+    open_admin = ServiceBusAdministrationClient(ns)
+    open_admin.create_queue("q")
+    open_admin.create_queue("other")
+    open_admin.create_authorization_rule("root", ["Manage"], primary_key=ROOT_KEY)
+    root = ServiceBusAdministrationClient(
+        ns, credential=SharedAccessKeyCredential("root", ROOT_KEY)
+    )
+    send = root.create_authorization_rule("send", ["Send"])
+    listen = root.create_authorization_rule("listen", ["Listen"])
+    port = int(gateway.rsplit(":", 1)[1])
+    url = raybus.http.start_http_gateway(ns, port=port, route_prefix="/closed")
+    try:
+        yield Closed(url, root, send.primary_key, listen.primary_key)
+    finally:
+        raybus.http.stop_http_gateway(ns, shutdown_serve=False)
+        for q in ("q", "other"):
+            root.delete_queue(q)
+        ray.kill(ray.get_actor(namespace_actor_name(ns), namespace="raybus"), no_restart=True)
+
+
+def test_closed_namespace_needs_a_token_and_a_bad_signature_is_401(closed: Closed) -> None:
+    with httpx.Client(base_url=closed.url, timeout=30) as c:
+        no_token = c.post("/q/messages", content=b"x")
+        assert no_token.status_code == 401, no_token.text
+        assert "ServiceBusAuthenticationError" in _error_detail(no_token)
+        forged = {"Authorization": closed.token("send", "a2V5IHRoYXQgaXMgd3Jvbmc=")}
+        assert c.post("/q/messages", content=b"x", headers=forged).status_code == 401
+        unknown_rule = {"Authorization": closed.token("nobody", closed.send_key)}
+        assert c.post("/q/messages", content=b"x", headers=unknown_rule).status_code == 401
+    assert closed.root.get_queue_runtime_properties("q").active_message_count == 0
+
+
+def test_rights_decide_what_a_token_may_do(closed: Closed) -> None:
+    with httpx.Client(base_url=closed.url, timeout=30) as c:
+        assert c.post("/q/messages", content=b"m", headers=closed.send()).status_code == 201
+        refused = c.post("/q/messages/head", params={"timeout": 0}, headers=closed.send())
+        assert refused.status_code == 403, refused.text
+        assert "ServiceBusAuthorizationError" in _error_detail(refused)
+        assert c.post("/q/messages", content=b"m", headers=closed.listen()).status_code == 403
+        got = c.post("/q/messages/head", params={"timeout": 5}, headers=closed.listen())
+        assert got.status_code == 201, got.text
+        assert got.content == b"m"
+        assert got.headers["Location"].startswith(f"{closed.url}/q/messages/")
+        # Settling needs Listen too.
+        assert c.delete(got.headers["Location"], headers=closed.send()).status_code == 403
+        assert c.delete(got.headers["Location"], headers=closed.listen()).status_code == 200
+    assert closed.root.get_queue_runtime_properties("q").active_message_count == 0
+
+
+def test_a_token_for_one_entity_does_not_reach_another(closed: Closed) -> None:
+    with httpx.Client(base_url=closed.url, timeout=30) as c:
+        wrong = c.post("/other/messages", content=b"x", headers=closed.send("q"))
+        assert wrong.status_code == 403, wrong.text
+        right = c.post("/other/messages", content=b"x", headers=closed.send("other"))
+        assert right.status_code == 201, right.text
+        taken = c.delete(
+            "/other/messages/head", params={"timeout": 5}, headers=closed.listen("other")
+        )
+        assert taken.content == b"x"
 
 
 # ------------------------------------------------------------------ the curl example
