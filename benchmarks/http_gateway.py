@@ -62,19 +62,33 @@ def _free_port() -> int:
         return port
 
 
+LATENCIES: list[float] = []  # of the last _run_for's steps, for the diagnostics line
+
+
 async def _run_for(seconds: float, concurrency: int, step: Callable[[], Awaitable[int]]) -> float:
     """Run ``step`` (returns messages moved) in ``concurrency`` tasks for ``seconds``; msgs/s."""
     done = 0
     stop_at = time.monotonic() + seconds
+    LATENCIES.clear()
 
     async def worker() -> None:
         nonlocal done
         while time.monotonic() < stop_at:
-            done += await step()
+            t = time.monotonic()
+            moved = await step()  # not `done += await step()`: that reads done before waiting
+            done += moved
+            LATENCIES.append(time.monotonic() - t)
 
     started = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return done / (time.monotonic() - started)
+
+
+def _latency_line() -> str:
+    xs = sorted(LATENCIES)
+    if not xs:
+        return "no steps"
+    return f"{len(xs)} steps, p50 {xs[len(xs) // 2] * 1e3:.0f} ms, max {xs[-1] * 1e3:.0f} ms"
 
 
 class Bench:
@@ -90,8 +104,16 @@ class Bench:
         self.body = make_body(0, args.size)
 
     async def fresh_queue(self) -> str:
+        """A new queue, warmed up: its partition actor (a new process, slow to start on a
+        loaded machine) has answered, and the gateway's replica has its route cached, so the
+        timed window measures steady state only."""
         name = f"bench-{uuid.uuid4().hex[:8]}"
         await self.admin.create_queue(name)
+        async with self.client.get_queue_sender(name) as sender:
+            await sender.send_messages(ServiceBusMessage(b"warm-up"))
+        warm = await self.http.delete(f"/{name}/messages/head?timeout=5")
+        if warm.status_code != 200:
+            raise BenchError(f"warm-up: {warm.status_code} {warm.text[:200]}")
         return name
 
     async def fill(self, queue: str, count: int) -> None:
@@ -214,7 +236,9 @@ async def _main(args: argparse.Namespace, namespace: str, url: str) -> dict[str,
     for r in range(args.rounds):
         for name in SCENARIOS:
             native = await bench.scenario(name, "native")
+            native_steps = _latency_line()
             http = await bench.scenario(name, "http")
+            print(f"  native {native_steps}; http {_latency_line()}", file=sys.stderr)
             rates[name]["native"].append(native)
             rates[name]["http"].append(http)
             ratios[name].append(http / native if native else 0.0)

@@ -102,7 +102,10 @@ def start_http_gateway(
     http_options: dict[str, Any] = {"host": host, "port": port}
     if files is not None:
         http_options.update(ssl_certfile=files[0], ssl_keyfile=files[1])
-    serve.start(http_options=http_options)
+    serve.start(
+        http_options=http_options,
+        logging_config={"enable_access_log": settings.access_log},
+    )
     app = HttpGatewayDeployment.options(**settings.deployment_options()).bind(
         namespace, storage_path, settings
     )

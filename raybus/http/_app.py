@@ -54,6 +54,8 @@ class GatewaySettings:
     ``max_request_bytes``: largest request body (Service Bus: 1 MB over HTTP, batches too).
     ``max_receive_timeout_s``: the cap on a receive's ``timeout`` (long poll).
     ``client_cache_size``: clients (distinct SAS tokens) kept per replica.
+    ``access_log``: Serve's log line per request (off by default: it costs the replica and
+    the proxy CPU on every request, and message traffic is counted by raybus's metrics).
     """
 
     max_request_bytes: int = 1024 * 1024
@@ -64,6 +66,7 @@ class GatewaySettings:
     target_ongoing_requests: int = 32
     max_ongoing_requests: int = 1000
     num_cpus: float = 0.0
+    access_log: bool = False
 
     def __post_init__(self) -> None:
         checks = (
@@ -91,6 +94,7 @@ class GatewaySettings:
             },
             "max_ongoing_requests": self.max_ongoing_requests,
             "ray_actor_options": {"num_cpus": self.num_cpus},
+            "logging_config": {"enable_access_log": self.access_log},
         }
 
 

@@ -265,6 +265,49 @@ def test_timeout_above_the_cap_is_capped(http: httpx.Client, queue: str) -> None
     assert time.monotonic() - started < 25  # the module's cap is 5 s
 
 
+def test_scheduled_message_arrives_at_its_time(http: httpx.Client, queue: str) -> None:
+    at = datetime.now(timezone.utc) + timedelta(seconds=2)
+    stamp = at.strftime("%a, %d %b %Y %H:%M:%S GMT")
+    broker = json.dumps({"ScheduledEnqueueTimeUtc": stamp})
+    sent = http.post(f"/{queue}/messages", content=b"later", headers={"BrokerProperties": broker})
+    assert sent.status_code == 201
+    assert http.delete(f"/{queue}/messages/head", params={"timeout": 0}).status_code == 204
+    got = http.delete(f"/{queue}/messages/head", params={"timeout": 5})
+    assert got.status_code == 200 and got.content == b"later"
+    assert _props(got)["ScheduledEnqueueTimeUtc"] == stamp
+
+
+def test_duplicate_message_ids_are_accepted_once(
+    http: httpx.Client, admin: ServiceBusAdministrationClient
+) -> None:
+    name = f"h-{uuid.uuid4().hex[:8]}"
+    admin.create_queue(name, requires_duplicate_detection=True)
+    try:
+        broker = {"BrokerProperties": '{"MessageId": "same"}'}
+        for _ in range(2):
+            assert http.post(f"/{name}/messages", content=b"d", headers=broker).status_code == 201
+        assert admin.get_queue_runtime_properties(name).active_message_count == 1
+    finally:
+        admin.delete_queue(name)
+
+
+def test_session_queue_takes_sends_but_receives_need_a_session_client(
+    http: httpx.Client, admin: ServiceBusAdministrationClient
+) -> None:
+    """The REST API has no session receive; the broker's refusal comes back as a 400."""
+    name = f"h-{uuid.uuid4().hex[:8]}"
+    admin.create_queue(name, requires_session=True)
+    try:
+        broker = {"BrokerProperties": '{"SessionId": "s1"}'}
+        assert http.post(f"/{name}/messages", content=b"s", headers=broker).status_code == 201
+        resp = http.post(f"/{name}/messages/head", params={"timeout": 0})
+        assert resp.status_code == 400, resp.text
+        assert "session" in _error_detail(resp).lower()
+        assert admin.get_queue_runtime_properties(name).active_message_count == 1
+    finally:
+        admin.delete_queue(name)
+
+
 # ------------------------------------------------------------------ settlement
 
 
