@@ -699,3 +699,54 @@ def test_tls_gateway_serves_https_with_the_self_signed_certificate(
     finally:
         raybus.http.stop_http_gateway(namespace, shutdown_serve=True)
         serve.shutdown()
+
+
+def test_cli_http_serves_until_sigterm(ray_cluster: str, namespace: str, queue: str) -> None:
+    """``raybus http`` in its own process (after the TLS test, which shut Serve down: Serve's
+    port is per cluster)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from ray import serve
+
+    serve.shutdown()  # whatever an earlier test left: the CLI starts Serve on its own port
+    port = _free_port()
+    env = dict(os.environ, RAY_ADDRESS=ray_cluster)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raybus.cli", "--namespace", namespace, "http", "--port", str(port)],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "Ctrl-C to stop" in line:
+                ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert ready.wait(180), "".join(lines)
+        assert any(f"http://127.0.0.1:{port}" in line for line in lines), "".join(lines)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+            assert c.post(f"/{queue}/messages", content=b"cli").status_code == 201
+            assert c.delete(f"/{queue}/messages/head", params={"timeout": 5}).content == b"cli"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 0, "".join(lines)
+        reader.join(10)
+        assert any("stopped" in line for line in lines)
+        with pytest.raises(httpx.ConnectError):  # Serve's proxy is gone with the gateway
+            httpx.get(f"http://127.0.0.1:{port}/{queue}/messages/head", timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
