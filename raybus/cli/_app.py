@@ -10,7 +10,19 @@ from typing import Annotated
 
 import typer
 
-from . import _context, demo, dlq, gateway, messages, queue, rule, stats, subscription, topic
+from . import (
+    _context,
+    demo,
+    dlq,
+    gateway,
+    http,
+    messages,
+    queue,
+    rule,
+    stats,
+    subscription,
+    topic,
+)
 from ._errors import EXIT_CODES_HELP, RaybusGroup
 
 __all__ = ["app"]
@@ -73,3 +85,4 @@ app.add_typer(dlq.app, name="dlq")
 app.command("stats")(stats.stats)
 app.command("demo")(demo.demo)
 app.command("gateway")(gateway.gateway)
+app.command("http")(http.http)
