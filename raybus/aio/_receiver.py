@@ -42,10 +42,10 @@ from ..exceptions import (
     MessageNotFoundError,
     MessagingEntityNotFoundError,
     ServiceBusError,
-    SettlementFailedError,
 )
 from ..message import ServiceBusReceivedMessage
 from ._fanout import peek_partitioned, receive_partitioned
+from ._refusal import Failure, refusal
 from ._session import ServiceBusSession, check_session_id
 from ._transaction import ServiceBusTransaction
 
@@ -167,7 +167,7 @@ class ServiceBusReceiver:
         self._answers = threading.Condition()
         self._handed = 0
         self._answered = 0
-        self._failures: list[tuple[int | None, str | None, str]] = []
+        self._failures: list[Failure] = []
         self._closed = False
         self._renewer = auto_lock_renewer
         # Settlements handed over by the sync API's threads (see settle_from_thread).
@@ -229,7 +229,7 @@ class ServiceBusReceiver:
     def _raise_failures(self) -> None:
         if self._failures:
             failures, self._failures = self._failures, []
-            raise SettlementFailedError(
+            raise refusal(
                 f"{len(failures)} settlement(s) sent without waiting were refused by the "
                 "broker; those messages were not settled and will be delivered again",
                 self.entity_path,
@@ -663,13 +663,14 @@ class ServiceBusReceiver:
     ) -> None:
         self._pending.discard(fut)
         if fut.cancelled() or fut.exception() is not None:
-            why = "cancelled" if fut.cancelled() else str(fut.exception())
+            why = "cancelled" if fut.cancelled() else fut.exception()
             errors: list[Any] = [why] * len(messages)
         else:
             errors = fut.result()
         for (message, _op), error in zip(messages, errors, strict=True):
             if error is not None:
-                self._failures.append((message.sequence_number, message.lock_token, str(error)))
+                message._settled = False  # it was not settled (complete_messages does the same)
+                self._failures.append((message.sequence_number, message.lock_token, error))
         with self._answers:
             self._answered += len(messages)
             self._answers.notify_all()
@@ -770,7 +771,7 @@ class ServiceBusReceiver:
         for msg in messages:
             op = self._settle_op(msg, SettleOp(COMPLETE, lock_token_of(msg)))
             by_partition.setdefault(msg.partition_id, []).append((msg, op))
-        failures: list[tuple[int | None, str | None, str]] = []
+        failures: list[Failure] = []
 
         async def settle(pid: int, items: list[tuple[ServiceBusReceivedMessage, SettleOp]]) -> None:
             for msg, _op in items:
@@ -781,17 +782,17 @@ class ServiceBusReceiver:
             except BaseException as exc:  # outcome unknown: the messages may be settled again
                 for msg, _op in items:
                     msg._settled = False
-                    failures.append((msg.sequence_number, msg.lock_token, str(exc)))
+                    failures.append((msg.sequence_number, msg.lock_token, exc))
                 return
             for (msg, _op), err in zip(items, results, strict=True):
                 if err is not None:
                     msg._settled = False
-                    failures.append((msg.sequence_number, msg.lock_token, str(err)))
+                    failures.append((msg.sequence_number, msg.lock_token, err))
 
         # One call per partition, all at once.
         await asyncio.gather(*(settle(pid, items) for pid, items in by_partition.items()))
         if failures:
-            raise SettlementFailedError(
+            raise refusal(
                 f"{len(failures)} of {len(messages)} completions were refused",
                 self.entity_path,
                 failures,

@@ -303,34 +303,13 @@ async def _settle(client: ServiceBusClient, route: RuntimeRoute) -> Response:
             headers = await _settle_one(receiver, msg, route)
         finally:
             # close() waits for a settlement the receiver sent without waiting and raises if
-            # the broker refused it, so the response says what really happened.
+            # the broker refused it (a lost lock, or the credential's own error), so the
+            # response says what really happened.
             await receiver.close()
-    except SettlementFailedError as exc:
-        raise await _refusal(client, route, exc) from None
+    except SettlementFailedError as exc:  # this one message's lock: say why, as the broker did
+        reason = exc.failures[0][2] if exc.failures else str(exc)
+        raise MessageLockLostError(reason, None, route.lock_token, route.sequence_number) from None
     return 200, headers, b""
-
-
-async def _refusal(
-    client: ServiceBusClient, route: RuntimeRoute, exc: SettlementFailedError
-) -> ServiceBusError:
-    """The typed error behind a settlement the broker refused.
-
-    ``SettlementFailedError`` keeps only the text of the refusal, so a call refused as a whole
-    (the token lacks Listen, or is not valid) would read as a lost lock. A peek with the same
-    credential needs the same right and changes nothing: if the credential was the cause it
-    raises the typed error; otherwise the lock was lost (410).
-    """
-    probe = _receiver(client, route)
-    try:
-        await probe.peek_messages(1)
-    except (ServiceBusAuthenticationError, ServiceBusAuthorizationError) as typed:
-        return typed
-    except ServiceBusError:
-        pass  # the refusal's own text says more than this probe's error
-    finally:
-        await probe.close()
-    reason = exc.failures[0][2] if exc.failures else str(exc)
-    return MessageLockLostError(reason, None, route.lock_token, route.sequence_number)
 
 
 async def handle_runtime(

@@ -208,3 +208,26 @@ def test_rules_survive_restarts_of_the_namespace_and_partition_actors(
         client.get_queue_sender("q").send_messages(ServiceBusMessage("y"))
     assert active(closed) == 1
     assert {r.key_name for r in closed.list_authorization_rules()} == {"root", "app"}
+
+
+def test_a_settlement_refused_for_the_token_says_so_not_lock_lost(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    """Settlements go out without waiting when the lock is comfortably valid; when the broker
+    refuses one because of the caller's token, the receiver raises that error (the lock is still
+    valid), not SettlementFailedError's "will be delivered again"."""
+    listen = closed.create_authorization_rule("listen", ["Listen"])
+    send = closed.create_authorization_rule("send", ["Send"])
+    with client_with(namespace, "send", send.primary_key) as sender_client:
+        sender_client.get_queue_sender("q").send_messages(ServiceBusMessage("m"))
+        with (
+            client_with(namespace, "listen", listen.primary_key) as listener,
+            listener.get_queue_receiver("q", max_wait_time=5) as good,
+        ):
+            (msg,) = good.receive_messages(max_message_count=1, max_wait_time=5)
+            wrong = sender_client.get_queue_receiver("q")
+            with pytest.raises(ServiceBusAuthorizationError, match="not Listen"):
+                wrong.complete_message(msg)
+                wrong.close()
+            good.complete_message(msg)
+    assert active(closed) == 0
