@@ -680,3 +680,33 @@ async def test_a_flush_failing_while_a_checkpoint_is_written_recovers_after_it(f
     finally:
         log.go.set()
 
+
+async def test_durable_since_waits_for_its_own_changes_only(faulty, clock):
+    """A read that changed nothing is not held up by other callers' changes waiting for
+    their flush; one that changed something waits for it."""
+    fs, _ = faulty
+    c = committer_on(fs, DIR, clock, log_class=GatedLog)
+    c.core.send(records("a", "b"))
+    await c.durable()
+    log = c.durable_log
+    assert isinstance(log, GatedLog)
+    log.hold()
+    try:
+        c.core.send(records("in-flight"))
+        writing = asyncio.ensure_future(c.durable())
+        assert await asyncio.to_thread(log.entered.wait, 5)
+        c.core.send(records("pending"))  # waits for the next flush
+        pending = asyncio.ensure_future(c.durable())
+        mark = c.core.journal_size()
+        got = c.core.receive(1)  # a lock only: nothing to write
+        await asyncio.wait_for(c.durable_since(mark), 1)
+        assert [r.message_id for r in got] == ["a"]
+        mark = c.core.journal_size()
+        c.core.settle([SettleOp(COMPLETE, got[0].lock_token)])  # recorded: must wait
+        own = asyncio.ensure_future(c.durable_since(mark))
+        await asyncio.sleep(0.02)
+        assert not own.done() and not pending.done()
+    finally:
+        log.release()
+    await asyncio.wait_for(asyncio.gather(writing, pending, own), 5)
+    assert ids(committer_on(fs, DIR, clock)) == {"b", "in-flight", "pending"}
