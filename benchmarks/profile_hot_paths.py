@@ -14,6 +14,10 @@ receiver in this process:
 * ``large``: 64 KiB messages in lists of 16, as ``e2e`` (MB/s).
 * ``latency``: single messages at a fixed rate (default 1,000 msg/s), send-to-receive latency
   p50/p99 (bodies carry their send time; one machine, one clock).
+* ``receive-wait`` (not in ``all``; no Ray): the real ``Partition`` and ``Committer`` on this
+  machine's disk, sends of 100 recorded while flushes are under way (as from other callers)
+  and a peek-lock receiver with ``complete_message``: how often a receive waits for a flush,
+  under the rule before 72e6be8 (any pending change) and the current one (its own changes).
 
 Every scenario reports the CPU time each process spent per 1,000 messages (``/proc``; all
 threads, Ray's C++ ones included): on a shared, busy machine rates swing by 2x between runs,
@@ -64,6 +68,7 @@ from raybus import ServiceBusMessage  # noqa: E402
 from raybus.management import ServiceBusAdministrationClient  # noqa: E402
 
 SCENARIOS = ("e2e", "concurrent", "large", "latency")
+LOCAL = ("receive-wait",)  # no Ray: the partition core and its committer, in this process
 
 
 def body(i: int, size: int, stamp: bool = False) -> bytes:
@@ -436,6 +441,67 @@ def cpu_per_1000(cpu: dict[str, float], n: int) -> dict[str, float]:
     return {f"cpu_ms_per_1000_{role}": 1e6 * secs / n for role, secs in cpu.items()}
 
 
+async def receive_wait(rule: str, n: int, storage_dir: str | None) -> dict[str, float]:
+    """One ``receive-wait`` run (see the module docstring) under ``rule`` ("any" or "own")."""
+    from raybus._clock import SystemClock
+    from raybus._core.committer import Committer
+    from raybus._core.partition import COMPLETE, Partition, SettleOp
+    from raybus._core.record import MessageRecord
+    from raybus._models import QueueProperties
+    from raybus._storage import DurableLog
+
+    tmp = tempfile.mkdtemp(prefix="raybus-prof-", dir=storage_dir)
+    c = Committer(
+        lambda: Partition(QueueProperties(name="q"), SystemClock(), 0, export=lambda r: r),
+        DurableLog.from_storage_path(tmp, "p"),
+    )
+    waits: list[float] = []
+    done = 0
+    keep: set[asyncio.Future[None]] = set()
+
+    def flush_later() -> None:  # a caller that waits for its flush elsewhere
+        fut = asyncio.ensure_future(c.durable())
+        keep.add(fut)
+        fut.add_done_callback(keep.discard)
+
+    async def sender() -> None:
+        i = 0
+        while done < n:
+            c.core.send([MessageRecord(body=body(i + j, 1024), size=1100) for j in range(100)])
+            i += 100
+            flush_later()
+            await asyncio.sleep(0.002)
+
+    t0 = time.perf_counter()
+    task = asyncio.ensure_future(sender())
+    while done < n:
+        mark = c.core.journal_size()
+        got = c.core.receive(100)
+        started = time.perf_counter()
+        if rule == "any":
+            await c.durable(after_inflight=False)
+        else:
+            await c.durable_since(mark)
+        waits.append(time.perf_counter() - started)
+        if got:
+            done += len(got)
+            c.core.settle([SettleOp(COMPLETE, r.lock_token) for r in got])
+            flush_later()
+        await asyncio.sleep(0.001)
+    secs = time.perf_counter() - t0
+    await task
+    await asyncio.gather(*keep)
+    await c.checkpoint_now()
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "receives": len(waits),
+        "waited_pct": 100 * sum(w > 1e-4 for w in waits) / len(waits),
+        "mean_wait_ms": 1000 * statistics.mean(waits),
+        "msgs_per_s": n / secs,
+        "flushes": c.flushes,
+    }
+
+
 def partition_pid(client: raybus.ServiceBusClient, queue: str) -> int | None:
     """PID of the queue's (first) partition actor, from Ray's actor table (read-only)."""
     route = client._aio._conn.cached_route(queue)
@@ -448,7 +514,7 @@ def partition_pid(client: raybus.ServiceBusClient, queue: str) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
+    p.add_argument("--scenario", choices=[*SCENARIOS, *LOCAL, "all"], default="all")
     p.add_argument("--messages", type=int, default=20000, help="per scenario (large: / 16)")
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--prefetch", type=int, default=200)
@@ -463,6 +529,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--output", type=Path, help="JSON results file")
     args = p.parse_args(argv)
+    if args.scenario in LOCAL:
+        for rule in ("any", "own", "any", "own"):
+            r = asyncio.run(receive_wait(rule, args.messages, args.storage_dir))
+            print(f"   {rule}: " + json.dumps({k: round(v, 3) for k, v in r.items()}), flush=True)
+        return 0
     ray.init(
         address="local",
         num_cpus=2,
