@@ -15,6 +15,7 @@ from . import _sync, aio
 from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ._core.pool import ProcessorStatistics
 from ._sync import run
+from .aio import _complete
 from .aio._processor import DEFAULT_STOP_TIMEOUT_S, Handler, Seconds, in_thread
 from .aio._receiver import _past, lock_token_of
 from .aio._sender import SendInput, _records
@@ -161,7 +162,30 @@ class ServiceBusReceiver:
         self._settle(message, SettleOp(COMPLETE, lock_token_of(message)), transaction)
 
     def complete_messages(self, messages: Sequence[ServiceBusReceivedMessage]) -> None:
-        run(self._aio.complete_messages(messages))
+        inner = self._aio
+        route = inner._conn.cached_route(inner.entity_path)
+        if not inner.direct_ok(route):
+            run(inner.complete_messages(messages))
+            return
+        # The coroutine's steps, with the one settle call made from this thread (no hop
+        # through the loop). Settlements sent without waiting are answered first.
+        inner.wait_answers_blocking(inner._handed)
+        inner._raise_failures()
+        by_partition = _complete.plan(inner, messages)
+        if set(by_partition) - {0}:  # received before a partition change: the general path
+            run(inner.complete_messages(messages))
+            return
+        failures: _complete.Failures = []
+        for items in by_partition.values():
+            ops = _complete.wire(items)
+            try:
+                results: Any = inner.call_blocking("settle", ops)
+                if results is None:  # the route went stale meanwhile: the loop resolves it
+                    results = run(inner._call("settle", ops))
+            except BaseException as exc:
+                results = exc
+            _complete.apply_results(items, results, failures)
+        _complete.raise_failures(inner.entity_path, failures, len(messages))
 
     def abandon_message(
         self,

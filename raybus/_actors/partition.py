@@ -195,14 +195,20 @@ class PartitionActor(Guarded):
             self._watch_transactions()
         self._forward()
 
-    async def _settled_core(self) -> Partition:
-        """The core after applying due time-driven changes (durably, if any)."""
+    async def _settled_core(self, *, pending: bool = True) -> Partition:
+        """The core after applying due time-driven changes, durably (activated messages
+        become visible once durable). ``pending=False`` waits for this tick's changes only
+        (``Committer.durable_since``), not for other callers' changes still pending."""
         self._kick()
         core = self._core  # a failed flush may have rebuilt it
+        mark = core.journal_size()
         if core.tick():
             self._notify()
-        if core.has_journal():  # activated messages become visible once durable
-            await self._commit.durable()
+        if pending:
+            if core.has_journal():
+                await self._commit.durable()
+        else:
+            await self._commit.durable_since(mark)
         return self._core
 
     async def _wait_change(self, deadline: float) -> bool:
@@ -235,15 +241,22 @@ class PartitionActor(Guarded):
         the core's deadlines (scheduled activations, lock expiries) wake the waiters.
         """
         deadline = time.monotonic() + wait_s
+        # Peek-lock receives of the main queue wait for their own changes only; the
+        # dead-letter sub-queue shows messages moved there whose move may not be durable yet.
+        own = not (delete or dead_letter)
         while True:
-            core = await self._settled_core()
+            core = await self._settled_core(pending=not own)
+            mark = core.journal_size()
             got = core.receive(max_count, dead_letter=dead_letter, delete=delete, session=session)
             if got or deadline <= time.monotonic():
                 if got and len(self._wait_times) < 1000:  # one sample per call
                     self._wait_times.append(max(0.0, time.time() - got[0].enqueued_time))
                 rows = to_wire(got)
                 # Deletions, expiries, activations; locks alone need no write.
-                await self._commit.durable(after_inflight=delete)
+                if own:
+                    await self._commit.durable_since(mark)
+                else:
+                    await self._commit.durable(after_inflight=delete)
                 return rows
             await self._wait_change(deadline)
 

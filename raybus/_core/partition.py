@@ -779,21 +779,3 @@ class Partition(SessionOps, SnapshotOps):
         if self._journal is not None:
             payload = (rec.delivery_count, rec.state, rec.application_properties)
             self._journal.append((journal.UPD, store.id, rec.sequence_number, payload))
-
-    def enable_journal(self) -> None:
-        """Record every change for the storage log, and show receivers only messages up to
-        ``visible_seq`` (set it after each durable flush). Memory-only partitions skip this."""
-        if self._journal is None:
-            self._journal = []
-            self.visible_seq = self._next_seq - 1
-
-    def take_journal(self) -> tuple[list[journal.Entry], int]:
-        """The entries recorded since the last call, and the last sequence number assigned;
-        once they are durable, set ``visible_seq`` to that number."""
-        entries = self._journal or []
-        if self._journal is not None:
-            self._journal = []
-        return entries, self._next_seq - 1
-
-    def has_journal(self) -> bool:
-        return bool(self._journal)

@@ -1,4 +1,4 @@
-"""Checkpoints and recovery of ``Partition``: its whole state as journal entries, and back.
+"""Checkpoints, recovery and the journal of ``Partition``: its state as journal entries, and back.
 
 Kept in their own module for size; they are methods of ``Partition`` (a mixin) and share its
 state. The journal format is ``raybus._core.journal``.
@@ -22,7 +22,7 @@ __all__ = ["SnapshotOps"]
 
 
 class SnapshotOps:
-    """Checkpoint and load methods of ``Partition``."""
+    """Journal, checkpoint and load methods of ``Partition``."""
 
     if TYPE_CHECKING:
         _main: Store
@@ -43,6 +43,7 @@ class SnapshotOps:
         outbox: dict[str, tuple[int, Any]]
         prepared: dict[str, Any]
         visible_seq: int | None
+        _journal: list[journal.Entry] | None
 
         def _in_session(self, store: Store, rec: MessageRecord) -> bool: ...
         def _push_available(self, store: Store, rec: MessageRecord) -> None: ...
@@ -127,3 +128,26 @@ class SnapshotOps:
             recover(cast("Partition", self), state.prepared)
         if self.visible_seq is not None:
             self.visible_seq = self._next_seq - 1
+
+    def enable_journal(self) -> None:
+        """Record every change for the storage log, and show receivers only messages up to
+        ``visible_seq`` (set it after each durable flush). Memory-only partitions skip this."""
+        if self._journal is None:
+            self._journal = []
+            self.visible_seq = self._next_seq - 1
+
+    def take_journal(self) -> tuple[list[journal.Entry], int]:
+        """The entries recorded since the last call, and the last sequence number assigned;
+        once they are durable, set ``visible_seq`` to that number."""
+        entries = self._journal or []
+        if self._journal is not None:
+            self._journal = []
+        return entries, self._next_seq - 1
+
+    def has_journal(self) -> bool:
+        return bool(self._journal)
+
+    def journal_size(self) -> int:
+        """Entries recorded and not yet taken: compared before and after a step, whether
+        that step changed durable state."""
+        return len(self._journal or ())

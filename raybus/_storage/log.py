@@ -26,13 +26,16 @@ Guarantees:
   it is deleted with a warning). A damaged or missing file that acknowledged data depends on
   raises ``StorageCorruptedError``.
 
-Not thread-safe, and one writer per directory: the owning partition actor serialises calls.
+One writer per directory. ``append`` and ``checkpoint`` may run at the same time in two
+threads (one call of each at a time: the partition writes a checkpoint in the background while
+it goes on appending); ``recover`` must run alone.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -84,6 +87,8 @@ class DurableLog:
         # failed), so checkpoint() can delete them without listing the directory.
         self._logs: set[int] = set()
         self._checkpoints: set[int] = set()
+        # Guards _logs and _next_lsn between an append and a concurrent checkpoint.
+        self._lock = threading.Lock()
 
     @classmethod
     def from_storage_path(cls, storage_path: str, *subdirs: str) -> DurableLog:
@@ -209,8 +214,9 @@ class DurableLog:
         lsn = self._require_recovered()
         chunks = self._encode(data, "data")
         _fs.write_durable(self._fs, self.log_path(lsn), chunks)
-        self._logs.add(lsn)
-        self._next_lsn = lsn + 1
+        with self._lock:
+            self._logs.add(lsn)
+            self._next_lsn = lsn + 1
         return lsn
 
     def checkpoint(self, table: Batches, upto_lsn: int) -> None:
@@ -242,7 +248,9 @@ class DurableLog:
         # The new checkpoint is durable: only now may the files it replaces go.
         self._checkpoints.add(upto_lsn)
         self._checkpoint_lsn = upto_lsn
-        self._delete_logs_upto(upto_lsn, sorted(self._logs))
+        with self._lock:
+            stale = sorted(lsn for lsn in self._logs if lsn <= upto_lsn)
+        self._delete_logs_upto(upto_lsn, stale)
         self._delete_checkpoints_except(upto_lsn, sorted(self._checkpoints))
 
     # -- inspection -------------------------------------------------------------------------
@@ -282,10 +290,12 @@ class DurableLog:
         for lsn in lsns:
             if lsn > upto_lsn:
                 break
-            if _fs.delete_file(self._fs, self.log_path(lsn)):
-                self._logs.discard(lsn)
-            else:
-                self._logs.add(lsn)
+            deleted = _fs.delete_file(self._fs, self.log_path(lsn))
+            with self._lock:
+                if deleted:
+                    self._logs.discard(lsn)
+                else:
+                    self._logs.add(lsn)
 
     def _delete_checkpoints_except(self, keep: int | None, lsns: list[int]) -> None:
         for lsn in lsns:

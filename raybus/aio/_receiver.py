@@ -44,6 +44,7 @@ from ..exceptions import (
     ServiceBusError,
 )
 from ..message import ServiceBusReceivedMessage
+from . import _complete
 from ._fanout import peek_partitioned, receive_partitioned
 from ._refusal import Failure, refusal
 from ._session import ServiceBusSession, check_session_id
@@ -767,36 +768,21 @@ class ServiceBusReceiver:
         are completed. A raybus extension.
         """
         await self._settle_pending()
-        by_partition: dict[int, list[tuple[ServiceBusReceivedMessage, SettleOp]]] = {}
-        for msg in messages:
-            op = self._settle_op(msg, SettleOp(COMPLETE, lock_token_of(msg)))
-            by_partition.setdefault(msg.partition_id, []).append((msg, op))
-        failures: list[Failure] = []
+        by_partition = _complete.plan(self, messages)
+        failures: _complete.Failures = []
 
-        async def settle(pid: int, items: list[tuple[ServiceBusReceivedMessage, SettleOp]]) -> None:
-            for msg, _op in items:
-                msg._settled = True
+        async def settle(pid: int, items: _complete.Items) -> None:
+            ops = _complete.wire(items)
             try:
                 entity, actor, _ = await self._actor(pid)
-                results = await _rpc.call(entity, actor.settle, [op.to_wire() for _, op in items])
-            except BaseException as exc:  # outcome unknown: the messages may be settled again
-                for msg, _op in items:
-                    msg._settled = False
-                    failures.append((msg.sequence_number, msg.lock_token, exc))
-                return
-            for (msg, _op), err in zip(items, results, strict=True):
-                if err is not None:
-                    msg._settled = False
-                    failures.append((msg.sequence_number, msg.lock_token, err))
+                results: Any = await _rpc.call(entity, actor.settle, ops)
+            except BaseException as exc:
+                results = exc
+            _complete.apply_results(items, results, failures)
 
         # One call per partition, all at once.
         await asyncio.gather(*(settle(pid, items) for pid, items in by_partition.items()))
-        if failures:
-            raise refusal(
-                f"{len(failures)} of {len(messages)} completions were refused",
-                self.entity_path,
-                failures,
-            )
+        _complete.raise_failures(self.entity_path, failures, len(messages))
 
     async def renew_message_lock(
         self,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -556,8 +557,9 @@ async def test_checkpoints_bound_the_log_while_messages_are_settled_one_by_one(f
     while got := c.core.receive(1):
         await settle_all(c, [SettleOp(COMPLETE, got[0].lock_token)])
         # A checkpoint is due once the log holds max(checkpoint_min, 2 * live) entries since
-        # the last one (one per file here); allow the checkpoint file and one in progress.
-        assert log.file_count() <= max(100, 2 * c.core.message_count()) + 3
+        # the last one (one per file here); while it is written in the background flushes go
+        # on up to twice that; allow the checkpoint file and one in progress.
+        assert log.file_count() <= 2 * max(100, 2 * c.core.message_count()) + 3
     await eventually(lambda: log.file_count() <= 100 + 1)
     assert counts_of(committer_on(fs, DIR, clock).core) == (0, 0, 0, 0)
 
@@ -598,3 +600,113 @@ async def test_express_acknowledges_before_writing_and_writes_within_the_interva
     await asyncio.sleep(0.5)
     assert ids(local(tmp_path, clock)) == {"a", "b"}  # written within the interval
     assert c.flushes == 1
+
+
+async def churn(c: Committer, n: int) -> None:
+    """Send and complete ``n`` messages, one flush each: log entries, nothing left live."""
+    for i in range(n):
+        c.core.send(records(f"churn{i}"))
+        await c.durable()
+        (got,) = c.core.receive(1)
+        await settle_all(c, [SettleOp(COMPLETE, got.lock_token)])
+
+
+class SlowCheckpointLog(DurableLog):
+    """A ``DurableLog`` whose checkpoints wait for ``go`` (set from the test)."""
+
+    def __init__(self, fs: pafs.FileSystem, directory: str) -> None:
+        super().__init__(fs, directory)
+        self.go = threading.Event()
+        self.writing = threading.Event()
+        self.append_failed = threading.Event()
+
+    def append(self, data: Any) -> int:
+        try:
+            return super().append(data)
+        except StorageUnavailableError:
+            self.append_failed.set()
+            raise
+
+    def checkpoint(self, table: Any, upto_lsn: int) -> None:
+        self.writing.set()
+        assert self.go.wait(10), "the test never let the checkpoint finish"
+        super().checkpoint(table, upto_lsn)
+
+
+async def test_flushes_go_on_while_a_checkpoint_is_being_written(faulty, clock):
+    fs, _ = faulty
+    c = committer_on(fs, DIR, clock, checkpoint_min=3, log_class=SlowCheckpointLog)
+    log = c.durable_log
+    assert isinstance(log, SlowCheckpointLog)
+    try:
+        await churn(c, 2)  # four entries, nothing live: a checkpoint is due
+        assert await asyncio.to_thread(log.writing.wait, 5)
+        c.core.send(records("during"))
+        await asyncio.wait_for(c.durable(), 5)  # not held up by the checkpoint
+        assert log.checkpoint_lsn is None
+        log.go.set()
+        await eventually(lambda: log.checkpoint_lsn is not None)
+        upto = log.checkpoint_lsn
+        assert upto is not None and upto < log.next_lsn - 1  # "during" came after it
+        c.core.send(records("after"))
+        await c.durable()
+        assert ids(committer_on(fs, DIR, clock)) == {"during", "after"}
+    finally:
+        log.go.set()  # never leave the writer thread waiting
+
+
+async def test_a_flush_failing_while_a_checkpoint_is_written_recovers_after_it(faulty, clock):
+    fs, handler = faulty
+    c = committer_on(fs, DIR, clock, checkpoint_min=3, log_class=SlowCheckpointLog)
+    log = c.durable_log
+    assert isinstance(log, SlowCheckpointLog)
+    try:
+        await churn(c, 2)
+        assert await asyncio.to_thread(log.writing.wait, 5)
+        c.core.send(records("kept"))
+        await asyncio.wait_for(c.durable(), 5)
+        handler.write_errno = errno.EIO
+        c.core.send(records("lost"))
+        failing = asyncio.ensure_future(c.durable())
+        assert await asyncio.to_thread(log.append_failed.wait, 5)
+        await asyncio.sleep(0.01)
+        assert not failing.done()  # its recovery waits for the checkpoint's writer
+        handler.write_errno = None
+        log.go.set()
+        with pytest.raises(StorageUnavailableError):
+            await asyncio.wait_for(failing, 5)
+        assert ids(c) == {"kept"}
+        assert ids(committer_on(fs, DIR, clock)) == {"kept"}
+    finally:
+        log.go.set()
+
+
+async def test_durable_since_waits_for_its_own_changes_only(faulty, clock):
+    """A read that changed nothing is not held up by other callers' changes waiting for
+    their flush; one that changed something waits for it."""
+    fs, _ = faulty
+    c = committer_on(fs, DIR, clock, log_class=GatedLog)
+    c.core.send(records("a", "b"))
+    await c.durable()
+    log = c.durable_log
+    assert isinstance(log, GatedLog)
+    log.hold()
+    try:
+        c.core.send(records("in-flight"))
+        writing = asyncio.ensure_future(c.durable())
+        assert await asyncio.to_thread(log.entered.wait, 5)
+        c.core.send(records("pending"))  # waits for the next flush
+        pending = asyncio.ensure_future(c.durable())
+        mark = c.core.journal_size()
+        got = c.core.receive(1)  # a lock only: nothing to write
+        await asyncio.wait_for(c.durable_since(mark), 1)
+        assert [r.message_id for r in got] == ["a"]
+        mark = c.core.journal_size()
+        c.core.settle([SettleOp(COMPLETE, got[0].lock_token)])  # recorded: must wait
+        own = asyncio.ensure_future(c.durable_since(mark))
+        await asyncio.sleep(0.02)
+        assert not own.done() and not pending.done()
+    finally:
+        log.release()
+    await asyncio.wait_for(asyncio.gather(writing, pending, own), 5)
+    assert ids(committer_on(fs, DIR, clock)) == {"b", "in-flight", "pending"}

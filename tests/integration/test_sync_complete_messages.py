@@ -1,0 +1,75 @@
+"""The sync ``complete_messages`` settles from the caller's thread on a single-partition queue
+(no hop through the background loop): the same outcomes as the asyncio path it replaces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import raybus
+from raybus import ServiceBusMessage, ServiceBusReceivedMessage
+from raybus._core.partition import RELEASE, SettleOp
+from raybus._sync import run
+from raybus.exceptions import SettlementFailedError
+from raybus.management import ServiceBusAdministrationClient
+
+
+def _receive(receiver: raybus.ServiceBusReceiver, n: int) -> list[ServiceBusReceivedMessage]:
+    got: list[ServiceBusReceivedMessage] = []
+    while len(got) < n:
+        batch = receiver.receive_messages(n - len(got), max_wait_time=5)
+        assert batch, f"only {len(got)} of {n} messages arrived"
+        got.extend(batch)
+    return got
+
+
+def _send(client: raybus.ServiceBusClient, queue: str, n: int) -> None:
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(n)])
+
+
+def test_complete_messages_completes_them_all(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
+) -> None:
+    _send(client, queue, 5)
+    with client.get_queue_receiver(queue) as receiver:
+        got = _receive(receiver, 5)
+        receiver.complete_messages(got)
+        assert receiver.receive_messages(5, max_wait_time=0.3) == []
+    assert admin.get_queue_runtime_properties(queue).active_message_count == 0
+
+
+def test_complete_messages_names_a_refused_message_and_completes_the_others(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
+) -> None:
+    _send(client, queue, 3)
+    with client.get_queue_receiver(queue) as receiver:
+        got = _receive(receiver, 3)
+        lost = got[1]
+        # The broker drops one lock behind the receiver's back (as an actor restart would).
+        op: Any = SettleOp(RELEASE, lost.lock_token or "").to_wire()
+        assert run(receiver._aio._call("settle", [op])) == [None]
+        with pytest.raises(SettlementFailedError) as info:
+            receiver.complete_messages(got)
+        assert [f[0] for f in info.value.failures] == [lost.sequence_number]
+        (again,) = _receive(receiver, 1)  # only the refused one is still there
+        assert again.sequence_number == lost.sequence_number
+        receiver.complete_messages([again])
+    assert admin.get_queue_runtime_properties(queue).active_message_count == 0
+
+
+def test_complete_messages_reports_a_refused_settlement_sent_without_waiting_first(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    _send(client, queue, 2)
+    with client.get_queue_receiver(queue) as receiver:
+        first, second = _receive(receiver, 2)
+        op: Any = SettleOp(RELEASE, first.lock_token or "").to_wire()
+        assert run(receiver._aio._call("settle", [op])) == [None]
+        receiver.complete_message(first)  # returns at once; the broker will refuse it
+        with pytest.raises(SettlementFailedError) as info:
+            receiver.complete_messages([second])
+        assert [f[0] for f in info.value.failures] == [first.sequence_number]
+        assert not second._settled  # raised before anything of this call was sent
+        receiver.complete_messages([second])
