@@ -23,12 +23,12 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
 
-import ray  # noqa: E402
-from history import Fault, History  # noqa: E402
-from ray_local import local_ray  # noqa: E402
-from workload import Workload, create_entities, drain  # noqa: E402
+import ray
+from history import Fault, History
+from ray_local import local_ray
+from workload import Workload, create_entities, drain
 
-from raybus import aio  # noqa: E402
+from raybus import aio
 
 NAMESPACE = "restart"
 Q, SQ = "work", "sessions"
@@ -61,8 +61,11 @@ async def recover(storage: str, sink: Path, seed: int) -> dict[str, object]:
     await asyncio.sleep(4.0)
     await wl.stop()
     found = await drain(client, h, [Q, SQ])
-    return {"received": wl.stats.received, "left": found,
-            "recover_s": round(time.monotonic() - started, 1)}
+    return {
+        "received": wl.stats.received,
+        "left": found,
+        "recover_s": round(time.monotonic() - started, 1),
+    }
 
 
 def main() -> None:

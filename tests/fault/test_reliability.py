@@ -35,8 +35,13 @@ SCENARIOS = [
     Scenario("storage-eio", 107, SECONDS, ["EIO"]),
     Scenario("torn-log-tail", 108, SECONDS, ["torn-tail"]),
     Scenario(
-        "crashed-and-stalled-consumers", 109, SECONDS, ["none"], killable_consumer=True,
-        interval=(2.0, 4.0), misbehave=0.08,
+        "crashed-and-stalled-consumers",
+        109,
+        SECONDS,
+        ["none"],
+        killable_consumer=True,
+        interval=(2.0, 4.0),
+        misbehave=0.08,
     ),
 ]
 
@@ -44,8 +49,8 @@ SCENARIOS = [
 def assert_clean(result: dict[str, object]) -> None:
     anomalies = result["anomalies"]
     assert not anomalies, json.dumps(
-        {k: result[k] for k in ("scenario", "seed", "anomalies", "anomaly_evidence",
-                                "fault_log")}, indent=1
+        {k: result[k] for k in ("scenario", "seed", "anomalies", "anomaly_evidence", "fault_log")},
+        indent=1,
     )[:12000]
 
 
@@ -73,7 +78,10 @@ def _phase(phase: str, storage: Path, sink: Path, seed: int) -> dict[str, object
     env.pop("RAYBUS_ADDRESS", None)
     proc = subprocess.run(
         [sys.executable, str(RESTART), phase, str(storage), str(sink), str(seed)],
-        capture_output=True, text=True, timeout=120, env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -95,10 +103,14 @@ def test_whole_cluster_stopped_mid_workload_and_restarted_keeps_every_promise(
     anomalies = h.check()
     counts = h.counts()
     result = {
-        "scenario": f"cluster-restart-{seed}", "seed": seed,
+        "scenario": f"cluster-restart-{seed}",
+        "seed": seed,
         "seconds": round(time.monotonic() - started, 1),
-        "injections": {"cluster-restart": 1}, "messages_checked": counts.get("messages", 0),
-        "events": counts, "before": before, "after": after,
+        "injections": {"cluster-restart": 1},
+        "messages_checked": counts.get("messages", 0),
+        "events": counts,
+        "before": before,
+        "after": after,
         "anomalies": [str(a) for a in anomalies],
         "anomaly_evidence": [[repr(e) for e in a.evidence[:6]] for a in anomalies[:20]],
         "fault_log": [f"{before['stopped_at']:.2f} cluster-stop"],

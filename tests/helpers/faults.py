@@ -21,7 +21,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -225,8 +225,15 @@ async def run_scenario(sc: Scenario, storage: Path) -> dict[str, Any]:
         await admin.create_subscription(topic, "all", lock_duration=_lock(), max_delivery_count=6)
         entities.append(f"{topic}/Subscriptions/all")
     inj = Injector(client, h, namespace, str(storage), rng)
-    wl = Workload(client, h, q, sq, seed=sc.seed, misbehave=sc.misbehave,
-                  topic=(topic, "all") if sc.topic else None)
+    wl = Workload(
+        client,
+        h,
+        q,
+        sq,
+        seed=sc.seed,
+        misbehave=sc.misbehave,
+        topic=(topic, "all") if sc.topic else None,
+    )
     started = time.monotonic()
     wl.start()
     consumers: list[Any] = []
@@ -277,9 +284,13 @@ async def run_scenario(sc: Scenario, storage: Path) -> dict[str, Any]:
         "events": counts,
         "left_at_drain": left,
         "workload": {
-            "sent": wl.stats.sent, "send_errors": wl.stats.send_errors,
-            "received": wl.stats.received, "settled": wl.stats.settled,
-            "dropped": wl.stats.dropped, "stalled": wl.stats.stalled, "txns": wl.stats.txns,
+            "sent": wl.stats.sent,
+            "send_errors": wl.stats.send_errors,
+            "received": wl.stats.received,
+            "settled": wl.stats.settled,
+            "dropped": wl.stats.dropped,
+            "stalled": wl.stats.stalled,
+            "txns": wl.stats.txns,
             "errors": wl.stats.errors,
         },
         "anomalies": [str(a) for a in anomalies],
@@ -287,6 +298,10 @@ async def run_scenario(sc: Scenario, storage: Path) -> dict[str, Any]:
         "fault_log": inj.log,
     }
     (results_dir() / f"{sc.name}.json").write_text(json.dumps(result, indent=2))
+    if anomalies:  # the whole history, to re-check offline: history.History.load_jsonl
+        with (results_dir() / f"{sc.name}.history.jsonl").open("w") as f:
+            for e in h.events:
+                f.write(json.dumps(asdict(e)) + "\n")
     await _cleanup(admin, namespace, [q, sq], topic if sc.topic else None)
     return result
 

@@ -42,7 +42,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,9 @@ __all__ = [
 
 TOLERANCE_S = 0.05
 OK, FAILED, UNKNOWN, IN_TXN = "ok", "failed", "unknown", "txn"
+# Streamed before a call starts; superseded by the call's own record. Left alone (the process
+# was killed mid-call) it counts as unknown: the broker may have applied the call.
+PENDING = "pending"
 COMMITTED, ABORTED = "committed", "aborted"
 COMPLETE, ABANDON, DEAD_LETTER, DEFER = "complete", "abandon", "dead_letter", "defer"
 # Exceptions whose contract is "nothing changed" (see raybus.exceptions and the storage
@@ -260,6 +263,8 @@ class History:
         """Record a send around the ``with`` body; its exception (re-raised) sets the outcome."""
         mids, start = tuple(mids), time.time()
         outcome = IN_TXN if txn is not None else OK
+        if self._sink is not None:
+            self.add(Send(mids, entity, PENDING, start, start, txn, tuple(sessions)))
         try:
             yield
         except BaseException as exc:
@@ -306,6 +311,9 @@ class History:
     ) -> Iterator[None]:
         start = time.time()
         outcome = IN_TXN if txn is not None else OK
+        mid, token = str(msg.message_id), msg.lock_token
+        if self._sink is not None:
+            self.add(Settle(mid, token, op, PENDING, start, start, receiver, txn))
         try:
             yield
         except BaseException as exc:
@@ -313,8 +321,16 @@ class History:
             raise
         finally:
             self.add(
-                Settle(str(msg.message_id), msg.lock_token, op, outcome, start, time.time(),
-                       receiver, txn)
+                Settle(
+                    mid,
+                    token,
+                    op,
+                    outcome,
+                    start,
+                    time.time(),
+                    receiver,
+                    txn,
+                )
             )
 
     def check(self) -> list[Anomaly]:
@@ -340,6 +356,7 @@ class _Index:
     """The events of a history grouped the ways the checks need them."""
 
     def __init__(self, events: Iterable[Event]) -> None:
+        events = _resolve_pending(events)
         self.sends: dict[str, list[Send]] = defaultdict(list)
         self.receives: dict[str, list[Receive]] = defaultdict(list)
         self.settles: dict[str, list[Settle]] = defaultdict(list)
@@ -394,6 +411,28 @@ class _Index:
         return bool(self.receives.get(mid) or self.finals.get(mid))
 
 
+def _resolve_pending(events: Iterable[Event]) -> list[Event]:
+    """Drop each pending record whose call recorded its outcome; the rest become unknown."""
+    events = list(events)
+
+    def key(e: Event) -> tuple[Any, ...] | None:
+        if isinstance(e, Send):
+            return ("send", e.mids, e.start)
+        if isinstance(e, Settle):
+            return ("settle", e.mid, e.lock_token, e.op, e.start)
+        return None
+
+    finished = {key(e) for e in events if getattr(e, "outcome", None) != PENDING}
+    out: list[Event] = []
+    for e in events:
+        if getattr(e, "outcome", None) != PENDING:
+            out.append(e)
+        elif key(e) not in finished:
+            pending_outcome = IN_TXN if getattr(e, "txn", None) is not None else UNKNOWN
+            out.append(replace(e, outcome=pending_outcome))  # type: ignore[type-var]
+    return out
+
+
 def check(events: Iterable[Event], *, max_delivery_count: int = 10) -> list[Anomaly]:
     """Every anomaly in the history (an empty list for a correct run)."""
     ix = _Index(events)
@@ -406,7 +445,9 @@ def check(events: Iterable[Event], *, max_delivery_count: int = 10) -> list[Anom
     out += _check_dead_letters(ix, max_delivery_count)
     for mid, finals in ix.finals.items():
         if len(finals) > 1:
-            out.append(Anomaly("DUPLICATE_STORED", mid, f"found {len(finals)} times", tuple(finals)))
+            out.append(
+                Anomaly("DUPLICATE_STORED", mid, f"found {len(finals)} times", tuple(finals))
+            )
     return out
 
 
@@ -421,13 +462,21 @@ def _check_sends(ix: _Index) -> list[Anomaly]:
         outcomes = {ix.effective(s) for s in sends}
         if OK in outcomes and not ix.finals.get(mid) and not _completed(ix, mid):
             out.append(
-                Anomaly("LOST", mid, "acknowledged, never completed, not found by the drain",
-                        (*sends, *ix.receives.get(mid, []), *ix.settles.get(mid, [])))
+                Anomaly(
+                    "LOST",
+                    mid,
+                    "acknowledged, never completed, not found by the drain",
+                    (*sends, *ix.receives.get(mid, []), *ix.settles.get(mid, [])),
+                )
             )
         if outcomes == {FAILED} and ix.seen(mid):
             out.append(
-                Anomaly("PHANTOM", mid, "its send failed (or its transaction aborted) yet it "
-                        "appeared", (*sends, *ix.receives.get(mid, []), *ix.finals.get(mid, [])))
+                Anomaly(
+                    "PHANTOM",
+                    mid,
+                    "its send failed (or its transaction aborted) yet it appeared",
+                    (*sends, *ix.receives.get(mid, []), *ix.finals.get(mid, [])),
+                )
             )
     return out
 
@@ -438,21 +487,28 @@ def _check_settled_stays_settled(ix: _Index) -> list[Anomaly]:
         acked = [s for s in settles if ix.effective(s) == OK]
         completes = [s for s in acked if s.op == COMPLETE]
         if len({s.lock_token for s in completes}) > 1:
-            out.append(Anomaly("DOUBLE_COMPLETE", mid, "two locks' completes acknowledged",
-                               tuple(completes)))
+            out.append(
+                Anomaly(
+                    "DOUBLE_COMPLETE", mid, "two locks' completes acknowledged", tuple(completes)
+                )
+            )
         for s in acked:
             at = ix.ack_time(s)
             later = [
-                r for r in ix.receives.get(mid, [])
+                r
+                for r in ix.receives.get(mid, [])
                 if r.start > at + TOLERANCE_S and _forbidden_after(s.op, r.source)
             ]
             if s.op == COMPLETE and s.txn is None:  # transactions: TXN_COMPLETE_UNDONE
                 later += [f for f in ix.finals.get(mid, [])]  # type: ignore[misc]
             if later:
                 out.append(
-                    Anomaly("DELIVERED_AFTER_SETTLE", mid,
-                            f"{s.op} acknowledged at {at:.3f}, then {len(later)} more",
-                            (s, *later))
+                    Anomaly(
+                        "DELIVERED_AFTER_SETTLE",
+                        mid,
+                        f"{s.op} acknowledged at {at:.3f}, then {len(later)} more",
+                        (s, *later),
+                    )
                 )
     return out
 
@@ -491,12 +547,16 @@ def _check_locks(ix: _Index) -> list[Anomaly]:
         locked = [r for r in receives if r.lock_token]
         for i, a in enumerate(locked):
             end_a = _lock_end(ix, a)
-            for b in locked[i + 1:]:
+            for b in locked[i + 1 :]:
                 if b.lock_token != a.lock_token and b.end + TOLERANCE_S < end_a:
                     out.append(
-                        Anomaly("DOUBLE_LOCK", mid,
-                                f"locked by {b.receiver} at {b.end:.3f} while {a.receiver}'s "
-                                f"lock was valid until {end_a:.3f}", (a, b))
+                        Anomaly(
+                            "DOUBLE_LOCK",
+                            mid,
+                            f"locked by {b.receiver} at {b.end:.3f} while {a.receiver}'s "
+                            f"lock was valid until {end_a:.3f}",
+                            (a, b),
+                        )
                     )
     return out
 
@@ -515,8 +575,12 @@ def _check_session_order(ix: _Index) -> list[Anomaly]:
         for r in receives:
             if r.mid not in seen and high is not None and r.seq < high.seq:
                 out.append(
-                    Anomaly("SESSION_ORDER", f"{entity}/{sid}",
-                            f"new message seq {r.seq} after seq {high.seq}", (high, r))
+                    Anomaly(
+                        "SESSION_ORDER",
+                        f"{entity}/{sid}",
+                        f"new message seq {r.seq} after seq {high.seq}",
+                        (high, r),
+                    )
                 )
             seen.add(r.mid)
             if high is None or r.seq > high.seq:
@@ -531,8 +595,12 @@ def _check_transactions(ix: _Index) -> list[Anomaly]:
         appeared = [m for m in sends if ix.seen(m)]
         if sends and 0 < len(appeared) < len(sends):
             out.append(
-                Anomaly("TXN_PARTIAL", tid, f"{txn.outcome}: {len(appeared)} of {len(sends)} "
-                        "sends appeared", (txn, *ix.txn_sends[tid]))
+                Anomaly(
+                    "TXN_PARTIAL",
+                    tid,
+                    f"{txn.outcome}: {len(appeared)} of {len(sends)} sends appeared",
+                    (txn, *ix.txn_sends[tid]),
+                )
             )
         applied = txn.outcome == COMMITTED or (txn.outcome == UNKNOWN and sends and appeared)
         if not applied:
@@ -543,9 +611,12 @@ def _check_transactions(ix: _Index) -> list[Anomaly]:
             left = [f for f in ix.finals.get(s.mid, []) if f.state != "dead_letter"]
             if left:
                 out.append(
-                    Anomaly("TXN_COMPLETE_UNDONE", s.mid,
-                            f"transaction {tid} ({txn.outcome}) completed it, yet it is still "
-                            "there", (txn, s, *left))
+                    Anomaly(
+                        "TXN_COMPLETE_UNDONE",
+                        s.mid,
+                        f"transaction {tid} ({txn.outcome}) completed it, yet it is still there",
+                        (txn, s, *left),
+                    )
                 )
     return out
 
@@ -557,7 +628,8 @@ def _check_dead_letters(ix: _Index, max_delivery_count: int) -> list[Anomaly]:
             if f.state != "dead_letter":
                 continue
             asked = [
-                s for s in ix.settles.get(mid, [])
+                s
+                for s in ix.settles.get(mid, [])
                 if s.op == DEAD_LETTER and ix.effective(s) != FAILED
             ]
             by_count = f.dead_letter_reason == "MaxDeliveryCountExceeded" and (
@@ -565,9 +637,12 @@ def _check_dead_letters(ix: _Index, max_delivery_count: int) -> list[Anomaly]:
             )
             if not asked and not by_count and f.dead_letter_reason != "TTLExpiredException":
                 out.append(
-                    Anomaly("DLQ_UNEXPLAINED", mid,
-                            f"dead-lettered ({f.dead_letter_reason}) without a dead-letter call",
-                            (f, *ix.settles.get(mid, [])))
+                    Anomaly(
+                        "DLQ_UNEXPLAINED",
+                        mid,
+                        f"dead-lettered ({f.dead_letter_reason}) without a dead-letter call",
+                        (f, *ix.settles.get(mid, [])),
+                    )
                 )
     for mid, settles in ix.settles.items():
         dead = [s for s in settles if s.op == DEAD_LETTER and ix.effective(s) == OK]
@@ -577,7 +652,11 @@ def _check_dead_letters(ix: _Index, max_delivery_count: int) -> list[Anomaly]:
         taken = any(r.source == "dead_letter" for r in ix.receives.get(mid, []))
         if not in_dlq and not taken:
             out.append(
-                Anomaly("DLQ_MISSING", mid, "dead-letter acknowledged, not in the dead-letter "
-                        "queue", (*dead, *ix.finals.get(mid, [])))
+                Anomaly(
+                    "DLQ_MISSING",
+                    mid,
+                    "dead-letter acknowledged, not in the dead-letter queue",
+                    (*dead, *ix.finals.get(mid, [])),
+                )
             )
     return out

@@ -199,7 +199,9 @@ class Workload:
                 with self.h.sending(self.q, [str(m.message_id) for m in msgs], txn=tid):
                     await s.send_messages(msgs, transaction=txn)
                 with self.h.sending(
-                    self.sq, [str(m.message_id) for m in smsgs], txn=tid,
+                    self.sq,
+                    [str(m.message_id) for m in smsgs],
+                    txn=tid,
                     sessions=[m.session_id for m in smsgs],
                 ):
                     await ss.send_messages(smsgs, transaction=txn)
@@ -259,9 +261,7 @@ class Workload:
             return "drop"
         if x < 2 * self.misbehave:
             return "stall"
-        return self.rng.choices(
-            ["complete", "abandon", "dead_letter", "defer"], [85, 7, 4, 4]
-        )[0]
+        return self.rng.choices(["complete", "abandon", "dead_letter", "defer"], [85, 7, 4, 4])[0]
 
     async def _receiver(self, i: int) -> None:
         name = f"r{i}-{self.rng.random():.6f}"
@@ -384,8 +384,14 @@ async def _census(client: aio.ServiceBusClient, entity: str) -> list[Final]:
                 for m in got:
                     state = "dead_letter" if sub is not None else m.state.name.lower()
                     found.append(
-                        Final(str(m.message_id), entity, state, m.sequence_number,
-                              m.delivery_count, m.dead_letter_reason)
+                        Final(
+                            str(m.message_id),
+                            entity,
+                            state,
+                            m.sequence_number,
+                            m.delivery_count,
+                            m.dead_letter_reason,
+                        )
                     )
     return found
 
