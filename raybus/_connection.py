@@ -9,6 +9,7 @@ actor calls.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import re
@@ -20,10 +21,12 @@ from typing import Any, TypeVar
 import ray
 
 from . import _rpc
+from ._actors.access import AuthedHandle
 from ._actors.namespace import Route, namespace_actor
 from ._batching import Coalescer
 from ._core.partition import SettleOp
 from ._core.record import MessageRecord, to_wire
+from .auth import Credential, resource_path
 from .exceptions import (
     InvalidArgumentError,
     MessagingEntityNotFoundError,
@@ -131,6 +134,7 @@ class Connection:
         namespace: str = "default",
         address: str | None = None,
         storage_path: str | None = None,
+        credential: Credential | None = None,
     ) -> None:
         if not isinstance(namespace, str) or not _NAMESPACE_RE.match(namespace):
             raise InvalidArgumentError(
@@ -142,7 +146,9 @@ class Connection:
         ensure_ray(address)
         self.namespace = namespace
         self.storage_path = resolve_storage_path(storage_path)
-        self.registry = namespace_actor(namespace, self.storage_path)
+        self.credential = credential
+        self._registry = namespace_actor(namespace, self.storage_path)
+        self.registry = self.authed(self._registry, None)
         self._coordinator: Any = None
         self._routes: dict[str, Route] = {}
         self._fetched: dict[str, float] = {}
@@ -157,8 +163,32 @@ class Connection:
         if self._coordinator is None:
             from ._actors.coordinator import coordinator_actor
 
-            self._coordinator = coordinator_actor(self.namespace, self.storage_path)
+            self._coordinator = self.authed(
+                coordinator_actor(self.namespace, self.storage_path), None
+            )
         return self._coordinator
+
+    def authed(self, handle: Any, entity: str | None) -> Any:
+        """``handle`` presenting this client's token for ``entity`` (None: the namespace) with
+        every call; the handle itself when the client has no credential."""
+        credential = self.credential
+        if credential is None or handle is None:
+            return handle
+        path = resource_path(entity or "/")
+        return AuthedHandle(handle, lambda: credential.token_for(path))
+
+    def registry_for(self, entity: str | None) -> Any:
+        """The namespace actor, presenting the token for ``entity``."""
+        return self.authed(self._registry, entity)
+
+    def _authed_route(self, route: Any, name: str) -> Any:
+        if self.credential is None:
+            return route
+        if isinstance(route, Route):
+            return dataclasses.replace(
+                route, partitions=tuple(self.authed(h, name) for h in route.partitions)
+            )
+        return dataclasses.replace(route, router=self.authed(route.router, name))
 
     async def route(self, name: str, *, refresh: bool = False) -> Route:
         key = name.lower() if isinstance(name, str) else name
@@ -172,7 +202,10 @@ class Connection:
         return route
 
     async def _fetch(self, name: str, key: str) -> Route:
-        route: Route = await _rpc.call(None, self.registry.route, name, retries=_rpc.READ_RETRIES)
+        route: Route = self._authed_route(
+            await _rpc.call(None, self.registry_for(name).route, name, retries=_rpc.READ_RETRIES),
+            name,
+        )
         old = self._routes.get(key)
         old_map, new_map = getattr(old, "pmap", None), getattr(route, "pmap", None)
         if (

@@ -18,6 +18,7 @@ from ._sync import run
 from .aio._processor import DEFAULT_STOP_TIMEOUT_S, Handler, Seconds, in_thread
 from .aio._receiver import _past, lock_token_of
 from .aio._sender import SendInput, _records
+from .auth import Credential
 from .enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from .message import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
 
@@ -374,8 +375,11 @@ class ServiceBusClient:
         *,
         address: str | None = None,
         storage_path: str | None = None,
+        credential: Credential | None = None,
     ) -> None:
-        self._aio = aio.ServiceBusClient(namespace, address=address, storage_path=storage_path)
+        self._aio = aio.ServiceBusClient(
+            namespace, address=address, storage_path=storage_path, credential=credential
+        )
         self.namespace = namespace
 
     def get_queue_sender(self, queue_name: str) -> ServiceBusSender:
@@ -507,8 +511,11 @@ def connect(
     address: str | None = None,
     *,
     storage_path: str | None = None,
+    credential: Credential | None = None,
 ) -> ServiceBusClient:
     """Join the Ray cluster at ``address`` (default: the local one, started if needed) and
     the raybus ``namespace`` (its registry actor is created if it does not exist yet; with
     ``storage_path`` it is durable and finds its entities and messages there again)."""
-    return ServiceBusClient(namespace, address=address, storage_path=storage_path)
+    return ServiceBusClient(
+        namespace, address=address, storage_path=storage_path, credential=credential
+    )

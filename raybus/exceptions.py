@@ -31,6 +31,8 @@ __all__ = [
     "MessagingEntityNotFoundError",
     "OperationTimeoutError",
     "PartitionMovedError",
+    "ServiceBusAuthenticationError",
+    "ServiceBusAuthorizationError",
     "ServiceBusConnectionError",
     "ServiceBusError",
     "ServiceBusQuotaExceededError",
@@ -89,6 +91,17 @@ class ServiceBusConnectionError(ServiceBusError):
     """
 
     retryable = True
+
+
+class ServiceBusAuthenticationError(ServiceBusError):
+    """The namespace has access control and the call carried no token, or a token that is
+    malformed, expired, or not signed by any current key. Nothing was done. Get a fresh token
+    (or the right key) and call again."""
+
+
+class ServiceBusAuthorizationError(ServiceBusError):
+    """The token is valid but its rule lacks the right this call needs (``Send``, ``Listen`` or
+    ``Manage``) or does not cover this entity. Nothing was done; retrying will not help."""
 
 
 class ServiceBusServerBusyError(ServiceBusError):
@@ -219,7 +232,8 @@ class MessageNotFoundError(ServiceBusError):
 class TransactionAbortedError(ServiceBusError):
     """The transaction was rolled back: none of its operations took effect (its sends were
     discarded; the messages it would have settled are still locked by you, until their locks
-    end). ``reason`` says why (the first participant's refusal). Fix the cause and run the
+    end). ``reason`` says why (the first participant's refusal, as "TypeName: text") and
+    ``cause`` is that refusal itself (a raybus exception, or None). Fix the cause and run the
     operations again in a new transaction."""
 
     def __init__(
@@ -228,10 +242,12 @@ class TransactionAbortedError(ServiceBusError):
         entity: str | None = None,
         transaction_id: str | None = None,
         reason: str | None = None,
+        cause: BaseException | None = None,
     ) -> None:
-        super().__init__(message, entity, transaction_id, reason)
+        super().__init__(message, entity, transaction_id, reason, cause)
         self.transaction_id = transaction_id
         self.reason = reason
+        self.cause = cause
 
 
 class TransactionSizeExceededError(ServiceBusError):

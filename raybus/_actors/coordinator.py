@@ -27,11 +27,15 @@ from typing import Any
 
 import ray
 
-from .. import _failpoints
+from .. import _failpoints, _rpc
 from .._core import journal
+from .._core.access import INTERNAL
+from .._core.registry import partition_actor_name
 from .._metrics import count_transaction
 from .._storage import DurableLog
-from ..exceptions import ServiceBusError, TransactionAbortedError
+from ..auth import AccessRights
+from ..exceptions import ServiceBusAuthorizationError, ServiceBusError, TransactionAbortedError
+from .access import Guarded, guarded, internal
 
 __all__ = ["CoordinatorActor", "coordinator_actor", "coordinator_actor_name"]
 
@@ -46,7 +50,7 @@ def coordinator_actor_name(namespace: str) -> str:
     return f"raybus/txn/{namespace}"
 
 
-class CoordinatorActor:
+class CoordinatorActor(Guarded):
     """Runs two-phase commit; see the module docstring for the guarantees."""
 
     def __init__(self, namespace: str, storage_path: str | None = None) -> None:
@@ -59,6 +63,7 @@ class CoordinatorActor:
         self.aborted = 0
         # Appends and checkpoints are serialised: the log has one writer.
         self._log_lock = asyncio.Lock()
+        self._actor_ids: dict[str, Any] = {}  # partition name -> its actor id (checked)
         if storage_path is not None:
             self._log = DurableLog.from_storage_path(storage_path, namespace, "coordinator")
             found = self._log.recover()
@@ -103,9 +108,11 @@ class CoordinatorActor:
         self._start_resume()
         return self._namespace
 
+    @guarded(INTERNAL)
     async def arm_failpoint(self, name: str) -> None:
         _failpoints.arm(name)
 
+    @guarded(INTERNAL)
     async def outcome(self, txn_id: str) -> str:
         """``commit``, ``pending`` or ``abort`` (presumed: see the module docstring)."""
         self._start_resume()
@@ -115,9 +122,41 @@ class CoordinatorActor:
             return "pending"
         return "abort"
 
-    async def commit(self, txn_id: str, participants: list[Participant]) -> None:
+    async def _authorize(self, auth: Any, participants: list[Participant]) -> None:
+        """The caller's token must allow each share: Send for its sends, Listen for its
+        settlements and renewals, on the entity it names — and the handle must really be that
+        entity's partition (a forged list must not reach another entity)."""
+        guard = await self._access_guard()
+        if guard.open or guard.is_internal(auth):
+            return
+        for name, handle, entity, sends, ops, renews in participants:
+            if sends:
+                guard.check(auth, AccessRights.SEND, entity)
+            if ops or renews:
+                guard.check(auth, AccessRights.LISTEN, entity)
+            prefix = partition_actor_name(self._namespace, entity, 0, 0).rsplit("/", 2)[0] + "/"
+            known = self._actor_ids.get(name)
+            if known is None:
+                try:
+                    known = ray.get_actor(name, namespace="raybus")._actor_id
+                except ValueError:
+                    known = None
+                if known is not None:
+                    self._actor_ids[name] = known
+            if not name.startswith(prefix) or known != getattr(handle, "_actor_id", None):
+                raise ServiceBusAuthorizationError(
+                    f"participant {name!r} is not a partition of {entity!r}", entity
+                )
+
+    async def commit(
+        self, txn_id: str, participants: list[Participant], *, _auth: Any = None
+    ) -> None:
         """Commit the transaction atomically, or raise ``TransactionAbortedError``."""
         self._start_resume()
+        await self._authorize(_auth, participants)
+        participants = [
+            (n, internal(h, self._namespace), e, s, o, r) for n, h, e, s, o, r in participants
+        ]
         if txn_id in self._inflight or txn_id in self._decided:
             raise TransactionAbortedError(
                 "this transaction is already being committed", None, txn_id, "duplicate"
@@ -142,9 +181,10 @@ class CoordinatorActor:
                 self.aborted += 1
                 count_transaction(self._namespace, "aborted")
                 entity, error = failed[0]
-                cause = _cause(error)
+                cause = _rpc.translate(error, entity)
+                reason = f"{type(cause).__name__}: {cause}"
                 raise TransactionAbortedError(
-                    f"the transaction was rolled back: {cause}", entity, txn_id, cause
+                    f"the transaction was rolled back: {reason}", entity, txn_id, reason, cause
                 )
             _failpoints.hit("coordinator.before_decision")
             await self._append(("commit", txn_id, names))
@@ -163,7 +203,7 @@ class CoordinatorActor:
             try:
                 if handle is None:
                     handle = ray.get_actor(name, namespace="raybus")
-                await handle.txn_commit.remote(txn_id)
+                await internal(handle, self._namespace).txn_commit.remote(txn_id)
                 return True
             except Exception as exc:  # restarting: it asks for the outcome, or we resend
                 _log.info("commit of %s on %s not confirmed yet: %s", txn_id, name, exc)
@@ -176,19 +216,13 @@ class CoordinatorActor:
         else:
             self._start_resume()
 
+    @guarded(AccessRights.MANAGE)
     async def stats(self) -> dict[str, int]:
         return {
             "committed": self.committed,
             "aborted": self.aborted,
             "undone": len(self._decided),
         }
-
-
-def _cause(error: BaseException) -> str:
-    """The participant's own error, as "TypeName: text" (from inside Ray's wrapper)."""
-    cause = getattr(error, "cause", None)
-    cause = cause if isinstance(cause, BaseException) else error
-    return f"{type(cause).__name__}: {cause}"
 
 
 def coordinator_actor(namespace: str, storage_path: str | None = None) -> Any:

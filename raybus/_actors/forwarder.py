@@ -28,10 +28,19 @@ from .._core.fanout import plan
 from .._core.record import MessageRecord, snapshot, to_wire
 from .._core.registry import partition_actor_name
 from .._core.store import SettleOp
-from ..exceptions import ServiceBusError, TransactionAbortedError
+from ..exceptions import (
+    MessagingEntityNotFoundError,
+    OperationTimeoutError,
+    PartitionMovedError,
+    ServiceBusConnectionError,
+    ServiceBusError,
+    TransactionAbortedError,
+)
 
 if TYPE_CHECKING:
     from .partition import PartitionActor
+
+from .access import internal
 
 __all__ = ["BATCH", "MAX_HOPS", "Forwarder"]
 
@@ -40,12 +49,17 @@ _log = logging.getLogger("raybus.forward")
 BATCH = 100
 MAX_HOPS = 4
 HOPS_EXCEEDED = "MaxTransferHopCountExceeded"
-_TRANSIENT = (
-    "ServiceBusConnectionError",
-    "OperationTimeoutError",
-    "PartitionMovedError",
-    "MessagingEntityNotFoundError: the entity was deleted (its actor",
-)
+
+
+def _transient(cause: BaseException | None) -> bool:
+    """A refusal worth retrying: an actor restarting or moving keys, not the destination's
+    own verdict. A partition that died for good reads as "deleted" (``raybus._rpc``) but
+    restarts here, so it is retried too."""
+    if isinstance(cause, ServiceBusConnectionError | OperationTimeoutError | PartitionMovedError):
+        return True
+    return isinstance(cause, MessagingEntityNotFoundError) and str(cause).startswith(
+        "the entity was deleted (its actor"
+    )
 
 
 class Forwarder:
@@ -115,14 +129,15 @@ class Forwarder:
 
         coordinator = coordinator_actor(actor._namespace, actor._storage_path)
         try:
-            await _rpc.call(source, coordinator.commit, uuid.uuid4().hex, participants)
+            commit = internal(coordinator, actor._namespace).commit
+            await _rpc.call(source, commit, uuid.uuid4().hex, participants)
         except TransactionAbortedError as exc:
-            reason = exc.reason or ""
-            if reason.startswith(_TRANSIENT):
+            if _transient(exc.cause):
                 await self._release([r for r, _c in go])
                 await asyncio.sleep(0.2)
                 return 0
-            kind = reason.split(":", 1)[0] or "TransactionAbortedError"
+            reason = exc.reason or ""
+            kind = type(exc.cause).__name__ if exc.cause is not None else type(exc).__name__
             await self._refuse(dead_letter, [r for r, _c in go], kind, reason)
         except ServiceBusError:  # outcome unknown: the coordinator finishes it either way
             await asyncio.sleep(0.5)
@@ -133,7 +148,9 @@ class Forwarder:
         from .namespace import TopicRoute, namespace_actor_name
 
         actor = self._actor
-        registry = ray.get_actor(namespace_actor_name(actor._namespace), "raybus")
+        registry = internal(
+            ray.get_actor(namespace_actor_name(actor._namespace), "raybus"), actor._namespace
+        )
         route = await _rpc.call(dest, registry.route, dest)
         if isinstance(route, TopicRoute):
             _version, _props, subs = await _rpc.call(dest, registry.router_config, dest)

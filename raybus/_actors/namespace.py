@@ -19,13 +19,17 @@ import ray
 
 from .._clock import SystemClock
 from .._core import journal
+from .._core.access import ANY, INTERNAL, Guard
 from .._core.partition import PartitionCounts
 from .._core.registry import EntityEntry, Registry, entity_storage_dirs
 from .._core.slots import PartitionMap
 from .._models import QueueProperties
 from .._storage import DurableLog, open_storage
 from .._topic_models import is_subscription
+from ..auth import AccessRights
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError, ServiceBusError
+from .access import guarded, internal_token
+from .access_admin import AccessOps
 from .partition import partition_actor
 from .router import router_actor
 from .scaling import Scaler
@@ -34,6 +38,7 @@ from .topics import TopicOps
 __all__ = ["NamespaceActor", "Route", "namespace_actor", "namespace_actor_name"]
 
 _log = logging.getLogger("raybus.namespace")
+MANAGE = AccessRights.MANAGE
 
 
 def namespace_actor_name(namespace: str) -> str:
@@ -81,7 +86,7 @@ class TopicRoute:
     updated_at: float
 
 
-class NamespaceActor(TopicOps):
+class NamespaceActor(TopicOps, AccessOps):
     """Entity registry of one namespace (async actor; see ``namespace_actor``).
 
     With a ``storage_path`` the registry is durable: every change is logged before it is
@@ -119,6 +124,9 @@ class NamespaceActor(TopicOps):
                     self._handles[key] = self._partition_actors(entry)
             if self._registry.list():  # resume partition changes without waiting for a client
                 ray.get_runtime_context().current_actor.ping.remote()
+        # The namespace holds the rules itself: its guard never fetches them.
+        self._guard = Guard(internal_token(namespace), SystemClock())
+        self._guard.load(*self._registry.access.snapshot())
 
     def _partition_actors(self, entry: EntityEntry) -> dict[int, Any]:
         pmap = entry.pmap
@@ -153,9 +161,11 @@ class NamespaceActor(TopicOps):
                 except ServiceBusError as exc:
                     _log.warning("registry checkpoint of %s failed: %s", self._namespace, exc)
 
+    @guarded(ANY)
     async def storage_path(self) -> str | None:
         return self._storage_path
 
+    @guarded(INTERNAL)
     async def partition_map(self, name: str, incarnation: int) -> PartitionMap | None:
         """The entity's current map, if ``incarnation`` is still the current one."""
         self._scaler.start()
@@ -181,6 +191,7 @@ class NamespaceActor(TopicOps):
             entry.pmap,
         )
 
+    @guarded(MANAGE, lambda props: props.name)
     async def create_queue(self, properties: QueueProperties) -> Route:
         self._scaler.start()  # (re)started lazily: the actor may have restarted
         if is_subscription(properties.name):
@@ -194,7 +205,7 @@ class NamespaceActor(TopicOps):
         handles = self._partition_actors(entry)
         self._handles[properties.name.lower()] = handles
         try:
-            await asyncio.gather(*(h.ready.remote() for h in handles.values()))
+            await asyncio.gather(*(self._in(h).ready.remote() for h in handles.values()))
             await self._persist(("put", entry))
         except Exception:
             self._registry.delete(properties.name)
@@ -218,6 +229,7 @@ class NamespaceActor(TopicOps):
         except Exception as exc:  # already gone, or storage unreachable: leave it
             _log.info("could not delete storage of %s: %s", entry.properties.name, exc)
 
+    @guarded(ANY, lambda name: name)
     async def route(self, name: str) -> Any:
         """A queue's or subscription's ``Route``, or a topic's ``TopicRoute``."""
         self._scaler.start()
@@ -232,10 +244,12 @@ class NamespaceActor(TopicOps):
             )
         return self._route(entry)
 
+    @guarded(MANAGE, lambda: None)
     async def list_queues(self) -> list[Route]:
         self._scaler.start()  # (re)started lazily: the actor may have restarted
         return [self._route(e) for e in self._registry.list() if e.kind == "queue"]
 
+    @guarded(MANAGE, lambda props: props.name)
     async def update_queue(self, properties: QueueProperties) -> Route:
         """Change settings. A new ``partition_count`` is reached in the background (see
         ``raybus._actors.scaling``); the returned route still shows the map of now."""
@@ -249,12 +263,13 @@ class NamespaceActor(TopicOps):
             raise
         handles = self._handles[entry.properties.name.lower()]
         await asyncio.gather(
-            *(h.update_properties.remote(entry.properties) for h in handles.values())
+            *(self._in(h).update_properties.remote(entry.properties) for h in handles.values())
         )
         self._scaler.start()
         self._scaler.wake(entry.properties.name)
         return self._route(entry)
 
+    @guarded(ANY, lambda name, _t: name)
     async def wait_partitions(self, name: str, timeout_s: float) -> Route:
         """Wait until the entity's partitions match its ``partition_count`` (every slot
         balanced, nothing retiring) or ``timeout_s`` passed; the route of then."""
@@ -266,7 +281,11 @@ class NamespaceActor(TopicOps):
                 return self._route(entry)
             await asyncio.sleep(0.05)
 
+    @guarded(MANAGE, lambda name: name)
     async def delete_queue(self, name: str) -> None:
+        await self._delete_queue(name)
+
+    async def _delete_queue(self, name: str) -> None:
         entry = self._registry.get(name)
         if entry.kind != "queue":
             raise MessagingEntityNotFoundError(f"no queue named {name!r}", name)
@@ -276,20 +295,28 @@ class NamespaceActor(TopicOps):
         for handle in self._handles.pop(entry.properties.name.lower()).values():
             ray.kill(handle, no_restart=True)
         await self._delete_storage(entry)
+        await self._forget_rules(entry.properties.name)
 
+    @guarded(ANY, lambda name: name)
     async def counts(self, name: str) -> tuple[Route, list[PartitionCounts]]:
+        return await self._counts(name)
+
+    async def _counts(self, name: str) -> tuple[Route, list[PartitionCounts]]:
         self._scaler.start()  # (re)started lazily: the actor may have restarted
         entry = self._registry.get(name)
         if not entry.has_partitions:
             raise MessagingEntityNotFoundError(f"{name!r} is a topic, not a queue", name)
         route = self._route(entry)
-        counts = await asyncio.gather(*(h.counts.remote() for _pid, h in route.existing()))
+        counts = await asyncio.gather(
+            *(self._in(h).counts.remote() for _pid, h in route.existing())
+        )
         return route, list(counts)
 
+    @guarded(INTERNAL)
     async def delete_idle_queue(self, name: str, incarnation: int, accessed_at: float) -> bool:
         """Delete the queue if it is still that incarnation and every partition is idle."""
         try:
-            route, counts = await self.counts(name)
+            route, counts = await self._counts(name)
         except MessagingEntityNotFoundError:
             return False
         idle = route.properties.auto_delete_on_idle_s
@@ -298,7 +325,7 @@ class NamespaceActor(TopicOps):
         ):
             return False
         _log.info("deleting queue %s: idle since %s", name, accessed_at)
-        await self.delete_queue(name)
+        await self._delete_queue(name)
         return True
 
 

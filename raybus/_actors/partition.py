@@ -23,6 +23,7 @@ import ray
 from .. import _failpoints
 from .._clock import SystemClock
 from .._core import migration, transactions
+from .._core.access import ANY, INTERNAL
 from .._core.committer import Committer
 from .._core.partition import Partition, PartitionCounts, SettleOp
 from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
@@ -30,10 +31,13 @@ from .._core.registry import partition_storage_dirs
 from .._metrics import EXPORT_INTERVAL_S, PartitionMetrics
 from .._models import EXPRESS_FLUSH_INTERVAL, QueueProperties
 from .._storage import DurableLog
+from ..auth import AccessRights
 from ..exceptions import ServiceBusError
+from .access import Guarded, guarded, internal
 
 __all__ = ["PartitionActor"]
 
+SEND, LISTEN, MANAGE = AccessRights.SEND, AccessRights.LISTEN, AccessRights.MANAGE
 _log = logging.getLogger("raybus.partition")
 
 # A transaction prepared here this long without a decision is asked about.
@@ -51,7 +55,7 @@ def _same(record: MessageRecord) -> MessageRecord:
     return record
 
 
-class PartitionActor:
+class PartitionActor(Guarded):
     """One partition of one queue (created by the namespace actor; see ``partition_actor``).
 
     With a ``storage_path`` the partition is durable: it recovers its messages from its log when
@@ -116,7 +120,10 @@ class PartitionActor:
         ):
             # Unfinished transactions and moves, and forwarding, resume without waiting for
             # a client's call: the actor calls itself once it is constructed.
-            ray.get_runtime_context().current_actor.ready.remote()
+            internal(ray.get_runtime_context().current_actor, namespace).ready.remote()
+
+    def _access_path(self) -> str:
+        return self._core.entity
 
     @property
     def _core(self) -> Partition:
@@ -127,6 +134,7 @@ class PartitionActor:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    @guarded(ANY)
     async def ready(self) -> int:
         """Answer once constructed; start the idle timer. Returns the partition id."""
         self._kick()
@@ -140,6 +148,7 @@ class PartitionActor:
 
     # -------------------------------------------------------------- sending
 
+    @guarded(SEND)
     async def send_groups(
         self, groups: Sequence[Sequence[WireRecord]]
     ) -> list[list[int] | ServiceBusError]:
@@ -166,6 +175,7 @@ class PartitionActor:
             self._send_times.append(time.perf_counter() - started)
         return results
 
+    @guarded(SEND)
     async def cancel_scheduled(self, sequence_numbers: list[int]) -> None:
         self._core.cancel_scheduled(sequence_numbers)
         await self._commit.durable()
@@ -209,6 +219,7 @@ class PartitionActor:
             pass
         return True
 
+    @guarded(LISTEN)
     async def receive(
         self,
         max_count: int,
@@ -236,6 +247,7 @@ class PartitionActor:
                 return rows
             await self._wait_change(deadline)
 
+    @guarded(LISTEN)
     async def wait_available(self, wait_s: float, dead_letter: bool) -> bool:
         """Whether a message (or, on a session-enabled queue, a session to accept) became
         available within ``wait_s``. Locks nothing: a receiver of a partitioned queue waits
@@ -248,6 +260,7 @@ class PartitionActor:
             if not await self._wait_change(deadline):
                 return False
 
+    @guarded(LISTEN)
     async def receive_deferred(
         self, sequence_numbers: list[int], delete: bool, session: tuple[str, str] | None = None
     ) -> list[WireRecord]:
@@ -259,6 +272,7 @@ class PartitionActor:
             await self._commit.durable()
         return rows
 
+    @guarded(LISTEN)
     async def peek(
         self,
         from_sequence_number: int,
@@ -274,12 +288,14 @@ class PartitionActor:
 
     # -------------------------------------------------------------- sessions
 
+    @guarded(LISTEN)
     async def accept_session(self, session_id: str) -> tuple[str, float]:
         if self._ask_slots:
             await self._learn_slots()
         core = await self._settled_core()
         return core.accept_session(session_id)
 
+    @guarded(LISTEN)
     async def accept_next_session(self, wait_s: float) -> tuple[str, str, float] | None:
         """Lock the next available session, waiting up to ``wait_s`` for one."""
         deadline = time.monotonic() + wait_s
@@ -291,27 +307,33 @@ class PartitionActor:
             if not await self._wait_change(deadline):
                 return None
 
+    @guarded(LISTEN)
     async def renew_session_lock(self, session_id: str, token: str) -> float:
         return self._core.renew_session_lock(session_id, token)
 
+    @guarded(LISTEN)
     async def release_session(self, session_id: str, token: str) -> bool:
         released = self._core.release_session(session_id, token)
         await self._commit.durable()  # messages may have been dead-lettered or expired
         self._notify()
         return released
 
+    @guarded(LISTEN)
     async def get_session_state(self, session_id: str, token: str) -> bytes | None:
         return self._core.get_session_state(session_id, token)
 
+    @guarded(LISTEN)
     async def set_session_state(self, session_id: str, token: str, state: bytes | None) -> None:
         self._core.set_session_state(session_id, token, state)
         await self._commit.durable()
 
+    @guarded(LISTEN)
     async def list_sessions(self, updated_after: float | None) -> list[str]:
         return self._core.list_sessions(updated_after)
 
     # -------------------------------------------------------------- settling
 
+    @guarded(LISTEN)
     async def settle(self, ops: Sequence[tuple[Any, ...]]) -> list[ServiceBusError | None]:
         self._kick()
         results = self._core.settle([SettleOp(*op) for op in ops])
@@ -319,11 +341,13 @@ class PartitionActor:
         self._notify()  # abandoned or released messages are available again
         return results
 
+    @guarded(LISTEN)
     async def renew_locks(self, lock_tokens: Sequence[str]) -> list[float | ServiceBusError]:
         return self._core.renew_locks(lock_tokens)
 
     # -------------------------------------------------------------- management
 
+    @guarded(INTERNAL)
     async def update_properties(self, properties: QueueProperties) -> None:
         self._core.update_properties(properties)
         await self._commit.durable()
@@ -341,6 +365,7 @@ class PartitionActor:
             loop = asyncio.get_running_loop()
             self._forwarding = loop.create_task(Forwarder(self).run())
 
+    @guarded(ANY)
     async def counts(self) -> PartitionCounts:
         return self._core.counts()
 
@@ -349,6 +374,7 @@ class PartitionActor:
         totals["flushes"] = self._commit.flushes
         return totals
 
+    @guarded(MANAGE)
     async def stats(self) -> dict[str, float]:
         """Running totals of this partition (what the metrics export): messages sent,
         delivered, completed, dead-lettered, lock expiries, redeliveries, flushes."""
@@ -377,6 +403,7 @@ class PartitionActor:
 
     # -------------------------------------------------------------- transactions
 
+    @guarded(INTERNAL)
     async def txn_prepare(
         self,
         txn_id: str,
@@ -396,6 +423,7 @@ class PartitionActor:
         self._watch_transactions()
         _failpoints.hit("participant.after_prepare")
 
+    @guarded(INTERNAL)
     async def txn_commit(self, txn_id: str) -> bool:
         _failpoints.hit("participant.before_commit")
         applied = transactions.commit(self._core, txn_id)
@@ -405,12 +433,14 @@ class PartitionActor:
         _failpoints.hit("participant.after_commit")
         return applied
 
+    @guarded(INTERNAL)
     async def txn_abort(self, txn_id: str) -> bool:
         aborted = transactions.abort(self._core, txn_id)
         await self._commit.durable(force=True)
         self._prepared_at.pop(txn_id, None)
         return aborted
 
+    @guarded(INTERNAL)
     async def arm_failpoint(self, name: str) -> None:
         _failpoints.arm(name)
 
@@ -433,7 +463,7 @@ class PartitionActor:
                     coordinator = ray.get_actor(
                         coordinator_actor_name(self._namespace), namespace="raybus"
                     )
-                    outcome = await coordinator.outcome.remote(txn_id)
+                    outcome = await internal(coordinator, self._namespace).outcome.remote(txn_id)
                 except Exception as exc:  # restarting: ask again later
                     _log.info("outcome of transaction %s unknown yet: %s", txn_id, exc)
                     continue
@@ -442,6 +472,7 @@ class PartitionActor:
                 elif outcome == "abort":
                     await self.txn_abort(txn_id)
 
+    @guarded(LISTEN)
     async def locate(self, sequence_numbers: list[int], state: int | None = None) -> list[int]:
         """Which of these messages this partition holds (in ``state``, when given)."""
         self._core.tick()
@@ -449,6 +480,7 @@ class PartitionActor:
 
     # -------------------------------------------------------------- partition changes
 
+    @guarded(INTERNAL)
     async def hand_over(
         self, moves: dict[int, frozenset[int]], spill: int | None
     ) -> tuple[dict[int, frozenset[int]], frozenset[int], bool]:
@@ -469,6 +501,7 @@ class PartitionActor:
         )
         return done, pinned, migration.is_empty(self._core) and spill is not None
 
+    @guarded(INTERNAL)
     async def flush_outbox(self) -> list[tuple[int, frozenset[int]]]:
         return await self._flush_outbox()
 
@@ -483,7 +516,7 @@ class PartitionActor:
             )
             try:
                 handle = ray.get_actor(name, namespace="raybus")
-                await handle.adopt.remote(move_id, bundle)
+                await internal(handle, self._namespace).adopt.remote(move_id, bundle)
             except Exception as exc:  # the target is restarting: try again later
                 _log.warning("move %s to partition %s failed: %s", move_id, target, exc)
                 self._flush_soon(2.0)
@@ -503,6 +536,7 @@ class PartitionActor:
 
         self._flushing = asyncio.get_running_loop().create_task(later())
 
+    @guarded(INTERNAL)
     async def adopt(self, move_id: str, bundle: migration.Bundle) -> bool:
         """Take over a moved-in bundle, durably and at most once."""
         applied = migration.adopt(self._core, move_id, bundle)
@@ -510,6 +544,7 @@ class PartitionActor:
         self._notify()
         return applied
 
+    @guarded(INTERNAL)
     async def slots(self) -> tuple[frozenset[int] | None, bool]:
         return self._core.owned, self._core.retiring
 
@@ -517,7 +552,9 @@ class PartitionActor:
         from .namespace import namespace_actor_name
 
         registry = ray.get_actor(namespace_actor_name(self._namespace), "raybus")
-        pmap = await registry.partition_map.remote(self._core.entity, self._incarnation)
+        pmap = await internal(registry, self._namespace).partition_map.remote(
+            self._core.entity, self._incarnation
+        )
         if pmap is not None:
             self._core.owned = pmap.owned_by(self._partition_id)
             self._core.retiring = self._partition_id in pmap.retiring
@@ -538,7 +575,7 @@ class PartitionActor:
                 from .namespace import namespace_actor_name
 
                 registry = ray.get_actor(namespace_actor_name(self._namespace), "raybus")
-                await registry.delete_idle_queue.remote(
+                await internal(registry, self._namespace).delete_idle_queue.remote(
                     self._core.entity, self._incarnation, self._core.accessed_at
                 )
             except Exception:  # the registry may be restarting; try again later

@@ -101,6 +101,7 @@ class ReplicaConfig:
     session: bool
     handler_is_async: bool
     handler_takes_context: bool
+    credential: Any = None  # the processor's client credential, if any
 
 
 def _describe(exc: BaseException) -> str:
@@ -123,7 +124,7 @@ class ProcessorReplica:
     def __init__(self, config: ReplicaConfig, handler: Callable[..., Any]) -> None:
         self._cfg = config
         self._handler = handler
-        self._conn = Connection(config.namespace)
+        self._conn = Connection(config.namespace, credential=config.credential)
         self._threads = (
             None
             if config.handler_is_async

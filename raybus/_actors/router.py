@@ -25,18 +25,22 @@ from typing import Any
 
 import ray
 
-from .. import _rpc, exceptions
+from .. import _rpc
+from .._core.access import INTERNAL
 from .._core.fanout import Target, plan
 from .._core.record import WireRecord, from_wire, to_wire
 from .._core.registry import partition_actor_name
 from .._topic_models import TopicProperties
+from ..auth import AccessRights
 from ..exceptions import (
     MessageSizeExceededError,
     MessagingEntityDisabledError,
+    MessagingEntityNotFoundError,
     PartitionMovedError,
     ServiceBusError,
     TransactionAbortedError,
 )
+from .access import Guarded, guarded, internal
 
 __all__ = ["RouterActor", "router_actor", "router_actor_name"]
 
@@ -48,7 +52,7 @@ def router_actor_name(namespace: str, topic: str, incarnation: int) -> str:
     return f"raybus/{namespace}/topic/{topic.lower()}/{incarnation}/router"
 
 
-class RouterActor:
+class RouterActor(Guarded):
     """Fan-out for one topic (see the module docstring)."""
 
     def __init__(self, namespace: str, topic: TopicProperties, storage_path: str | None) -> None:
@@ -62,10 +66,19 @@ class RouterActor:
         self.published = 0
         self.copies = 0
 
+    def _access_path(self) -> str:
+        return str(self._props.name)
+
+    @guarded(INTERNAL)
     async def configure(
         self, version: int, topic: TopicProperties, subscriptions: list[tuple[Target, Any]]
     ) -> None:
         """Install the topic's settings and subscriptions (ignored if older than the current)."""
+        self._configure(version, topic, subscriptions)
+
+    def _configure(
+        self, version: int, topic: TopicProperties, subscriptions: list[tuple[Target, Any]]
+    ) -> None:
         if version < self._version:
             return
         self._version = version
@@ -73,6 +86,7 @@ class RouterActor:
         self._targets = [t for t, _route in subscriptions]
         self._routes = {t.path: route for t, route in subscriptions}
 
+    @guarded(AccessRights.MANAGE)
     async def stats(self) -> dict[str, int]:
         return {
             "published": self.published,
@@ -106,9 +120,12 @@ class RouterActor:
         from .namespace import namespace_actor_name
 
         registry = ray.get_actor(namespace_actor_name(self._namespace), "raybus")
-        version, topic, subscriptions = await registry.router_config.remote(self._props.name)
-        await self.configure(version, topic, subscriptions)
+        version, topic, subscriptions = await internal(
+            registry, self._namespace
+        ).router_config.remote(self._props.name)
+        self._configure(version, topic, subscriptions)
 
+    @guarded(AccessRights.SEND)
     async def publish(self, groups: list[list[WireRecord]]) -> list[ServiceBusError | None]:
         """Deliver each group's copies; ``None`` or the error per group (one error for all
         the groups of the call when delivery itself failed)."""
@@ -142,10 +159,9 @@ class RouterActor:
                 self.copies += sum(len(c) for c in copies.values())
                 return
             except (PartitionMovedError, TransactionAbortedError) as exc:
-                reason = getattr(exc, "reason", None) or type(exc).__name__
-                if attempt == _ROUTE_RETRIES - 1 or not reason.startswith(
-                    ("PartitionMovedError", "MessagingEntityNotFoundError")
-                ):
+                cause = exc.cause if isinstance(exc, TransactionAbortedError) else exc
+                moved = isinstance(cause, PartitionMovedError | MessagingEntityNotFoundError)
+                if attempt == _ROUTE_RETRIES - 1 or not moved:
                     raise self._as_sent(exc) from None
                 await self._refresh(copies)
 
@@ -153,18 +169,11 @@ class RouterActor:
         """The error a send raises: a subscription's refusal as its own type (a full store
         raises ``ServiceBusQuotaExceededError``, as a full queue does), not as the internal
         transaction's ``TransactionAbortedError``."""
-        reason = getattr(exc, "reason", None)
-        if not isinstance(exc, TransactionAbortedError) or not reason:
+        cause = exc.cause if isinstance(exc, TransactionAbortedError) else None
+        if not isinstance(cause, ServiceBusError) or isinstance(cause, TransactionAbortedError):
             return exc
-        name, _sep, text = reason.partition(": ")
-        cls = getattr(exceptions, name, None)
-        if (
-            isinstance(cls, type)
-            and issubclass(cls, ServiceBusError)
-            and not issubclass(cls, TransactionAbortedError)
-        ):
-            return cls(text or reason, self._props.name)
-        return exc
+        # The same error, naming the topic the caller sent to (entity is the second argument).
+        return type(cause)(cause.args[0], self._props.name, *cause.args[2:])
 
     def _shares(self, copies: dict[str, list[Any]]) -> dict[tuple[str, int], list[Any]]:
         """Copies per (subscription path, partition id), placed as a sender places them."""
@@ -189,7 +198,8 @@ class RouterActor:
         if len(shares) == 1:  # one partition's batch send is atomic by itself
             (((path, pid), recs),) = shares.items()
             handle = self._routes[path].handle(pid)
-            (result,) = await _rpc.call(path, handle.send_groups, [to_wire(recs)])
+            sender = internal(handle, self._namespace).send_groups
+            (result,) = await _rpc.call(path, sender, [to_wire(recs)])
             if isinstance(result, BaseException):
                 raise result
             return
@@ -201,7 +211,8 @@ class RouterActor:
         from .coordinator import coordinator_actor
 
         coordinator = coordinator_actor(self._namespace, self._storage_path)
-        await _rpc.call(self._props.name, coordinator.commit, uuid.uuid4().hex, participants)
+        commit = internal(coordinator, self._namespace).commit
+        await _rpc.call(self._props.name, commit, uuid.uuid4().hex, participants)
 
     async def _refresh(self, copies: dict[str, list[Any]]) -> None:
         from .namespace import namespace_actor_name
@@ -209,7 +220,7 @@ class RouterActor:
         registry = ray.get_actor(namespace_actor_name(self._namespace), "raybus")
         for path in copies:
             try:
-                self._routes[path] = await registry.route.remote(path)
+                self._routes[path] = await internal(registry, self._namespace).route.remote(path)
             except Exception as exc:  # deleted meanwhile: the next publish has no such target
                 _log.info("route of %s not refreshed: %s", path, exc)
 

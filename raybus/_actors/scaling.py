@@ -161,7 +161,7 @@ class Scaler:
                     ns._storage_path,
                     frozenset(),
                 )
-            await asyncio.gather(*(handles[pid].ready.remote() for pid in new_ids))
+            await asyncio.gather(*(ns._in(handles[pid]).ready.remote() for pid in new_ids))
             grown = PartitionMap(pmap.version + 1, pmap.slots, tuple(live + new_ids), pmap.retiring)
             await self._install(entry, grown)
             _log.info("%s: added partitions %s", props.name, new_ids)
@@ -181,7 +181,7 @@ class Scaler:
         sources = sorted(set(moves) | set(pmap.retiring))
         results = await asyncio.gather(
             *(
-                handles[src].hand_over.remote(
+                ns._in(handles[src]).hand_over.remote(
                     {t: frozenset(ss) for t, ss in moves.get(src, {}).items()},
                     pmap.live[src % len(pmap.live)] if src in pmap.retiring else None,
                 )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from .._core.access import ANY
 from .._core.fanout import Target
 from .._core.filters import DEFAULT_RULE_NAME, RuleProperties, TrueRuleFilter
 from .._core.registry import EntityEntry, Registry
@@ -26,12 +27,14 @@ from .._topic_models import (
     subscription_path,
     subscription_queue_properties,
 )
+from ..auth import AccessRights
 from ..exceptions import (
     InvalidArgumentError,
     MessagingEntityAlreadyExistsError,
     MessagingEntityNotFoundError,
     ServiceBusQuotaExceededError,
 )
+from .access import guarded
 from .router import router_actor
 
 if TYPE_CHECKING:
@@ -41,6 +44,7 @@ __all__ = ["TopicOps"]
 
 _log = logging.getLogger("raybus.namespace")
 MAX_RULES_PER_SUBSCRIPTION = 2000
+_MANAGE = AccessRights.MANAGE
 
 
 class TopicOps:
@@ -50,6 +54,10 @@ class TopicOps:
         _namespace: str
         _storage_path: str | None
         _registry: Registry
+
+        def _in(self, handle: Any) -> Any: ...
+        async def _forget_rules(self, entity: str) -> None: ...
+
         _handles: dict[str, dict[int, Any]]
         _routers: dict[str, Any]
         _router_version: int
@@ -97,6 +105,7 @@ class TopicOps:
             subs.append((target, self._route(e)))
         return self._router_version, entry.properties, subs
 
+    @guarded(ANY, lambda topic: topic)
     async def router_config(
         self, topic: str
     ) -> tuple[int, TopicProperties, list[tuple[Target, Any]]]:
@@ -106,7 +115,7 @@ class TopicOps:
     async def _configure_router(self, topic: str) -> None:
         router = self._routers.get(topic.lower())
         if router is not None:
-            await router.configure.remote(*self._router_config(topic))
+            await self._in(router).configure.remote(*self._router_config(topic))
 
     def _check_forwarding(self, props: Any) -> None:
         """A forwarding destination must exist (a queue or topic, not the entity itself) when
@@ -136,6 +145,7 @@ class TopicOps:
 
     # ------------------------------------------------------------------ topics
 
+    @guarded(_MANAGE, lambda props: props.name)
     async def create_topic(self, properties: TopicProperties) -> tuple[Any, Any]:
         entry = self._registry.add(
             EntityEntry(properties, 0, 0.0, 0.0, PartitionMap.initial(1), kind="topic")
@@ -155,12 +165,15 @@ class TopicOps:
         """(entry, router handle) of a topic."""
         return entry, self._routers[entry.properties.name.lower()]
 
+    @guarded(_MANAGE, lambda name: name)
     async def get_topic(self, name: str) -> tuple[Any, Any]:
         return self._topic_info(self._topic(name))
 
+    @guarded(_MANAGE, lambda: None)
     async def list_topics(self) -> list[Any]:
         return [e for e in self._registry.list() if e.kind == "topic"]
 
+    @guarded(_MANAGE, lambda props: props.name)
     async def update_topic(self, properties: TopicProperties) -> tuple[Any, Any]:
         old = self._topic(properties.name)
         for field in ("requires_duplicate_detection",):
@@ -179,6 +192,7 @@ class TopicOps:
         await self._configure_router(props.name)
         return self._topic_info(entry)
 
+    @guarded(_MANAGE, lambda name: name)
     async def delete_topic(self, name: str) -> None:
         entry = self._topic(name)
         for sub_entry in self._subscriptions_of(entry.properties.name):
@@ -188,16 +202,19 @@ class TopicOps:
         router = self._routers.pop(entry.properties.name.lower(), None)
         if router is not None:
             ray.kill(router, no_restart=True)
+        await self._forget_rules(entry.properties.name)
 
+    @guarded(ANY, lambda name: name)
     async def topic_counts(self, name: str) -> tuple[Any, int, list[PartitionCounts]]:
         entry = self._topic(name)
         subs = self._subscriptions_of(entry.properties.name)
         handles = [h for s in subs for h in self._handles[s.properties.name.lower()].values()]
-        counts = await asyncio.gather(*(h.counts.remote() for h in handles))
+        counts = await asyncio.gather(*(self._in(h).counts.remote() for h in handles))
         return entry, len(subs), list(counts)
 
     # ------------------------------------------------------------------ subscriptions
 
+    @guarded(_MANAGE, lambda sub, rule=None: subscription_path(sub.topic_name, sub.name))
     async def create_subscription(
         self, sub: SubscriptionProperties, rule: RuleProperties | None = None
     ) -> tuple[Any, Any]:
@@ -224,7 +241,7 @@ class TopicOps:
         handles = self._partition_actors(entry)
         self._handles[store.name.lower()] = handles
         try:
-            await asyncio.gather(*(h.ready.remote() for h in handles.values()))
+            await asyncio.gather(*(self._in(h).ready.remote() for h in handles.values()))
             await self._persist(("put", entry))
         except Exception:
             self._registry.delete(store.name)
@@ -236,14 +253,17 @@ class TopicOps:
         await self._configure_router(topic.properties.name)
         return entry.extra[0], self._route(entry)
 
+    @guarded(_MANAGE, subscription_path)
     async def get_subscription(self, topic: str, name: str) -> tuple[Any, Any]:
         entry = self._subscription(topic, name)
         return entry.extra[0], self._route(entry)
 
+    @guarded(_MANAGE, lambda topic: topic)
     async def list_subscriptions(self, topic: str) -> list[tuple[Any, Any]]:
         self._topic(topic)
         return [(e.extra[0], self._route(e)) for e in self._subscriptions_of(topic)]
 
+    @guarded(_MANAGE, lambda sub: subscription_path(sub.topic_name, sub.name))
     async def update_subscription(self, sub: SubscriptionProperties) -> tuple[Any, Any]:
         old = self._subscription(sub.topic_name, sub.name)
         old_sub = old.extra[0]
@@ -269,10 +289,13 @@ class TopicOps:
         )
         await self._persist(("put", entry))
         handles = self._handles[store.name.lower()]
-        await asyncio.gather(*(h.update_properties.remote(store) for h in handles.values()))
+        await asyncio.gather(
+            *(self._in(h).update_properties.remote(store) for h in handles.values())
+        )
         # A new partition count is reached by the namespace's scaler, as for queues.
         return entry
 
+    @guarded(_MANAGE, subscription_path)
     async def delete_subscription(self, topic: str, name: str) -> None:
         entry = self._subscription(topic, name)
         await self._drop_subscription(entry)
@@ -287,6 +310,7 @@ class TopicOps:
 
     # ------------------------------------------------------------------ rules
 
+    @guarded(_MANAGE, lambda topic, sub, _rule: subscription_path(topic, sub))
     async def create_rule(self, topic: str, subscription: str, rule: RuleProperties) -> Any:
         entry = self._subscription(topic, subscription)
         sub, rules = entry.extra
@@ -304,9 +328,11 @@ class TopicOps:
         await self._configure_router(topic)
         return rule
 
+    @guarded(_MANAGE, subscription_path)
     async def list_rules(self, topic: str, subscription: str) -> list[Any]:
         return list(self._subscription(topic, subscription).extra[1])
 
+    @guarded(_MANAGE, lambda topic, sub, _name: subscription_path(topic, sub))
     async def delete_rule(self, topic: str, subscription: str, name: str) -> None:
         entry = self._subscription(topic, subscription)
         sub, rules = entry.extra

@@ -23,6 +23,7 @@ from ..exceptions import (
     MessagingEntityAlreadyExistsError,
     MessagingEntityNotFoundError,
 )
+from .access import AccessTable
 from .slots import PartitionMap
 
 __all__ = [
@@ -111,6 +112,7 @@ class Registry:
         self._clock = clock
         self._entities: dict[str, EntityEntry] = {}
         self._incarnations = 0
+        self.access = AccessTable()  # the namespace's authorization rules
 
     def create(self, properties: QueueProperties) -> EntityEntry:
         _check_supported(properties)
@@ -197,8 +199,9 @@ class Registry:
     def list(self) -> list[EntityEntry]:
         return sorted(self._entities.values(), key=lambda e: e.properties.name.lower())
 
-    # Durability: the namespace actor logs each change as ("put", entry) or ("del", name) and
-    # replays them on start. Incarnation numbers never repeat across restarts.
+    # Durability: the namespace actor logs each change as ("put", entry), ("del", name) or
+    # ("access", (version, rules)) and replays them on start. Incarnation numbers never repeat
+    # across restarts.
 
     def restore(self, changes: Iterable[tuple[str, Any]]) -> None:
         """Apply logged changes in order (a snapshot's entries first)."""
@@ -210,9 +213,12 @@ class Registry:
                 self._entities.pop(value.lower(), None)
             elif kind == "next":
                 self._incarnations = max(self._incarnations, value)
+            elif kind == "access":  # the whole rule table, as of that change
+                self.access.load(*value)
 
     def snapshot(self) -> builtins.list[tuple[str, Any]]:
         """Changes that rebuild the current registry."""
         out: builtins.list[tuple[str, Any]] = [("put", e) for e in self._entities.values()]
         out.append(("next", self._incarnations))
+        out.append(("access", self.access.snapshot()))
         return out

@@ -11,6 +11,7 @@ from .._clock import to_timestamp
 from .._connection import Connection
 from .._models import validate_entity_name
 from .._topic_models import subscription_path
+from ..auth import Credential
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError
 from ._processor import ErrorHandler, Handler, Seconds, ServiceBusProcessor
@@ -40,8 +41,9 @@ class ServiceBusClient:
         *,
         address: str | None = None,
         storage_path: str | None = None,
+        credential: Credential | None = None,
     ) -> None:
-        self._conn = Connection(namespace, address, storage_path)
+        self._conn = Connection(namespace, address, storage_path, credential)
         self.namespace = namespace
 
     def get_queue_sender(self, queue_name: str) -> ServiceBusSender:

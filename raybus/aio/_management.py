@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from .. import _rpc
@@ -10,6 +11,7 @@ from .._clock import from_timestamp
 from .._connection import Connection
 from .._models import QueueProperties, QueueRuntimeProperties, validate_entity_name
 from .._topic_models import is_subscription
+from ..auth import AccessRights, AuthorizationRule, Credential
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 from ._topic_management import TopicManagement
 
@@ -25,8 +27,9 @@ class ServiceBusAdministrationClient(TopicManagement):
         *,
         address: str | None = None,
         storage_path: str | None = None,
+        credential: Credential | None = None,
     ) -> None:
-        self._conn = Connection(namespace, address, storage_path)
+        self._conn = Connection(namespace, address, storage_path, credential)
         self.namespace = namespace
 
     async def _call(self, entity: str | None, method: str, *args: Any) -> Any:
@@ -43,7 +46,9 @@ class ServiceBusAdministrationClient(TopicManagement):
             "list_rules",
         )
         retries = _rpc.READ_RETRIES if method in reads else 0
-        return await _rpc.call(entity, getattr(self._conn.registry, method), *args, retries=retries)
+        return await _rpc.call(
+            entity, getattr(self._conn.registry_for(entity), method), *args, retries=retries
+        )
 
     async def create_queue(self, queue_name: str, **options: Any) -> QueueProperties:
         """Create a queue; ``options`` are ``QueueProperties`` fields (durations as
@@ -122,13 +127,59 @@ class ServiceBusAdministrationClient(TopicManagement):
             raise InvalidArgumentError("timeout must be a positive number", queue_name, "timeout")
         route = await _rpc.call(
             queue_name,
-            self._conn.registry.wait_partitions,
+            self._conn.registry_for(queue_name).wait_partitions,
             validate_entity_name(queue_name),
             float(timeout),
             timeout=timeout + 10,
         )
         self._conn.forget(queue_name)
         return len(route.pmap.live)
+
+    # ------------------------------------------------------------ access rules (raybus extension)
+
+    async def create_authorization_rule(
+        self,
+        key_name: str,
+        rights: Iterable[AccessRights | str],
+        *,
+        entity: str | None = None,
+        primary_key: str | None = None,
+        secondary_key: str | None = None,
+    ) -> AuthorizationRule:
+        """Add (or replace) a shared-access rule on the namespace or on ``entity`` (a queue,
+        topic or subscription path); keys are generated unless given. The namespace's first rule
+        closes it: from then on every call needs a token (see ``raybus.auth``)."""
+        return await self._call(  # type: ignore[no-any-return]
+            entity,
+            "create_authorization_rule",
+            key_name,
+            list(rights) if not isinstance(rights, str) else [rights],
+            entity,
+            primary_key,
+            secondary_key,
+        )
+
+    async def list_authorization_rules(
+        self, *, entity: str | None = None
+    ) -> list[AuthorizationRule]:
+        return await self._call(entity, "list_authorization_rules", entity)  # type: ignore[no-any-return]
+
+    async def regenerate_authorization_key(
+        self,
+        key_name: str,
+        *,
+        entity: str | None = None,
+        which: str = "primary",
+        key: str | None = None,
+    ) -> AuthorizationRule:
+        """Replace the rule's primary or secondary key (the other one keeps working: rotate
+        clients to it first)."""
+        return await self._call(  # type: ignore[no-any-return]
+            entity, "regenerate_authorization_key", key_name, entity, which, key
+        )
+
+    async def delete_authorization_rule(self, key_name: str, *, entity: str | None = None) -> None:
+        await self._call(entity, "delete_authorization_rule", key_name, entity)
 
     async def list_queues_runtime_properties(self) -> list[QueueRuntimeProperties]:
         return [await self.get_queue_runtime_properties(q.name) for q in await self.list_queues()]

@@ -375,7 +375,7 @@ class ServiceBusProcessor:
         self._stats = self._pool.statistics()
 
     async def _read_backlog(self) -> int:
-        registry = self._conn.registry
+        registry = self._conn.registry_for(self.entity_path)
         _route, counts = await _rpc.call(
             self.entity_path, registry.counts, self.entity_path, retries=_rpc.READ_RETRIES
         )
@@ -427,6 +427,7 @@ class ServiceBusProcessor:
             session=self._requires_session,
             handler_is_async=self._is_async,
             handler_takes_context=self._takes_context,
+            credential=self._conn.credential,
         )
         name = f"raybus/processor/{self._conn.namespace}/{self._id}/{rid}"
         try:

@@ -30,6 +30,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from .. import _rpc
+from .._actors.access import unwrap
 from .._actors.namespace import Route, TopicRoute
 from .._connection import Connection
 from .._core.fanout import plan
@@ -38,6 +39,8 @@ from .._core.registry import partition_actor_name
 from .._core.store import SettleOp
 from ..exceptions import (
     InvalidArgumentError,
+    MessagingEntityNotFoundError,
+    PartitionMovedError,
     TransactionAbortedError,
     TransactionSizeExceededError,
     TransactionTimeoutError,
@@ -136,7 +139,9 @@ class ServiceBusTransaction:
             if isinstance(route, TopicRoute):
                 # The topic's copies, by its subscriptions' rules, join the transaction.
                 _v, _props, subs = await _rpc.call(
-                    route.properties.name, self._conn.registry.router_config, route.properties.name
+                    route.properties.name,
+                    self._conn.registry_for(route.properties.name).router_config,
+                    route.properties.name,
                 )
                 routes = {t.path: r for t, r in subs}
                 placed = [
@@ -179,7 +184,7 @@ class ServiceBusTransaction:
                 participants = [
                     (
                         s.name,
-                        s.handle,
+                        unwrap(s.handle),  # the coordinator calls it with its own token
                         s.entity,
                         to_wire(s.sends),
                         [op.to_wire() for op in s.ops],
@@ -196,7 +201,9 @@ class ServiceBusTransaction:
                     )
                     break
                 except TransactionAbortedError as exc:
-                    moved = (exc.reason or "").startswith(("PartitionMovedError", "Messaging"))
+                    moved = isinstance(
+                        exc.cause, PartitionMovedError | MessagingEntityNotFoundError
+                    )
                     if not moved or attempt == _MOVED_RETRIES - 1:
                         raise
         except BaseException:

@@ -50,13 +50,29 @@ class CliContext:
             prefer_loopback()
         probe(address)
 
+    def credential(self) -> Any:
+        """A token from ``RAYBUS_SAS_TOKEN``, or a key from ``RAYBUS_KEY_NAME`` and
+        ``RAYBUS_KEY``, for namespaces with access rules (None: present nothing)."""
+        from ..auth import SasTokenCredential, SharedAccessKeyCredential
+
+        token = os.environ.get("RAYBUS_SAS_TOKEN")
+        if token:
+            return SasTokenCredential(token)
+        name, key = os.environ.get("RAYBUS_KEY_NAME"), os.environ.get("RAYBUS_KEY")
+        if name and key:
+            return SharedAccessKeyCredential(name, key)
+        return None
+
     def client(self) -> ServiceBusClient:
         if self._client is None:
             from .._sync_client import ServiceBusClient
 
             self.join()
             self._client = ServiceBusClient(
-                self.namespace, address=self.address, storage_path=self.storage_path
+                self.namespace,
+                address=self.address,
+                storage_path=self.storage_path,
+                credential=self.credential(),
             )
         return self._client
 
@@ -66,7 +82,10 @@ class CliContext:
 
             self.join()
             self._admin = ServiceBusAdministrationClient(
-                self.namespace, address=self.address, storage_path=self.storage_path
+                self.namespace,
+                address=self.address,
+                storage_path=self.storage_path,
+                credential=self.credential(),
             )
         return self._admin
 

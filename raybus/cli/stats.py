@@ -34,7 +34,9 @@ __all__ = ["stats"]
 
 async def _sample_queue(conn: Any, name: str) -> QueueSample | None:
     try:
-        route, counts = await _rpc.call(name, conn.registry.counts, name, retries=_rpc.READ_RETRIES)
+        route, counts = await _rpc.call(
+            name, conn.registry_for(name).counts, name, retries=_rpc.READ_RETRIES
+        )
     except MessagingEntityNotFoundError:
         return None  # deleted since it was listed
     at = time.monotonic()

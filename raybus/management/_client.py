@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from .._core.filters import RuleProperties, SqlRuleAction
@@ -14,6 +15,7 @@ from .._topic_models import (
     TopicRuntimeProperties,
 )
 from ..aio._management import ServiceBusAdministrationClient as _AsyncAdmin
+from ..auth import AccessRights, AuthorizationRule, Credential
 
 __all__ = ["ServiceBusAdministrationClient"]
 
@@ -28,8 +30,11 @@ class ServiceBusAdministrationClient:
         *,
         address: str | None = None,
         storage_path: str | None = None,
+        credential: Credential | None = None,
     ) -> None:
-        self._aio = _AsyncAdmin(namespace, address=address, storage_path=storage_path)
+        self._aio = _AsyncAdmin(
+            namespace, address=address, storage_path=storage_path, credential=credential
+        )
         self.namespace = namespace
 
     def create_queue(self, queue_name: str, **options: Any) -> QueueProperties:
@@ -43,6 +48,21 @@ class ServiceBusAdministrationClient:
 
     def delete_queue(self, queue_name: str) -> None:
         run(self._aio.delete_queue(queue_name))
+
+    def create_authorization_rule(
+        self, key_name: str, rights: Iterable[AccessRights | str], **options: Any
+    ) -> AuthorizationRule:
+        """See ``raybus.aio.ServiceBusAdministrationClient.create_authorization_rule``."""
+        return run(self._aio.create_authorization_rule(key_name, rights, **options))
+
+    def list_authorization_rules(self, *, entity: str | None = None) -> list[AuthorizationRule]:
+        return run(self._aio.list_authorization_rules(entity=entity))
+
+    def regenerate_authorization_key(self, key_name: str, **options: Any) -> AuthorizationRule:
+        return run(self._aio.regenerate_authorization_key(key_name, **options))
+
+    def delete_authorization_rule(self, key_name: str, *, entity: str | None = None) -> None:
+        run(self._aio.delete_authorization_rule(key_name, entity=entity))
 
     def list_queues(self) -> list[QueueProperties]:
         return run(self._aio.list_queues())

@@ -385,3 +385,17 @@ def test_exception_hierarchy_matches_azure_servicebus():
 def test_service_bus_error_str_names_the_entity():
     assert str(ServiceBusError("boom", "orders")) == "boom (entity: orders)"
     assert str(ServiceBusError("boom")) == "boom"
+
+
+def test_a_rolled_back_transaction_carries_the_refusal_itself_across_pickling() -> None:
+    import pickle
+
+    from raybus.exceptions import ServiceBusQuotaExceededError, TransactionAbortedError
+
+    cause = ServiceBusQuotaExceededError("full", "q", 10, 5)
+    exc = TransactionAbortedError(
+        "rolled back", "q", "t1", "ServiceBusQuotaExceededError: full", cause
+    )
+    back = pickle.loads(pickle.dumps(exc))
+    assert isinstance(back.cause, ServiceBusQuotaExceededError)
+    assert (back.cause.size, back.cause.max_size, back.transaction_id) == (10, 5, "t1")

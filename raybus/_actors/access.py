@@ -1,0 +1,203 @@
+"""Access control on the Ray side: the broker's own token, the handle wrapper that presents a
+token with every call, and the ``guarded`` decorator that checks it at the top of an actor method.
+
+How a token travels. Ray calls carry no metadata, so the token is an argument: every guarded
+method takes a keyword ``_auth``. Clients never write it: ``AuthedHandle`` wraps an actor handle
+and adds ``_auth=<token>`` to each ``.remote`` call (``raybus._connection`` wraps the handles it
+gives out when the client has a credential). Actors calling each other present the broker's own
+token (``internal_token``), which they read from Ray's internal key-value store — the first actor
+of a namespace creates it there.
+
+Trust model (also in the README): the check stops a job that holds actor handles but no valid
+token — it gets ``ServiceBusAuthenticationError``/``ServiceBusAuthorizationError`` and changes
+nothing. It does not stop code that can read Ray's internal store or the storage path: such code
+is already inside the cluster's trust boundary, which Ray's own cluster token authentication
+guards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from ray.experimental import internal_kv
+
+from .. import _rpc
+from .._clock import SystemClock
+from .._core.access import INTERNAL, INTERNAL_PREFIX, Guard, Requirement
+from ..auth import AuthorizationRule
+
+__all__ = ["AuthedHandle", "Guarded", "guarded", "internal", "internal_token", "unwrap"]
+
+_KV_NAMESPACE = "raybus"
+_tokens: dict[str, str] = {}
+
+
+def internal_token(namespace: str) -> str:
+    """The broker's own token for ``namespace`` (created once, cluster-wide, first writer wins)."""
+    token = _tokens.get(namespace)
+    if token is None:
+        key = f"internal-token/{namespace}".encode()
+        internal_kv._internal_kv_put(
+            key,
+            (INTERNAL_PREFIX + secrets.token_urlsafe(32)).encode(),
+            overwrite=False,
+            namespace=_KV_NAMESPACE,
+        )
+        value = internal_kv._internal_kv_get(key, namespace=_KV_NAMESPACE)
+        token = _tokens[namespace] = value.decode()
+    return token
+
+
+class _AuthedMethod:
+    __slots__ = ("_method", "_token")
+
+    def __init__(self, method: Any, token: Callable[[], str]) -> None:
+        self._method = method
+        self._token = token
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._method.remote(*args, _auth=self._token(), **kwargs)
+
+    @property
+    def _method_name(self) -> str:
+        return str(getattr(self._method, "_method_name", self._method))
+
+
+class AuthedHandle:
+    """An actor handle that presents ``token()`` with every call (see the module docstring).
+
+    It is not meant to cross into other actors: pass ``unwrap(handle)`` there (the token may
+    be a key-signed one the other side has no business holding).
+    """
+
+    __slots__ = ("_handle", "_token")
+
+    def __init__(self, handle: Any, token: Callable[[], str]) -> None:
+        self._handle = handle
+        self._token = token
+
+    def __getattr__(self, name: str) -> _AuthedMethod:
+        return _AuthedMethod(getattr(self._handle, name), self._token)
+
+    def __eq__(self, other: object) -> bool:
+        return bool(unwrap(other) == self._handle)
+
+    def __hash__(self) -> int:
+        return hash(self._handle)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("an AuthedHandle must not be pickled: pass unwrap(handle)")
+
+
+def unwrap(handle: Any) -> Any:
+    """The plain Ray handle inside ``handle`` (itself if it is one)."""
+    return handle._handle if isinstance(handle, AuthedHandle) else handle
+
+
+def internal(handle: Any, namespace: str) -> Any:
+    """``handle`` presenting the broker's own token (for actor-to-actor calls)."""
+    if handle is None:
+        return None
+    token = internal_token(namespace)
+    return AuthedHandle(unwrap(handle), lambda: token)
+
+
+class Guarded:
+    """Mixin for actors with guarded methods: owns the ``Guard`` and keeps its rules current.
+
+    The namespace actor holds the rules; every other actor fetches a copy on its first call
+    (after a restart too) and receives each change through ``set_access``.
+    """
+
+    _namespace: str
+    _guard: Guard | None = None
+    _guard_loading: asyncio.Future[None] | None = None
+
+    def _access_path(self) -> str:
+        """The entity path this actor serves ('' for namespace-wide actors)."""
+        return ""
+
+    async def _fetch_access(self) -> tuple[int, tuple[AuthorizationRule, ...]]:
+        import ray
+
+        from .namespace import namespace_actor_name  # import cycle: namespace uses this module
+
+        registry = ray.get_actor(namespace_actor_name(self._namespace), namespace="raybus")
+        got: tuple[int, tuple[AuthorizationRule, ...]] = await _rpc.call(
+            None,
+            internal(registry, self._namespace).access_rules,
+            retries=_rpc.READ_RETRIES,
+        )
+        return got
+
+    async def _access_guard(self) -> Guard:
+        guard = self._guard
+        if guard is not None and self._guard_loading is None:
+            return guard
+        if self._guard_loading is None:
+            self._guard = Guard(internal_token(self._namespace), SystemClock())
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._guard_loading = fut
+            try:
+                version, rules = await self._fetch_access()
+                self._guard.load(version, rules)
+                fut.set_result(None)
+            except BaseException as exc:
+                fut.set_exception(exc)
+                self._guard = None
+                raise
+            finally:
+                self._guard_loading = None
+                if not fut.done():
+                    fut.cancel()
+            return self._guard
+        await asyncio.shield(self._guard_loading)
+        assert self._guard is not None
+        return self._guard
+
+    async def set_access(
+        self, version: int, rules: tuple[AuthorizationRule, ...], *, _auth: Any = None
+    ) -> None:
+        """The namespace pushing a change of rules (internal only)."""
+        guard = await self._access_guard()
+        guard.check(_auth, INTERNAL, self._access_path())
+        guard.load(version, rules)
+
+
+M = TypeVar("M", bound=Callable[..., Awaitable[Any]])
+
+
+def guarded(need: Requirement, entity: Callable[..., str | None] | None = None) -> Callable[[M], M]:
+    """Check ``_auth`` for ``need`` before running the method.
+
+    The entity checked is the actor's own (``_access_path``) or ``entity(*args)`` for methods of
+    namespace-wide actors (None: the namespace itself). The wrapper's signature gains the
+    keyword ``_auth`` so Ray accepts it.
+    """
+
+    def deco(fn: M) -> M:
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        async def wrapper(self: Any, *args: Any, _auth: Any = None, **kwargs: Any) -> Any:
+            guard = self._guard
+            if guard is None or self._guard_loading is not None:
+                guard = await self._access_guard()
+            path = self._access_path() if entity is None else (entity(*args, **kwargs) or "")
+            guard.check(_auth, need, path)
+            return await fn(self, *args, **kwargs)
+
+        params = [*sig.parameters.values()]
+        params.append(inspect.Parameter("_auth", inspect.Parameter.KEYWORD_ONLY, default=None))
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        # Ray reads a method's signature after ``inspect.unwrap``: hide the original so it
+        # sees the one with ``_auth``.
+        del wrapper.__wrapped__
+        return wrapper  # type: ignore[return-value]
+
+    return deco

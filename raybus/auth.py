@@ -1,0 +1,207 @@
+"""Access control: Service Bus shared-access keys, SAS tokens and the credentials clients present.
+
+The model is Service Bus's (``service-bus-semantics.md``, shared access signatures):
+
+* An **authorization rule** is a named pair of keys (primary, secondary) with a set of rights:
+  ``Send``, ``Listen``, ``Manage`` (``Manage`` implies the other two). Rules belong to the
+  namespace (they cover every entity) or to one entity (they cover that entity and, for a
+  topic, its subscriptions).
+* A **SAS token** is ``SharedAccessSignature sr=<resource>&sig=<signature>&se=<expiry>&skn=<rule>``
+  where ``signature = base64(HMAC-SHA256(key, quote_plus(resource) + "\\n" + expiry))`` — the same
+  bytes the Azure SDKs compute, so tokens they make verify here and the other way round. Either of
+  the rule's two keys may sign, which is how keys rotate without downtime: clients move to the
+  secondary, the primary is regenerated, clients move back.
+* The token grants the rule's rights on ``resource`` and everything below it. raybus compares
+  only the resource's *path* (``/orders``, ``/t/subscriptions/s``; ``/`` for the whole
+  namespace), case-insensitively and on segment boundaries: host names differ between the Ray
+  client, the AMQP gateway and the HTTP gateway, but the entity names do not.
+
+A namespace without rules is **open** (no token needed): that keeps a laptop's first run
+working. Adding the first rule closes it. The checks run inside the actors (``Guard`` in
+``raybus._core.access``); this module holds the pure pieces a client needs.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import hashlib
+import hmac
+import secrets
+import time
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .exceptions import InvalidArgumentError, ServiceBusAuthenticationError
+
+__all__ = [
+    "AccessRights",
+    "AuthorizationRule",
+    "SasToken",
+    "SasTokenCredential",
+    "SharedAccessKeyCredential",
+    "generate_key",
+    "generate_sas_token",
+    "parse_sas_token",
+    "resource_path",
+]
+
+# A token lives an hour by default, as the Azure SDKs' do.
+DEFAULT_TOKEN_TTL_S = 3600
+_KEY_BYTES = 32  # Service Bus keys are 256-bit, base64-encoded
+
+
+class AccessRights(str, enum.Enum):
+    """What a rule's keys allow (``Manage`` implies ``Send`` and ``Listen``)."""
+
+    SEND = "Send"
+    LISTEN = "Listen"
+    MANAGE = "Manage"
+
+
+def normalise_rights(rights: Iterable[AccessRights | str]) -> frozenset[AccessRights]:
+    """``rights`` as a set, with ``Manage`` expanded; bad names raise ``InvalidArgumentError``."""
+    out: set[AccessRights] = set()
+    for r in rights:
+        try:
+            out.add(r if isinstance(r, AccessRights) else AccessRights(str(r).capitalize()))
+        except ValueError:
+            raise InvalidArgumentError(
+                f"unknown access right {r!r}: use Send, Listen or Manage", None, "rights"
+            ) from None
+    if not out:
+        raise InvalidArgumentError("a rule needs at least one right", None, "rights")
+    if AccessRights.MANAGE in out:
+        out |= {AccessRights.SEND, AccessRights.LISTEN}
+    return frozenset(out)
+
+
+def generate_key() -> str:
+    """A new random key, base64 like Service Bus's."""
+    return base64.b64encode(secrets.token_bytes(_KEY_BYTES)).decode("ascii")
+
+
+@dataclass(frozen=True)
+class AuthorizationRule:
+    """A named key pair with rights; ``entity`` is None for a namespace-wide rule."""
+
+    key_name: str
+    rights: frozenset[AccessRights]
+    primary_key: str = field(default_factory=generate_key, repr=False)
+    secondary_key: str = field(default_factory=generate_key, repr=False)
+    entity: str | None = None
+
+    def keys(self) -> tuple[str, str]:
+        return (self.primary_key, self.secondary_key)
+
+
+def resource_path(resource: str) -> str:
+    """The lower-cased path of a resource URI: ``sb://host:5671/Orders/`` -> ``/orders``;
+    ``orders`` -> ``/orders``; the namespace itself is ``/``."""
+    parsed = urllib.parse.urlsplit(resource)
+    path = parsed.path if parsed.scheme or parsed.netloc else resource
+    parts = [p for p in urllib.parse.unquote(path).lower().split("/") if p]
+    return "/" + "/".join(parts)
+
+
+def covers(scope: str, path: str) -> bool:
+    """Whether a grant on ``scope`` reaches ``path`` (both from ``resource_path``)."""
+    return scope == "/" or path == scope or path.startswith(scope + "/")
+
+
+def _sign(key: str, resource: str, expiry: int) -> str:
+    message = f"{urllib.parse.quote_plus(resource)}\n{expiry}".encode()
+    digest = hmac.new(key.encode("utf-8"), message, hashlib.sha256).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+def generate_sas_token(
+    resource: str, key_name: str, key: str, expiry: int | None = None, *, ttl: float | None = None
+) -> str:
+    """A Service Bus SAS token for ``resource`` signed with ``key``; valid until ``expiry``
+    (Unix seconds) or for ``ttl`` seconds from now (default an hour)."""
+    if expiry is None:
+        expiry = int(time.time() + (DEFAULT_TOKEN_TTL_S if ttl is None else ttl))
+    sig = _sign(key, resource, expiry)
+    return "SharedAccessSignature " + "&".join(
+        [
+            f"sr={urllib.parse.quote_plus(resource)}",
+            f"sig={urllib.parse.quote_plus(sig)}",
+            f"se={expiry}",
+            f"skn={urllib.parse.quote_plus(key_name)}",
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class SasToken:
+    """A parsed SAS token (not yet verified)."""
+
+    resource: str
+    signature: str
+    expiry: int
+    key_name: str
+
+    @property
+    def path(self) -> str:
+        return resource_path(self.resource)
+
+    def signed_by(self, key: str) -> bool:
+        return hmac.compare_digest(_sign(key, self.resource, self.expiry), self.signature)
+
+
+def parse_sas_token(token: str) -> SasToken:
+    """Split a ``SharedAccessSignature sr=..&sig=..&se=..&skn=..`` token; a malformed one raises
+    ``ServiceBusAuthenticationError`` naming what is missing."""
+    if not isinstance(token, str) or not token.startswith("SharedAccessSignature "):
+        raise ServiceBusAuthenticationError("the token is not a SharedAccessSignature token", None)
+    fields = dict(urllib.parse.parse_qsl(token[len("SharedAccessSignature ") :].strip()))
+    missing = [k for k in ("sr", "sig", "se", "skn") if not fields.get(k)]
+    if missing:
+        raise ServiceBusAuthenticationError(f"the SAS token lacks {', '.join(missing)}", None)
+    try:
+        expiry = int(fields["se"])
+    except ValueError:
+        raise ServiceBusAuthenticationError(
+            f"the SAS token's expiry se={fields['se']!r} is not a number", None
+        ) from None
+    return SasToken(fields["sr"], fields["sig"], expiry, fields["skn"])
+
+
+class SasTokenCredential:
+    """A ready-made SAS token (e.g. handed out by whoever holds the key). It is presented as is
+    for every entity, so its resource must cover every entity this client uses."""
+
+    def __init__(self, token: str) -> None:
+        parse_sas_token(token)  # fail early on a malformed one
+        self.token = token
+
+    def token_for(self, path: str) -> str:
+        return self.token
+
+
+class SharedAccessKeyCredential:
+    """A rule's name and key: the client signs a token per entity (``ttl`` seconds each) and
+    renews it before it expires. Works for namespace-wide and entity rules alike."""
+
+    def __init__(self, key_name: str, key: str, *, ttl: float = DEFAULT_TOKEN_TTL_S) -> None:
+        if not isinstance(key_name, str) or not key_name or not isinstance(key, str) or not key:
+            raise InvalidArgumentError("key_name and key must be non-empty strings", None, "key")
+        self.key_name = key_name
+        self._key = key
+        self._ttl = ttl
+        self._tokens: dict[str, tuple[float, str]] = {}
+
+    def token_for(self, path: str) -> str:
+        now = time.time()
+        cached = self._tokens.get(path)
+        if cached is not None and cached[0] - now > self._ttl / 4:
+            return cached[1]
+        expiry = int(now + self._ttl)
+        token = generate_sas_token(f"sb://raybus{path}", self.key_name, self._key, expiry)
+        self._tokens[path] = (float(expiry), token)
+        return token
+
+
+Credential = SasTokenCredential | SharedAccessKeyCredential

@@ -1,0 +1,210 @@
+"""Access control end to end: rules close a namespace, tokens open it again, per right and per
+entity; the check runs inside the actors, so direct handle calls are refused too."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import ray
+
+import raybus
+from raybus import ServiceBusMessage
+from raybus._actors.namespace import namespace_actor_name
+from raybus._core.record import to_wire
+from raybus._core.registry import partition_actor_name
+from raybus.auth import SasTokenCredential, SharedAccessKeyCredential, generate_sas_token
+from raybus.exceptions import (
+    ServiceBusAuthenticationError,
+    ServiceBusAuthorizationError,
+)
+from raybus.management import ServiceBusAdministrationClient
+
+ROOT_KEY = "R" * 44
+
+
+@pytest.fixture
+def closed(namespace: str) -> Iterator[ServiceBusAdministrationClient]:
+    """The namespace with a Manage rule ``root``; yields an admin client holding its key."""
+    open_admin = ServiceBusAdministrationClient(namespace)
+    open_admin.create_queue("q")
+    open_admin.create_queue("other")
+    open_admin.create_authorization_rule("root", ["Manage"], primary_key=ROOT_KEY)
+    yield ServiceBusAdministrationClient(
+        namespace, credential=SharedAccessKeyCredential("root", ROOT_KEY)
+    )
+
+
+def client_with(namespace: str, name: str, key: str) -> raybus.ServiceBusClient:
+    return raybus.ServiceBusClient(namespace, credential=SharedAccessKeyCredential(name, key))
+
+
+def active(admin: ServiceBusAdministrationClient, queue: str = "q") -> int:
+    return int(admin.get_queue_runtime_properties(queue).active_message_count)
+
+
+def test_a_namespace_is_open_until_its_first_rule(namespace: str) -> None:
+    admin = ServiceBusAdministrationClient(namespace)
+    admin.create_queue("q")
+    with raybus.ServiceBusClient(namespace) as client:
+        client.get_queue_sender("q").send_messages(ServiceBusMessage("open"))
+        admin.create_authorization_rule("root", ["Manage"], primary_key=ROOT_KEY)
+        with pytest.raises(ServiceBusAuthenticationError, match="requires a SAS token"):
+            client.get_queue_sender("q").send_messages(ServiceBusMessage("closed"))
+        with pytest.raises(ServiceBusAuthenticationError):
+            admin.create_queue("q2")
+    root = ServiceBusAdministrationClient(
+        namespace, credential=SharedAccessKeyCredential("root", ROOT_KEY)
+    )
+    assert active(root) == 1  # the refused send stored nothing
+    assert [q.name for q in root.list_queues()] == ["q"]
+
+
+def test_send_and_listen_rights_are_enforced(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    send = closed.create_authorization_rule("send", ["Send"])
+    listen = closed.create_authorization_rule("listen", ["Listen"])
+    with client_with(namespace, "send", send.primary_key) as sender_client:
+        sender_client.get_queue_sender("q").send_messages(
+            [ServiceBusMessage(f"m{i}") for i in range(3)]
+        )
+        with (
+            pytest.raises(ServiceBusAuthorizationError, match="not Listen"),
+            sender_client.get_queue_receiver("q", max_wait_time=1) as r,
+        ):
+            r.receive_messages(max_message_count=1, max_wait_time=1)
+    assert active(closed) == 3
+    with client_with(namespace, "listen", listen.secondary_key) as listener:
+        with listener.get_queue_receiver("q", max_wait_time=2) as receiver:
+            got = receiver.receive_messages(max_message_count=3, max_wait_time=5)
+            for m in got:
+                receiver.complete_message(m)
+        assert sorted(str(m) for m in got) == ["m0", "m1", "m2"]
+        with pytest.raises(ServiceBusAuthorizationError, match="not Send"):
+            listener.get_queue_sender("q").send_messages(ServiceBusMessage("no"))
+        listen_admin = ServiceBusAdministrationClient(
+            namespace, credential=SharedAccessKeyCredential("listen", listen.primary_key)
+        )
+        with pytest.raises(ServiceBusAuthorizationError, match="not Manage"):
+            listen_admin.create_queue("nope")
+    assert active(closed) == 0
+    assert "nope" not in [q.name for q in closed.list_queues()]
+
+
+def test_an_entity_rule_reaches_only_its_entity(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    rule = closed.create_authorization_rule("q-send", ["Send"], entity="q")
+    assert [r.key_name for r in closed.list_authorization_rules(entity="q")] == ["q-send"]
+    with client_with(namespace, "q-send", rule.primary_key) as client:
+        client.get_queue_sender("q").send_messages(ServiceBusMessage("mine"))
+        with pytest.raises((ServiceBusAuthenticationError, ServiceBusAuthorizationError)):
+            client.get_queue_sender("other").send_messages(ServiceBusMessage("not mine"))
+    assert active(closed, "q") == 1 and active(closed, "other") == 0
+    closed.delete_queue("q")  # its rules go with it
+    closed.create_queue("q")
+    assert closed.list_authorization_rules(entity="q") == []
+
+
+def test_expired_and_forged_tokens_are_refused(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    expired = generate_sas_token("sb://x/", "root", ROOT_KEY, int(time.time()) - 1)
+    forged = generate_sas_token("sb://x/", "root", "F" * 44, int(time.time()) + 60)
+    for token, fragment in ((expired, "expired"), (forged, "not signed")):
+        with (
+            raybus.ServiceBusClient(namespace, credential=SasTokenCredential(token)) as c,
+            pytest.raises(ServiceBusAuthenticationError, match=fragment),
+        ):
+            c.get_queue_sender("q").send_messages(ServiceBusMessage("x"))
+    assert active(closed) == 0
+
+
+def test_keys_rotate_without_downtime_and_deleted_rules_stop_at_once(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    rule = closed.create_authorization_rule("app", ["Send"])
+    old_primary = client_with(namespace, "app", rule.primary_key)
+    on_secondary = client_with(namespace, "app", rule.secondary_key)
+    old_primary.get_queue_sender("q").send_messages(ServiceBusMessage("1"))
+    closed.regenerate_authorization_key("app", which="primary")
+    on_secondary.get_queue_sender("q").send_messages(ServiceBusMessage("2"))
+    with pytest.raises(ServiceBusAuthenticationError):
+        old_primary.get_queue_sender("q").send_messages(ServiceBusMessage("3"))
+    closed.delete_authorization_rule("app")
+    with pytest.raises(ServiceBusAuthenticationError):
+        on_secondary.get_queue_sender("q").send_messages(ServiceBusMessage("4"))
+    assert active(closed) == 2
+    old_primary.close()
+    on_secondary.close()
+
+
+def test_direct_actor_calls_without_a_token_get_nowhere(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    route = closed._aio._conn  # resolve the handles the way a job could
+    registry = ray.get_actor(namespace_actor_name(namespace), namespace="raybus")
+    entry_name = partition_actor_name(namespace, "q", 1, 0)
+    partition = ray.get_actor(entry_name, namespace="raybus")
+    from raybus._core.record import MessageRecord
+
+    record = MessageRecord(body=b"sneaky")
+    with pytest.raises(ray.exceptions.RayTaskError) as info:
+        ray.get(partition.send_groups.remote([to_wire([record])]))
+    assert isinstance(info.value.cause, ServiceBusAuthenticationError)
+    with pytest.raises(ray.exceptions.RayTaskError) as info:
+        ray.get(partition.txn_commit.remote("t1", _auth="RaybusInternal guess"))
+    assert isinstance(info.value.cause, ServiceBusAuthorizationError)
+    with pytest.raises(ray.exceptions.RayTaskError) as info:
+        ray.get(registry.delete_queue.remote("q"))
+    assert isinstance(info.value.cause, ServiceBusAuthenticationError)
+    assert active(closed) == 0
+    assert route is not None and "q" in [q.name for q in closed.list_queues()]
+
+
+def test_topics_transactions_and_forwarding_work_in_a_closed_namespace(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    closed.create_topic("t")
+    closed.create_subscription("t", "s", forward_to="other")
+    closed.create_subscription("t", "plain")
+    closed.update_queue(closed.get_queue("q"), partition_count=2)
+    app = closed.create_authorization_rule("app", ["Send", "Listen"])
+    with client_with(namespace, "app", app.primary_key) as client:
+        client.get_topic_sender("t").send_messages([ServiceBusMessage("a"), ServiceBusMessage("b")])
+        with client.get_subscription_receiver("t", "plain", max_wait_time=5) as receiver:
+            got = receiver.receive_messages(max_message_count=2, max_wait_time=10)
+            assert sorted(str(m) for m in got) == ["a", "b"]
+            with client.transaction() as txn:
+                client.get_queue_sender("q").send_messages(
+                    [ServiceBusMessage("t1", partition_key="x"), ServiceBusMessage("t2")],
+                    transaction=txn,
+                )
+                for m in got:
+                    receiver.complete_message(m, transaction=txn)
+        deadline = time.time() + 20
+        while active(closed, "other") < 2 and time.time() < deadline:
+            time.sleep(0.2)
+    assert active(closed, "other") == 2  # forwarded by the subscription's own actors
+    assert active(closed, "q") == 2
+    assert closed.get_subscription_runtime_properties("t", "plain").active_message_count == 0
+
+
+def test_rules_survive_restarts_of_the_namespace_and_partition_actors(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    app = closed.create_authorization_rule("app", ["Send"])
+    for name in (namespace_actor_name(namespace), partition_actor_name(namespace, "q", 1, 0)):
+        ray.kill(ray.get_actor(name, namespace="raybus"), no_restart=False)
+    time.sleep(1.5)  # ray.kill returns before the old process is gone
+    with (
+        raybus.ServiceBusClient(namespace) as anonymous,
+        pytest.raises(ServiceBusAuthenticationError),
+    ):
+        anonymous.get_queue_sender("q").send_messages(ServiceBusMessage("x"))
+    with client_with(namespace, "app", app.primary_key) as client:
+        client.get_queue_sender("q").send_messages(ServiceBusMessage("y"))
+    assert active(closed) == 1
+    assert {r.key_name for r in closed.list_authorization_rules()} == {"root", "app"}
