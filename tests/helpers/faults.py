@@ -210,7 +210,7 @@ async def _one_fault(inj: Injector, kind: str, q: str, sq: str, topic: str) -> N
 async def run_scenario(sc: Scenario, storage: Path) -> dict[str, Any]:
     """Run the workload with ``sc``'s faults in a fresh namespace on the current Ray; drain;
     check; write ``<results>/<name>.json``; return the result (``anomalies`` a list)."""
-    from workload import start_killable_consumer
+    from workload import kill_consumer, start_killable_consumer
 
     namespace = f"rel-{uuid.uuid4().hex[:6]}"
     rng = random.Random(sc.seed)
@@ -245,7 +245,7 @@ async def run_scenario(sc: Scenario, storage: Path) -> dict[str, Any]:
         await asyncio.sleep(rng.uniform(*sc.interval))
         if consumers and rng.random() < 0.3:
             at = time.time()
-            ray.kill(consumers.pop(), no_restart=True)
+            await kill_consumer(consumers.pop())
             killed[_sink(storage, sc, len(killed))] = at
             inj._note("kill-consumer", at)
             consumers.append(
@@ -258,9 +258,9 @@ async def run_scenario(sc: Scenario, storage: Path) -> dict[str, Any]:
         except (ServiceBusError, ray.exceptions.RayError, StopIteration) as exc:
             fault_errors[f"{kind}: {type(exc).__name__}"] += 1
     await wl.stop()
-    for actor in consumers:
+    for consumer in consumers:
         killed[_sink(storage, sc, len(killed))] = time.time()
-        ray.kill(actor, no_restart=True)
+        await kill_consumer(consumer)
     for sink, at in killed.items():
         events = History.load_jsonl(sink)
         h.extend(events)

@@ -359,8 +359,11 @@ class KillableConsumer:
                     n += 1
 
 
-def start_killable_consumer(namespace: str, storage: str, queue: str, sink: Path) -> Any:
-    """Start a ``KillableConsumer`` actor (not restarted) and its loop; returns the handle."""
+def start_killable_consumer(
+    namespace: str, storage: str, queue: str, sink: Path
+) -> tuple[Any, Any]:
+    """Start a ``KillableConsumer`` actor (not restarted) and its loop; returns the handle
+    and the loop's object ref (it fails once the actor is dead)."""
     import ray
 
     for mod in ("history", "workload"):
@@ -368,8 +371,20 @@ def start_killable_consumer(namespace: str, storage: str, queue: str, sink: Path
     actor = ray.remote(num_cpus=0, max_restarts=0)(KillableConsumer).remote(
         namespace, storage, queue, str(sink)
     )
-    actor.run.remote(f"proc-{sink.stem}")
-    return actor
+    return actor, actor.run.remote(f"proc-{sink.stem}")
+
+
+async def kill_consumer(consumer: tuple[Any, Any]) -> None:
+    """Kill a consumer process and wait until it is really gone: ``ray.kill`` only asks, and
+    a process still running would write history after its file was read."""
+    import ray
+
+    actor, running = consumer
+    ray.kill(actor, no_restart=True)
+    try:
+        await asyncio.wait_for(running, 60)
+    except (ray.exceptions.RayError, asyncio.TimeoutError):
+        pass
 
 
 # ---------------------------------------------------------------------------------------------
