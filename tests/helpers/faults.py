@@ -20,8 +20,8 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ import faulty_fs
 import ray
 from faulty_fs import FaultyHandler
 from history import Fault, History, Receive, Release
-from workload import Workload, create_entities, drain
+from workload import LOCK_S, Workload, create_entities, drain
 
 from raybus import aio
 from raybus._actors.coordinator import coordinator_actor_name
@@ -188,9 +188,6 @@ class Scenario:
     misbehave: float = 0.03
 
 
-FaultFn = Callable[[Injector, str, str, str], Awaitable[None]]
-
-
 async def _one_fault(inj: Injector, kind: str, q: str, sq: str, topic: str) -> None:
     entity = inj.rng.choice([q, sq])
     if kind == "partition":
@@ -222,7 +219,9 @@ async def run_scenario(sc: Scenario, storage: Path) -> dict[str, Any]:
     entities = [q, sq]
     if sc.topic:
         await admin.create_topic(topic)
-        await admin.create_subscription(topic, "all", lock_duration=_lock(), max_delivery_count=6)
+        await admin.create_subscription(
+            topic, "all", lock_duration=timedelta(seconds=LOCK_S), max_delivery_count=6
+        )
         entities.append(f"{topic}/Subscriptions/all")
     inj = Injector(client, h, namespace, str(storage), rng)
     wl = Workload(
@@ -308,14 +307,6 @@ async def run_scenario(sc: Scenario, storage: Path) -> dict[str, Any]:
 
 def _sink(storage: Path, sc: Scenario, n: int) -> Path:
     return storage.parent / f"consumer-{sc.seed}-{n}.jsonl"
-
-
-def _lock() -> Any:
-    from datetime import timedelta
-
-    from workload import LOCK_S
-
-    return timedelta(seconds=LOCK_S)
 
 
 async def _cleanup(

@@ -24,8 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import history as hmod
-from history import Final, History, Receive, Release, Txn
+from history import Final, History, Release, Txn
 
 from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusSubQueue, aio
 from raybus.exceptions import ServiceBusError, TransactionAbortedError
@@ -440,12 +439,3 @@ async def drain(
         if time.monotonic() > end:
             raise AssertionError(f"the queues did not settle within {deadline_s:.0f} s")
         await asyncio.sleep(stable_s)
-
-
-def sent_and_checked(history: History) -> int:
-    """How many distinct messages the history sent (those the checker follows)."""
-    return len({m for e in history.events if isinstance(e, hmod.Send) for m in e.mids})
-
-
-def lock_spans(history: History) -> int:
-    return sum(isinstance(e, Receive) for e in history.events)
