@@ -113,9 +113,11 @@ class PartitionActor(Guarded):
                 on_fatal=_exit_for_restart,
             )
         except StorageUnavailableError as exc:
-            # Ray never restarts an actor whose __init__ raised: it would stay dead, and its
-            # queue look deleted, after the storage came back. Exiting the process instead
-            # makes Ray restart it (max_restarts=-1) until the storage answers.
+            if not ray.get_runtime_context().was_current_actor_reconstructed:
+                raise  # a new entity: its creation fails and is reported
+            # A restart. Ray never restarts an actor whose __init__ raised: it would stay dead,
+            # and its queue look deleted, after the storage came back. Exiting the process
+            # instead makes Ray restart it (max_restarts=-1) until the storage answers.
             _log.critical(
                 "cannot read the log of %s/%s (%s); exiting for a restart",
                 properties.name,
