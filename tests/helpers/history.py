@@ -542,19 +542,22 @@ def _lock_end(ix: _Index, r: Receive) -> float:
 
 
 def _check_locks(ix: _Index) -> list[Anomaly]:
+    """Two locks were certainly valid at once if both receives had returned (so both were
+    granted) before either lock could have ended. Which was granted first is not known: a
+    receive that waits may start before and return after another."""
     out = []
     for mid, receives in ix.receives.items():
-        locked = [r for r in receives if r.lock_token]
-        for i, a in enumerate(locked):
-            end_a = _lock_end(ix, a)
-            for b in locked[i + 1 :]:
-                if b.lock_token != a.lock_token and b.end + TOLERANCE_S < end_a:
+        locked = [(r, _lock_end(ix, r)) for r in receives if r.lock_token]
+        for i, (a, end_a) in enumerate(locked):
+            for b, end_b in locked[i + 1 :]:
+                both = max(a.end, b.end)
+                if a.lock_token != b.lock_token and both + TOLERANCE_S < min(end_a, end_b):
                     out.append(
                         Anomaly(
                             "DOUBLE_LOCK",
                             mid,
-                            f"locked by {b.receiver} at {b.end:.3f} while {a.receiver}'s "
-                            f"lock was valid until {end_a:.3f}",
+                            f"at {both:.3f} locked by {a.receiver} (valid until {end_a:.3f}) "
+                            f"and by {b.receiver} (valid until {end_b:.3f})",
                             (a, b),
                         )
                     )

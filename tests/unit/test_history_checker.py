@@ -294,6 +294,21 @@ def test_injected_anomaly_is_found(events: list[object], expected: list[str]) ->
         assert a.evidence, f"{a} carries no evidence"
 
 
+def test_a_waiting_receive_that_started_first_may_be_granted_second() -> None:
+    """Seen in the soak: r2's receive waited from 1.0 to 2.5 and got the message after r1
+    (receive 1.5-1.6) abandoned it at 2.4: one lock after the other, not two at once."""
+    events = [
+        send("a", 0),
+        Receive("a", Q, 1, "t2", 7.5, 1, None, "r2", 1.0, 2.5),
+        Receive("a", Q, 1, "t1", 6.5, 0, None, "r1", 1.5, 1.6),
+        Settle("a", "t1", "abandon", "ok", 2.4, 2.45, "r1"),
+        final("a"),
+    ]
+    assert check(events) == []  # type: ignore[arg-type]
+    overlapping = [*events[:3], final("a")]  # r1 never let go: both held it at 2.5
+    assert kinds(check(overlapping)) == ["DOUBLE_LOCK"]  # type: ignore[arg-type]
+
+
 def test_an_injected_anomaly_in_the_clean_history_is_found_among_the_rest() -> None:
     events = clean_history()
     events.append(recv("a", 9, "late"))  # "a" was completed at 2
