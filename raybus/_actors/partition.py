@@ -30,7 +30,7 @@ from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
 from .._core.registry import partition_storage_dirs
 from .._metrics import EXPORT_INTERVAL_S, PartitionMetrics
 from .._models import EXPRESS_FLUSH_INTERVAL, QueueProperties
-from .._storage import DurableLog
+from .._storage import DurableLog, StorageUnavailableError
 from ..auth import AccessRights
 from ..exceptions import ServiceBusError
 from .access import Guarded, guarded, internal
@@ -104,13 +104,27 @@ class PartitionActor(Guarded):
             return core
 
         # Recovery (blocking) happens here, so a restarted actor answers with its data back.
-        self._commit = Committer(
-            make_core,
-            log,
-            on_visible=self._notify,
-            express_interval=EXPRESS_FLUSH_INTERVAL if properties.enable_express else None,
-            on_fatal=_exit_for_restart,
-        )
+        try:
+            self._commit = Committer(
+                make_core,
+                log,
+                on_visible=self._notify,
+                express_interval=EXPRESS_FLUSH_INTERVAL if properties.enable_express else None,
+                on_fatal=_exit_for_restart,
+            )
+        except StorageUnavailableError as exc:
+            if not ray.get_runtime_context().was_current_actor_reconstructed:
+                raise  # a new entity: its creation fails and is reported
+            # A restart. Ray never restarts an actor whose __init__ raised: it would stay dead,
+            # and its queue look deleted, after the storage came back. Exiting the process
+            # instead makes Ray restart it (max_restarts=-1) until the storage answers.
+            _log.critical(
+                "cannot read the log of %s/%s (%s); exiting for a restart",
+                properties.name,
+                partition_id,
+                exc,
+            )
+            os._exit(1)
         core = self._commit.core
         if (
             core.prepared

@@ -1,6 +1,8 @@
-"""A fault-injecting in-memory filesystem for storage tests (shared by the unit suites).
+"""A fault-injecting filesystem for storage tests (shared by the unit and fault suites).
 
 It behaves as an object store: no append, no fsync; faults are switched on by attributes.
+By default it keeps files in memory; the fault suite wraps a partition actor's real local
+filesystem with it (``FaultyHandler(inner)``) to make a running broker's writes fail.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ class FaultyHandler(pafs.FileSystemHandler):
     cannot be reached at all, e.g. a network outage in front of an object store).
     """
 
-    def __init__(self) -> None:
-        self.inner = pafs._MockFileSystem()
+    def __init__(self, inner: pafs.FileSystem | None = None) -> None:
+        self.inner = pafs._MockFileSystem() if inner is None else inner
         self.write_errno: int | None = None
         self.write_budget = 0
         self.delete_errno: int | None = None
