@@ -122,6 +122,10 @@ class Guarded:
         """The entity path this actor serves ('' for namespace-wide actors)."""
         return ""
 
+    async def _serving(self) -> None:
+        """Raise instead of running a (permitted) method when the actor cannot serve; a
+        partition with a damaged log overrides it."""
+
     async def _fetch_access(self) -> tuple[int, tuple[AuthorizationRule, ...]]:
         import ray
 
@@ -190,6 +194,7 @@ def guarded(need: Requirement, entity: Callable[..., str | None] | None = None) 
                 guard = await self._access_guard()
             path = self._access_path() if entity is None else (entity(*args, **kwargs) or "")
             guard.check(_auth, need, path)
+            await self._serving()
             return await fn(self, *args, **kwargs)
 
         params = [*sig.parameters.values()]

@@ -30,13 +30,15 @@ from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
 from .._core.registry import partition_storage_dirs
 from .._metrics import EXPORT_INTERVAL_S, PartitionMetrics
 from .._models import EXPRESS_FLUSH_INTERVAL, QueueProperties
-from .._storage import DurableLog, StorageUnavailableError
+from .._storage import DurableLog, StorageCorruptedError, StorageUnavailableError
 from ..auth import AccessRights
 from ..exceptions import ServiceBusError
 from .access import Guarded, guarded, internal
 
 __all__ = ["PartitionActor"]
 
+# A partition whose log is damaged reads it again when called this long after the last try.
+BROKEN_RETRY_S = 5.0
 SEND, LISTEN, MANAGE = AccessRights.SEND, AccessRights.LISTEN, AccessRights.MANAGE
 _log = logging.getLogger("raybus.partition")
 
@@ -103,15 +105,21 @@ class PartitionActor(Guarded):
             core.owned = owned  # the log's record of it, if any, replaces this
             return core
 
-        # Recovery (blocking) happens here, so a restarted actor answers with its data back.
-        try:
-            self._commit = Committer(
+        def make_commit() -> Committer:
+            return Committer(
                 make_core,
                 log,
                 on_visible=self._notify,
                 express_interval=EXPRESS_FLUSH_INTERVAL if properties.enable_express else None,
                 on_fatal=_exit_for_restart,
             )
+
+        self._make_commit = make_commit
+        self._broken: StorageCorruptedError | None = None
+        self._broken_checked = 0.0
+        # Recovery (blocking) happens here, so a restarted actor answers with its data back.
+        try:
+            self._commit = make_commit()
         except StorageUnavailableError as exc:
             if not ray.get_runtime_context().was_current_actor_reconstructed:
                 raise  # a new entity: its creation fails and is reported
@@ -125,6 +133,19 @@ class PartitionActor(Guarded):
                 exc,
             )
             os._exit(1)
+        except StorageCorruptedError as exc:
+            if not ray.get_runtime_context().was_current_actor_reconstructed:
+                raise
+            # Damage does not heal by restarting: the actor stays up and answers every call
+            # with the documented error (not "entity deleted"), and reads the log again when
+            # called after BROKEN_RETRY_S, so a restored file is picked up without a restart.
+            _log.critical("the log of %s/%s is damaged: %s", properties.name, partition_id, exc)
+            self._broken, self._broken_checked = exc, time.monotonic()
+            self._entity = properties.name
+            return
+        self._recovered()
+
+    def _recovered(self) -> None:
         core = self._commit.core
         if (
             core.prepared
@@ -134,10 +155,29 @@ class PartitionActor(Guarded):
         ):
             # Unfinished transactions and moves, and forwarding, resume without waiting for
             # a client's call: the actor calls itself once it is constructed.
-            internal(ray.get_runtime_context().current_actor, namespace).ready.remote()
+            internal(ray.get_runtime_context().current_actor, self._namespace).ready.remote()
+
+    async def _serving(self) -> None:
+        """Raise the damage while the log stays damaged (see ``__init__``); recover once it
+        reads again."""
+        broken = self._broken
+        if broken is None:
+            return
+        if time.monotonic() - self._broken_checked >= BROKEN_RETRY_S:
+            self._broken_checked = time.monotonic()
+            try:
+                self._commit = await asyncio.to_thread(self._make_commit)
+            except (StorageCorruptedError, StorageUnavailableError) as exc:
+                _log.warning("the log of %s is still unreadable: %s", self._entity, exc)
+                raise exc from None
+            self._broken = None
+            _log.warning("the log of %s reads again: serving", self._entity)
+            self._recovered()
+            return
+        raise broken
 
     def _access_path(self) -> str:
-        return self._core.entity
+        return self._entity if self._broken is not None else self._core.entity
 
     @property
     def _core(self) -> Partition:

@@ -23,7 +23,7 @@ import raybus
 from raybus import ServiceBusMessage
 from raybus._core.registry import partition_storage_dirs
 from raybus._storage import StorageCorruptedError
-from raybus.exceptions import MessagingEntityNotFoundError, ServiceBusError
+from raybus.exceptions import ServiceBusError
 from raybus.management import ServiceBusAdministrationClient
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
@@ -117,17 +117,11 @@ def test_damaged_log_file_before_the_tail_is_refused_not_skipped(stored: Stored)
     assert after == {**before, victim.name: garbled}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(AssertionError, MessagingEntityNotFoundError),
-    reason="bug: the partition's __init__ raises StorageCorruptedError, Ray then never "
-    "restarts the actor, and clients get MessagingEntityNotFoundError ('the entity was "
-    "deleted') instead of StorageCorruptedError; after the operator restores the file the "
-    "queue stays unavailable until the namespace actor restarts",
-)
 def test_damaged_log_file_is_reported_as_corruption_and_recovers_once_restored(
     stored: Stored,
 ) -> None:
+    """A restarted partition whose log is damaged stays up, answers StorageCorruptedError (not
+    "entity deleted"), changes no file, and reads the log again once it has been restored."""
     victim, _garbled, before = _garble_second_file(stored.log_dir)
     _kill_and_wait(stored.partition)
     with pytest.raises(StorageCorruptedError):
