@@ -65,6 +65,8 @@ class GatewaySettings:
     max_replicas: int = 4
     target_ongoing_requests: int = 32
     max_ongoing_requests: int = 1000
+    upscale_delay_s: float | None = None  # None: Serve's default (30 s)
+    downscale_delay_s: float | None = None  # None: Serve's default (600 s)
     num_cpus: float = 0.0
     access_log: bool = False
 
@@ -80,18 +82,27 @@ class GatewaySettings:
                 "max_ongoing_requests must be >= target_ongoing_requests",
             ),
             (self.num_cpus >= 0, "num_cpus must be >= 0"),
+            (self.upscale_delay_s is None or self.upscale_delay_s >= 0, "bad upscale_delay_s"),
+            (
+                self.downscale_delay_s is None or self.downscale_delay_s >= 0,
+                "bad downscale_delay_s",
+            ),
         )
         for ok, why in checks:
             if not ok:
                 raise ValueError(why)
 
     def deployment_options(self) -> dict[str, Any]:
+        autoscaling: dict[str, Any] = {
+            "min_replicas": self.min_replicas,
+            "max_replicas": self.max_replicas,
+            "target_ongoing_requests": self.target_ongoing_requests,
+        }
+        for key in ("upscale_delay_s", "downscale_delay_s"):
+            if getattr(self, key) is not None:
+                autoscaling[key] = getattr(self, key)
         return {
-            "autoscaling_config": {
-                "min_replicas": self.min_replicas,
-                "max_replicas": self.max_replicas,
-                "target_ongoing_requests": self.target_ongoing_requests,
-            },
+            "autoscaling_config": autoscaling,
             "max_ongoing_requests": self.max_ongoing_requests,
             "ray_actor_options": {"num_cpus": self.num_cpus},
             "logging_config": {"enable_access_log": self.access_log},

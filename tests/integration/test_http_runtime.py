@@ -11,6 +11,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -750,3 +751,45 @@ def test_cli_http_serves_until_sigterm(ray_cluster: str, namespace: str, queue: 
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
+
+
+def test_replicas_scale_up_with_requests_in_flight(gateway: str, admin: object) -> None:
+    """A second app on the same proxy, told to scale at 2 requests in flight per replica after
+    1 s: 10 waiting receives make Serve add replicas; they all still get their messages."""
+    from ray import serve
+
+    ns = f"test-scale-{uuid.uuid4().hex[:8]}"
+    ServiceBusAdministrationClient(ns).create_queue("q")
+    port = int(gateway.rsplit(":", 1)[1])
+    url = raybus.http.start_http_gateway(
+        ns,
+        port=port,
+        route_prefix="/scale",
+        max_replicas=3,
+        target_ongoing_requests=2,
+        upscale_delay_s=1.0,
+        max_receive_timeout_s=30.0,
+    )
+
+    def running() -> int:
+        app = serve.status().applications[raybus.http.app_name(ns)]
+        return sum(d.replica_states.get("RUNNING", 0) for d in app.deployments.values())
+
+    try:
+        assert running() == 1
+        with ThreadPoolExecutor(10) as pool, httpx.Client(base_url=url, timeout=60) as c:
+            polls = [
+                pool.submit(c.delete, "/q/messages/head", params={"timeout": "30"})
+                for _ in range(10)
+            ]
+            deadline = time.monotonic() + 45
+            while running() < 2 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            scaled = running()
+            for i in range(10):
+                assert c.post("/q/messages", content=f"m{i}".encode()).status_code == 201
+            bodies = sorted(p.result().content for p in polls)
+        assert scaled >= 2, "Serve did not add a replica with 10 requests waiting"
+        assert bodies == sorted(f"m{i}".encode() for i in range(10))
+    finally:
+        raybus.http.stop_http_gateway(ns, shutdown_serve=False)
