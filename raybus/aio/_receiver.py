@@ -20,7 +20,6 @@ must therefore be idempotent (it must be anyway under at-least-once delivery).
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 import time
 from collections import deque
@@ -33,11 +32,10 @@ from .._actors.namespace import Route, TopicRoute
 from .._clock import from_timestamp
 from .._connection import Connection, SettleResults
 from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
-from .._core.record import WireRecord, check_application_properties, from_wire
+from .._core.record import WireRecord, from_wire
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import (
     InvalidArgumentError,
-    MessageAlreadySettled,
     MessageLockLostError,
     MessageNotFoundError,
     MessagingEntityNotFoundError,
@@ -46,8 +44,9 @@ from ..exceptions import (
 from ..message import ServiceBusReceivedMessage
 from . import _complete
 from ._fanout import peek_partitioned, receive_partitioned
-from ._refusal import Failure, refusal
+from ._refusal import Failure
 from ._session import ServiceBusSession, check_session_id
+from ._settlement import Settlement
 from ._transaction import ServiceBusTransaction
 
 __all__ = ["ServiceBusReceiver"]
@@ -93,7 +92,7 @@ def _check_wait(value: Any, name: str, entity: str) -> float | None:
     return float(value)
 
 
-class ServiceBusReceiver:
+class ServiceBusReceiver(Settlement):
     """Receives from one queue (or its dead-letter sub-queue).
 
     Get one from ``ServiceBusClient.get_queue_receiver``. Not safe to share across event loops;
@@ -220,22 +219,6 @@ class ServiceBusReceiver:
             if partition == 0:
                 self._conn.forget(self.entity_path)
             raise
-
-    async def _settle_pending(self) -> None:
-        """Wait for the settlements sent without waiting; raise if the broker refused any."""
-        if self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
-        self._raise_failures()
-
-    def _raise_failures(self) -> None:
-        if self._failures:
-            failures, self._failures = self._failures, []
-            raise refusal(
-                f"{len(failures)} settlement(s) sent without waiting were refused by the "
-                "broker; those messages were not settled and will be delivered again",
-                self.entity_path,
-                failures,
-            )
 
     def _wrap(self, rows: Iterable[WireRecord], kind: str) -> list[ServiceBusReceivedMessage]:
         entity = self.entity_path
@@ -519,187 +502,6 @@ class ServiceBusReceiver:
                 return
             for msg in batch:
                 yield msg
-
-    # ------------------------------------------------------------------ settling
-
-    def _settle_op(self, message: ServiceBusReceivedMessage, op: SettleOp) -> SettleOp:
-        if not isinstance(message, ServiceBusReceivedMessage):
-            raise InvalidArgumentError(
-                f"settle a ServiceBusReceivedMessage, not {type(message).__name__}",
-                self.entity_path,
-                "message",
-            )
-        if message._entity.lower() != self.entity_path.lower():
-            raise InvalidArgumentError(
-                f"the message came from {message._entity!r}, not from this receiver's queue",
-                self.entity_path,
-                "message",
-            )
-        if message._kind == "peeked":
-            raise MessageAlreadySettled("a peeked message cannot be settled")
-        if message._kind == "deleted":
-            raise MessageAlreadySettled(
-                "a message received in RECEIVE_AND_DELETE mode is already settled"
-            )
-        if message._settled:
-            raise MessageAlreadySettled()
-        if op.properties is not None:
-            check_application_properties(op.properties)
-        for value, name in ((op.reason, "reason"), (op.description, "error_description")):
-            if value is not None and not isinstance(value, str):
-                raise InvalidArgumentError(f"{name} must be a str", self.entity_path, name)
-        if self.session is not None:
-            self.session.check_held()
-        elif message._record.locked_until <= time.time():
-            raise MessageLockLostError(
-                "the message's lock has expired; it is being delivered again",
-                self.entity_path,
-                message._record.lock_token,
-                message.sequence_number,
-            )
-        return op
-
-    def _lock_expiry(self, message: ServiceBusReceivedMessage) -> float:
-        """When the message's lock ends: its session's lock, in a session."""
-        if self.session is not None:
-            return self.session._locked_until
-        return message._record.locked_until
-
-    def _may_skip_answer(
-        self, message: ServiceBusReceivedMessage, op: SettleOp, lock_s: float
-    ) -> bool:
-        """Whether the settlement may return before the broker answers. In a session an
-        abandon waits: the abandoned message must be the next one a receive returns, so the
-        receive must not overtake it."""
-        if self.session is not None and op.kind == ABANDON:
-            return False
-        return self._lock_is_comfortable(message, lock_s)
-
-    def _lock_is_comfortable(self, message: ServiceBusReceivedMessage, lock_s: float) -> bool:
-        """Whether the lock has so much time left that the settlement need not be awaited."""
-        return self._lock_expiry(message) - time.time() > min(5.0, lock_s / 2)
-
-    def _session_error(self, error: BaseException) -> BaseException:
-        """In a session, a refused message lock means the session lock is gone."""
-        if self.session is not None and isinstance(error, MessageLockLostError):
-            return self.session._lost()
-        return error
-
-    async def _settle(self, message: ServiceBusReceivedMessage, op: SettleOp) -> None:
-        self._raise_failures()
-        self._settle_op(message, op)
-        entity, actor, lock_s = await self._actor(message.partition_id)
-        message._settled = True
-        if self._may_skip_answer(message, op, lock_s):
-            with self._answers:
-                self._handed += 1
-            self._submit_nowait([(message, op)], entity, actor)
-            return
-        try:
-            (error,) = await self._conn.settler(entity, actor).submit([op])
-        except BaseException:
-            message._settled = False  # not settled: the broker left the message as it was
-            raise
-        if error is not None:
-            message._settled = False
-            raise self._session_error(error)
-
-    def _submit_nowait(
-        self, items: list[tuple[ServiceBusReceivedMessage, SettleOp]], entity: str, actor: Any
-    ) -> None:
-        """Send settlements of one partition as one request, without waiting for it."""
-        fut = self._conn.settler(entity, actor).submit([op for _, op in items])
-        self._pending.add(fut)
-        fut.add_done_callback(functools.partial(self._settled_later, messages=items))
-
-    def settle_from_thread(
-        self,
-        message: ServiceBusReceivedMessage,
-        op: SettleOp,
-        loop: asyncio.AbstractEventLoop,
-    ) -> bool:
-        """The sync API's fast path, callable from any thread: validate here and hand the
-        settlement to ``loop`` without waiting for the loop or the broker.
-
-        Returns False (having changed nothing) when the settlement must take the waiting
-        path instead: the route is not cached yet or the lock has little time left.
-        """
-        self._raise_failures()
-        self._settle_op(message, op)
-        route = self._conn.cached_route(self.entity_path)
-        if route is None or self._closed:
-            return False
-        if not self._may_skip_answer(message, op, route.properties.lock_duration_s):
-            return False
-        handle = route.handle(message.partition_id)
-        if handle is None:
-            return False
-        message._settled = True
-        item = (message, op, route.properties.name, handle)
-        with self._answers:
-            self._handed += 1
-        with self._handoff_lock:
-            self._handoff.append(item)
-            if self._handoff_scheduled:
-                return True
-            self._handoff_scheduled = True
-        loop.call_soon_threadsafe(self._drain_handoff)
-        return True
-
-    def _drain_handoff(self) -> None:
-        with self._handoff_lock:
-            items, self._handoff = self._handoff, []
-            self._handoff_scheduled = False
-        groups: dict[Any, tuple[str, Any, list[tuple[ServiceBusReceivedMessage, SettleOp]]]] = {}
-        for message, op, entity, actor in items:
-            groups.setdefault(actor._actor_id, (entity, actor, []))[2].append((message, op))
-        for entity, actor, group in groups.values():
-            self._submit_nowait(group, entity, actor)
-
-    def _settled_later(
-        self,
-        fut: asyncio.Future[SettleResults],
-        *,
-        messages: list[tuple[ServiceBusReceivedMessage, SettleOp]],
-    ) -> None:
-        self._pending.discard(fut)
-        if fut.cancelled() or fut.exception() is not None:
-            why = "cancelled" if fut.cancelled() else fut.exception()
-            errors: list[Any] = [why] * len(messages)
-        else:
-            errors = fut.result()
-        for (message, _op), error in zip(messages, errors, strict=True):
-            if error is not None:
-                message._settled = False  # it was not settled (complete_messages does the same)
-                self._failures.append((message.sequence_number, message.lock_token, error))
-        with self._answers:
-            self._answered += len(messages)
-            self._answers.notify_all()
-
-    async def _in_transaction(
-        self, transaction: ServiceBusTransaction, message: ServiceBusReceivedMessage, op: SettleOp
-    ) -> None:
-        if self._delete:
-            raise InvalidArgumentError(
-                "a RECEIVE_AND_DELETE receiver cannot take part in a transaction",
-                self.entity_path,
-                "transaction",
-            )
-        self._raise_failures()
-        self._settle_op(message, op)
-        route = await self._conn.route(self.entity_path)
-        await transaction.add_settle(route, message, op)
-
-    async def _settle_or_join(
-        self,
-        message: ServiceBusReceivedMessage,
-        op: SettleOp,
-        transaction: ServiceBusTransaction | None,
-    ) -> None:
-        if transaction is None:
-            await self._settle(message, op)
-        else:
-            await self._in_transaction(transaction, message, op)
 
     async def complete_message(
         self,
