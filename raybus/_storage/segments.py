@@ -153,10 +153,16 @@ def _valid_record_after(buf: pa.Buffer, start: int, min_lsn: int) -> bool:
 
 
 def _pwrite_all(fd: int, data: bytes | pa.Buffer, offset: int) -> None:
+    """Write all of ``data`` at ``offset``: an explicit offset, so a retry after a failed
+    append overwrites its remnant instead of following it."""
     view = memoryview(data).cast("B")
     done = 0
     while done < len(view):
-        done += os.pwrite(fd, view[done:], offset + done)
+        if hasattr(os, "pwrite"):
+            done += os.pwrite(fd, view[done:], offset + done)
+        else:  # Windows
+            os.lseek(fd, offset + done, os.SEEK_SET)
+            done += os.write(fd, view[done:])
 
 
 class SegmentWriter:
