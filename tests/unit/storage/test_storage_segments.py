@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -310,3 +311,36 @@ def test_remnant_that_cannot_be_cut_is_cut_by_recovery_after_a_crash(
     assert path.stat().st_size == acknowledged
     assert fresh.append(batch([2])) == 2
     assert recovered_values(reopen(fresh)[1]) == [1, 2]
+
+
+def test_checkpoints_racing_appends_keep_every_acknowledged_entry(tmp_path: Path) -> None:
+    """A checkpoint written in one thread while another appends (as the partition does):
+    closing and deleting covered segments never loses or reorders an entry."""
+    log = _log(tmp_path, segment_bytes=400)
+    appends = 200
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def checkpoints() -> None:
+        try:
+            while not done.is_set():
+                upto = log.next_lsn - 1  # entry n holds the value n - 1
+                floor = log.checkpoint_lsn or 0
+                if upto > floor:
+                    log.checkpoint(table(list(range(upto))), upto)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=checkpoints)
+    thread.start()
+    try:
+        for v in range(appends):
+            assert log.append(batch([v])) == v + 1
+    finally:
+        done.set()
+        thread.join()
+    assert errors == []
+    assert (log.checkpoint_lsn or 0) > 0
+    fresh, state = reopen(log)
+    assert recovered_values(state) == list(range(appends))
+    assert fresh.next_lsn == appends + 1
