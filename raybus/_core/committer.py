@@ -3,8 +3,8 @@
 ``Committer`` owns a ``Partition`` and, for a durable partition, its ``DurableLog``. The actor
 calls ``await committer.durable()`` after every operation that may have changed state; it
 returns once everything recorded so far is in the log. All operations that arrive while a flush
-is under way share the next flush (one file per flush), so under load many sends and
-settlements cost one write.
+is under way share the next flush (one log record and one fsync per flush), so under load many
+sends and settlements cost one write.
 
 Guarantees:
 

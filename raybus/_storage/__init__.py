@@ -1,9 +1,11 @@
 """Durable storage for partitions: an append-only log of Arrow record batches with checkpoints.
 
 Works on any ``pyarrow.fs`` filesystem (a local directory, ``file://``, ``s3://``, ``gs://``,
-``hdfs://``) without ever appending to a file, so object stores work. Modules:
+``hdfs://``): on the local disk appends go to segment files (one fsync per append), elsewhere
+each append is an object of its own, since object stores cannot append. Modules:
 
 * ``framing``: the file format (magic, length, CRC-32, Arrow IPC stream);
+* ``segments``: the segment format (records with LSN, length, CRC-32) and its writer;
 * ``fs``: ``open_storage`` and durable writes (fsync of file and directory on local disk);
 * ``log``: ``DurableLog`` with ``recover``, ``append``, ``checkpoint``;
 * ``errors``: ``StorageUnavailableError`` (retryable) and ``StorageCorruptedError``.

@@ -23,7 +23,17 @@ from typing import TypeAlias
 
 import pyarrow as pa
 
-__all__ = ["HEADER_SIZE", "MAGIC", "Batches", "FrameError", "decode", "encode"]
+__all__ = [
+    "HEADER_SIZE",
+    "MAGIC",
+    "Batches",
+    "FrameError",
+    "decode",
+    "encode",
+    "frame_header",
+    "read_stream",
+    "serialize",
+]
 
 MAGIC = b"RBSTOR\x00\x01"
 _HEADER = struct.Struct("<8sQI")
@@ -52,6 +62,20 @@ def encode(data: Batches) -> tuple[bytes, pa.Buffer]:
     Raises ``ValueError`` (or ``TypeError``) when ``data`` is empty without a schema, mixes
     schemas, or is not Arrow data; nothing is written in that case.
     """
+    payload = serialize(data)
+    return frame_header(payload), payload
+
+
+def frame_header(payload: pa.Buffer) -> bytes:
+    """The file header (magic, length, CRC-32) that goes before ``payload``."""
+    return _HEADER.pack(MAGIC, payload.size, zlib.crc32(payload) & 0xFFFFFFFF)
+
+
+def serialize(data: Batches) -> pa.Buffer:
+    """``data`` as one Arrow IPC stream (the payload of a file or a segment record).
+
+    Raises ``ValueError`` / ``TypeError`` as ``encode`` does.
+    """
     sink = pa.BufferOutputStream()
     if isinstance(data, pa.Table):
         with pa.ipc.new_stream(sink, data.schema) as writer:
@@ -72,9 +96,7 @@ def encode(data: Batches) -> tuple[bytes, pa.Buffer]:
                 if not batch.schema.equals(schema):
                     raise ValueError("all record batches of one append must share a schema")
                 writer.write_batch(batch)
-    payload = sink.getvalue()
-    header = _HEADER.pack(MAGIC, payload.size, zlib.crc32(payload) & 0xFFFFFFFF)
-    return header, payload
+    return sink.getvalue()
 
 
 def decode(data: pa.Buffer | bytes) -> pa.Table:
@@ -97,6 +119,12 @@ def decode(data: pa.Buffer | bytes) -> pa.Table:
     actual = zlib.crc32(payload) & 0xFFFFFFFF
     if actual != crc:
         raise FrameError(f"CRC-32 mismatch: header {crc:#010x}, payload {actual:#010x}")
+    return read_stream(payload)
+
+
+def read_stream(payload: pa.Buffer) -> pa.Table:
+    """The table in an Arrow IPC stream whose checksum was verified; ``FrameError`` if
+    unreadable."""
     try:
         with pa.ipc.open_stream(payload) as reader:
             return reader.read_all()

@@ -1,8 +1,8 @@
 """A partition restarted while its storage is unreadable or damaged (``make fault``).
 
-The documented behaviour (README, Durability; ``raybus._storage.log``): a torn *last* log file
+The documented behaviour (README, Durability; ``raybus._storage.log``): a torn end of the log
 is dropped (covered by the ``torn-log-tail`` run in ``test_reliability.py``); damage before
-valid files is reported as ``StorageCorruptedError`` and never skipped; a partition whose log
+valid records is reported as ``StorageCorruptedError`` and never skipped; a partition whose log
 cannot be read is restarted by Ray until the storage answers.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import ray
+from segment_files import flip_in_record, record_starts, segments
 
 import raybus
 from raybus import ServiceBusMessage
@@ -40,7 +41,7 @@ class Stored:
 
 @pytest.fixture
 def stored(ray_cluster: str, tmp_path: Path) -> Iterator[Stored]:
-    """A one-partition queue holding 15 messages written as five log files."""
+    """A one-partition queue holding 15 messages written as five records of one segment."""
     ns = f"rec-{uuid.uuid4().hex[:6]}"
     storage = str(tmp_path / "storage")
     admin = ServiceBusAdministrationClient(ns, storage_path=storage)
@@ -51,7 +52,7 @@ def stored(ray_cluster: str, tmp_path: Path) -> Iterator[Stored]:
             sender.send_messages([ServiceBusMessage(m, message_id=m) for m in SENT[i : i + 3]])
     route = ray.get(client._aio._conn.registry.route.remote("q"))
     log_dir = Path(storage, *partition_storage_dirs(ns, "q", route.incarnation, 0), "log")
-    assert len(list(log_dir.glob("*.arrow"))) >= 3
+    assert len(record_starts(segments(log_dir)[-1].read_bytes())) >= 3
     yield Stored(client, log_dir, route.existing()[0][1])
     try:
         admin.delete_queue("q")
@@ -95,25 +96,24 @@ def test_partition_restarted_while_its_storage_is_unreadable_comes_back_when_it_
             time.sleep(0.5)
 
 
-def _garble_second_file(log_dir: Path) -> tuple[Path, bytes, dict[str, bytes]]:
-    files = sorted(log_dir.glob("*.arrow"))
+def _garble_second_record(log_dir: Path) -> tuple[Path, bytes, dict[str, bytes]]:
+    files = sorted(log_dir.iterdir())
     before = {f.name: f.read_bytes() for f in files}
-    victim = files[1]
-    data = bytearray(before[victim.name])
-    data[len(data) // 2] ^= 0xFF  # one flipped payload byte: the CRC no longer matches
-    victim.write_bytes(bytes(data))
-    return victim, bytes(data), before
+    victim = segments(log_dir)[-1]
+    # One flipped payload byte of the second record: the CRC no longer matches, and intact
+    # records follow it.
+    return victim, flip_in_record(victim, 1), before
 
 
-def test_damaged_log_file_before_the_tail_is_refused_not_skipped(stored: Stored) -> None:
+def test_damaged_log_record_before_the_tail_is_refused_not_skipped(stored: Stored) -> None:
     """Nothing is served from a partition whose log is damaged in the middle (serving the
-    files around the damage would silently lose the damaged one's messages), and recovery
+    records around the damage would silently lose the damaged one's messages), and recovery
     changes no file."""
-    victim, garbled, before = _garble_second_file(stored.log_dir)
+    victim, garbled, before = _garble_second_record(stored.log_dir)
     _kill_and_wait(stored.partition)
     with pytest.raises(ServiceBusError):
         _receive_all(stored.client)
-    after = {f.name: f.read_bytes() for f in sorted(stored.log_dir.glob("*.arrow"))}
+    after = {f.name: f.read_bytes() for f in sorted(stored.log_dir.iterdir())}
     assert after == {**before, victim.name: garbled}
 
 
@@ -122,7 +122,7 @@ def test_damaged_log_file_is_reported_as_corruption_and_recovers_once_restored(
 ) -> None:
     """A restarted partition whose log is damaged stays up, answers StorageCorruptedError (not
     "entity deleted"), changes no file, and reads the log again once it has been restored."""
-    victim, _garbled, before = _garble_second_file(stored.log_dir)
+    victim, _garbled, before = _garble_second_record(stored.log_dir)
     _kill_and_wait(stored.partition)
     with pytest.raises(StorageCorruptedError):
         _receive_all(stored.client)
@@ -139,5 +139,5 @@ def test_damaged_log_file_is_reported_as_corruption_and_recovers_once_restored(
 
 def test_log_file_names_are_what_the_fixture_expects(stored: Stored) -> None:
     """Guards the tests above: they edit files the partition really reads."""
-    names = sorted(p.name for p in stored.log_dir.glob("*.arrow"))
-    assert names[0] == f"{1:020d}.arrow" and os.path.isdir(stored.log_dir)
+    names = sorted(p.name for p in stored.log_dir.iterdir())
+    assert names == [f"{1:020d}.seg"] and os.path.isdir(stored.log_dir)

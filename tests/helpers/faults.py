@@ -5,8 +5,9 @@ Actors are found the way an operator would: the namespace actor's routes (``rout
 give partition and router handles; the coordinator and the namespace actor are named. Every
 kill is ``ray.kill(handle, no_restart=False)``: the actors have ``max_restarts=-1`` and recover
 from storage. Storage faults swap a partition actor's log filesystem for
-``faulty_fs.FaultyHandler`` wrapping the real one (through ``__ray_call__``), so its writes
-fail with ENOSPC or EIO while armed; a restarted actor gets the real filesystem back.
+``faulty_fs.FaultyHandler`` wrapping the real one (through ``__ray_call__``), and, for a log
+appending to segments on the local disk, its segment writes for a failing ``pwrite``, so its
+writes fail with ENOSPC or EIO while armed; a restarted actor gets the real ones back.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import faulty_fs
+import pyarrow as pa
 import ray
 from faulty_fs import FaultyHandler
 from history import Fault, History, Receive, Release
@@ -35,7 +37,8 @@ from raybus import aio
 from raybus._actors.coordinator import coordinator_actor_name
 from raybus._actors.namespace import namespace_actor_name
 from raybus._core.registry import partition_storage_dirs
-from raybus._storage.framing import decode
+from raybus._storage.framing import decode, serialize
+from raybus._storage.segments import encode_record, scan
 from raybus.exceptions import ServiceBusError
 
 __all__ = ["Injector", "Scenario", "results_dir", "run_scenario"]
@@ -64,16 +67,70 @@ def _arm_storage_fault(actor: Any, code: int, budget: int) -> int:
         log._fs = pafs.PyFileSystem(handler)
     handler.write_errno = code
     handler.write_budget = budget
+    if log.segment_bytes is not None and getattr(actor, "_injected_pwrite", None) is None:
+        from raybus._storage import segments
+
+        real = segments._pwrite_all
+        refused = [0]
+
+        def failing(fd: int, data: Any, offset: int) -> None:
+            refused[0] += 1
+            view = memoryview(data).cast("B")
+            real(fd, view[: min(budget, max(0, len(view) - 1))], offset)  # a remnant
+            raise OSError(code, os.strerror(code))
+
+        actor._injected_pwrite = (real, refused)
+        segments._pwrite_all = failing
     return int(log.next_lsn)
 
 
 def _disarm_storage_fault(actor: Any) -> int:
     log = actor._commit._log
     handler = getattr(actor, "_injected_fs", None)
+    refused = 0
     if handler is not None:
         log._fs = actor._real_fs
         actor._injected_fs = None
-    return int(handler.writes) if handler is not None else 0
+        refused += int(handler.writes)
+    injected = getattr(actor, "_injected_pwrite", None)
+    if injected is not None:
+        from raybus._storage import segments
+
+        segments._pwrite_all = injected[0]
+        actor._injected_pwrite = None
+        refused += injected[1][0]
+    return refused
+
+
+def _torn_target(actor: Any) -> tuple[str, int] | None:
+    """Runs inside a partition actor whose log is in segments: the segment its next append
+    writes to (or would create) and that file's size now; ``None`` for one file per append."""
+    log = actor._commit._log
+    if log.segment_bytes is None:
+        return None
+    path = log.appending_to or log.segment_path(log.next_lsn)
+    return path, os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def _tear_and_exit(actor: Any, path: str, cut: int) -> bool:
+    """Runs inside a partition actor: crash in the middle of the next append to ``path``.
+
+    Holds the log's append lock (no append in flight, none after: the process dies holding
+    it), writes the first ``cut`` bytes of a record for the next LSN at the end of ``path``
+    and exits. ``False`` (and no crash) if appends no longer go to ``path``.
+    """
+    log = actor._commit._log
+    with log._append_lock:
+        target = log.appending_to or log.segment_path(log.next_lsn)
+        if os.path.abspath(target) != os.path.abspath(path):
+            return False
+        payload = serialize(pa.table({"torn": pa.array([b"x" * 200])}))
+        record = encode_record(log.next_lsn, payload) + payload.to_pybytes()
+        with open(path, "ab") as f:
+            f.write(record[: max(1, min(cut, len(record) - 1))])
+            f.flush()
+            os.fsync(f.fileno())
+        os._exit(1)
 
 
 @dataclass
@@ -89,6 +146,7 @@ class Injector:
     effects: Counter[str] = field(default_factory=Counter)  # what the faults did
     log: list[str] = field(default_factory=list)
     torn: list[Path] = field(default_factory=list)
+    torn_segments: list[tuple[Path, int]] = field(default_factory=list)  # (path, torn size)
 
     async def _route(self, name: str) -> Any:
         return await self.client._conn.registry.route.remote(name)
@@ -148,14 +206,32 @@ class Injector:
         return int(refused)
 
     async def torn_tail(self, entity: str) -> str:
-        """A crash in the middle of a log append: a partial copy of the partition's last log
-        file appears as the next LSN (never acknowledged), then the actor is killed. The
-        restarted actor must drop the torn file and lose nothing acknowledged."""
+        """A crash in the middle of a log append: the start of a record for the next LSN (never
+        acknowledged) at the end of the segment being written, or a partial copy of the last
+        log file as the next LSN when the log writes one file per append, then the actor dies.
+        The restarted actor must drop the torn bytes and lose nothing acknowledged."""
         route = await self._route(entity)
         pid, handle = self.rng.choice(route.existing())
         dirs = partition_storage_dirs(self.namespace, entity, route.incarnation, pid)
         log_dir = Path(self.storage, *dirs, "log")
         start = time.time()
+        for mod in (sys.modules[__name__],):
+            ray.cloudpickle.register_pickle_by_value(mod)
+        target = await handle.__ray_call__.remote(_torn_target)
+        if target is not None:
+            path, size = target
+            cut = self.rng.randint(1, 300)
+            try:
+                torn = await handle.__ray_call__.remote(_tear_and_exit, path, cut)
+            except ray.exceptions.RayActorError:
+                torn = True  # it exited, as it should
+            if not torn:  # the segment rolled meanwhile: a plain crash instead
+                ray.kill(handle, no_restart=False)
+            else:
+                self.torn_segments.append((Path(path), size + cut))
+            self.history.add(Fault("torn-tail", start, time.time() + 0.1, entity, pid))
+            self._note(f"torn-tail {entity}/{pid} segment {Path(path).name} {cut} bytes", start)
+            return path
         for _ in range(20):
             files = sorted(log_dir.glob("*.arrow"))
             last = files[-1].read_bytes() if files else b"RBSTOR\x00\x01" + b"\x00" * 40
@@ -270,6 +346,14 @@ async def run_scenario(sc: Scenario, storage: Path) -> dict[str, Any]:
         inj.effects["torn files dropped" if not path.exists() else "torn LSN rewritten"] += 1
         if path.exists():
             decode(path.read_bytes())  # a complete, valid file now
+    for path, torn_size in inj.torn_segments:  # recovery cut each torn record off
+        if not path.exists() or path.stat().st_size < torn_size:
+            inj.effects["torn segment tails cut"] += 1
+            continue
+        # Deleted as empty, then created again for the same (never acknowledged) LSN.
+        data = pa.py_buffer(path.read_bytes())
+        assert scan(data, int(path.stem), 0).damage is None, f"{path} still torn"
+        inj.effects["torn segment LSN rewritten"] += 1
     anomalies = h.check()
     counts = h.counts()
     result = {

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from segment_files import record_starts, tear_last_record
 
 import raybus
 from raybus import ServiceBusMessage
@@ -131,9 +132,9 @@ def test_deleting_a_durable_queue_deletes_its_storage(
     with client.get_queue_sender("temp") as sender:
         sender.send_messages([ServiceBusMessage(b"x" * 1000) for _ in range(20)])
     queues = Path(storage) / namespace / "queues"
-    assert any(queues.rglob("*.arrow"))
+    assert any(queues.rglob("*.seg"))  # the log's segment
     admin.delete_queue("temp")
-    assert not list(queues.rglob("*.arrow"))
+    assert not list(queues.rglob("*.seg")) and not list(queues.rglob("*.arrow"))
 
 
 def test_updated_properties_survive_a_partition_restart(
@@ -318,19 +319,18 @@ def test_a_torn_log_tail_loses_only_the_torn_write(
     storage: str,
     durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
 ) -> None:
-    """Stop a partition for good, tear its last log file as a crash mid-write would, and let
+    """Stop a partition for good, tear its last log record as a crash mid-write would, and let
     the restarted registry bring the partition back: everything before the tear is there."""
     client, admin = durable
     admin.create_queue("torn")
     with client.get_queue_sender("torn") as sender:
-        for batch in range(5):  # one log file per acknowledged send
+        for batch in range(5):  # one log record per acknowledged send
             sender.send_messages([ServiceBusMessage(f"{batch}-{i}") for i in range(10)])
     ray.kill(_partition(client, "torn"), no_restart=True)
     time.sleep(1.0)  # ray.kill returns before the process is gone
-    logs = sorted((Path(storage) / namespace).glob("queues/torn-*/*/0/log/*.arrow"))
-    assert len(logs) >= 5
-    data = logs[-1].read_bytes()
-    logs[-1].write_bytes(data[: len(data) // 2])  # the last write, torn
+    logs = sorted((Path(storage) / namespace).glob("queues/torn-*/*/0/log/*.seg"))
+    assert len(logs) == 1 and len(record_starts(logs[0].read_bytes())) >= 5
+    tear_last_record(logs[0])  # the last write, torn
     # A restarted registry re-creates the partition, which recovers from the log.
     ray.kill(ray.get_actor(namespace_actor_name(namespace), "raybus"), no_restart=False)
     _wait_until(lambda: admin.get_queue_runtime_properties("torn").active_message_count == 40, 60)

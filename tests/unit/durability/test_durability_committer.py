@@ -519,8 +519,9 @@ async def test_recovery_is_the_latest_checkpoint_plus_the_log_tail(tmp_path, clo
     await c.durable()
     before = view(c.core)
 
-    stored = {p.name for p in (tmp_path / "p0").rglob("*.arrow")}
-    assert stored == {f"{lsn:020d}.arrow" for lsn in (2, 3, 4)}  # checkpoint 2, log 3 and 4
+    stored = {p.relative_to(tmp_path / "p0").as_posix() for p in (tmp_path / "p0").rglob("*.*")}
+    # checkpoint 2, and log entries 3 and 4 in the segment begun after the checkpoint closed one
+    assert stored == {f"checkpoint/{2:020d}.arrow", f"log/{3:020d}.seg"}
     again = local(tmp_path, clock)
     assert again.durable_log.checkpoint_lsn == 2
     assert view(again.core) == before
@@ -564,20 +565,21 @@ async def test_checkpoints_bound_the_log_while_messages_are_settled_one_by_one(f
     assert counts_of(committer_on(fs, DIR, clock).core) == (0, 0, 0, 0)
 
 
-async def test_a_torn_last_log_file_loses_only_that_unacknowledged_append(tmp_path, clock):
+async def test_a_torn_last_log_record_loses_only_that_unacknowledged_append(tmp_path, clock):
     c = local(tmp_path, clock)
-    seqs = []
+    seqs, sizes = [], []
     for mid in ("a", "b", "c"):
         seqs += c.core.send(records(mid))
         await c.durable()
-    last = Path(c.durable_log.log_path(3))
-    data = last.read_bytes()
-    last.write_bytes(data[: len(data) - 7])  # a crash in the middle of writing "c"
+        sizes.append(Path(c.durable_log.appending_to).stat().st_size)
+    segment = Path(c.durable_log.appending_to)  # one segment holds all three records
+    data = segment.read_bytes()
+    segment.write_bytes(data[: len(data) - 7])  # a crash in the middle of writing "c"
 
     again = local(tmp_path, clock)
     assert ids(again) == {"a", "b"}
     assert again.durable_log.next_lsn == 3
-    assert not last.exists()
+    assert segment.stat().st_size == sizes[1]  # the torn record was cut off
     assert again.core.send(records("d")) == [seqs[2]]  # "c" was never acknowledged
     await again.durable()
     assert again.durable_log.next_lsn == 4

@@ -1,4 +1,9 @@
-"""Fixtures for the storage tests: one ``DurableLog`` factory per kind of filesystem."""
+"""Fixtures for the storage tests: one ``DurableLog`` factory per kind of filesystem.
+
+``make_log`` writes one file per append on every filesystem (on the local disk by
+``segment_bytes=None``), so these tests pin that layout, which object stores use and which
+logs written before segments have; ``test_storage_segments.py`` covers the segment layout.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Dur
     fs, directory = _filesystem(request.param, tmp_path)
 
     def make() -> DurableLog:
-        log = DurableLog(fs, directory)
+        log = DurableLog(fs, directory, segment_bytes=None)
         log.recover()
         return log
 

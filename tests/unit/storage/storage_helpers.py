@@ -69,8 +69,9 @@ def flip(fs: pafs.FileSystem, path: str, offset: int) -> None:
 
 
 def reopen(log: DurableLog) -> tuple[DurableLog, RecoveredState]:
-    """Drop ``log`` (a crash loses nothing durable) and recover a fresh one on the same files."""
-    fresh = DurableLog(log.filesystem, log.directory)
+    """Drop ``log`` (a crash loses nothing durable) and recover a fresh one on the same files,
+    writing the same layout."""
+    fresh = DurableLog(log.filesystem, log.directory, segment_bytes=log.segment_bytes)
     return fresh, fresh.recover()
 
 

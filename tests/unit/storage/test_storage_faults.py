@@ -21,7 +21,7 @@ def _enospc(*args: Any, **kwargs: Any) -> None:
 
 
 def _local_log(tmp_path: Path) -> DurableLog:
-    log = DurableLog(pafs.LocalFileSystem(), str(tmp_path / "store"))
+    log = DurableLog(pafs.LocalFileSystem(), str(tmp_path / "store"), segment_bytes=None)
     log.recover()
     return log
 

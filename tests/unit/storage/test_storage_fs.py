@@ -74,10 +74,12 @@ def test_subtree_log_writes_through_the_real_local_path(
     log.recover()
     monkeypatch.setattr(os, "fsync", spy)
     log.append(batch([1]))
-    assert len(synced) == 2  # the file and its directory
-    assert (tmp_path / "ns" / "q" / "log" / f"{1:020d}.arrow").is_file()
+    assert len(synced) == 2  # the new segment and its directory
+    assert (tmp_path / "ns" / "q" / "log" / f"{1:020d}.seg").is_file()
+    log.append(batch([2]))
+    assert len(synced) == 3  # appending to the segment: the segment only
     monkeypatch.undo()
-    assert recovered_values(reopen(log)[1]) == [1]
+    assert recovered_values(reopen(log)[1]) == [1, 2]
 
 
 def test_from_storage_path_on_a_uri(tmp_path: Path) -> None:

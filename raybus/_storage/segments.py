@@ -1,0 +1,239 @@
+"""Segment files: many log records appended to one file on the local disk.
+
+Creating a file per append costs a directory fsync on every flush (profiled: 0.70 ms wall and
+0.34 ms CPU per flush, against 0.27 ms / 0.065 ms for appending to a file that exists), so on
+a local disk ``DurableLog`` appends its records to a *segment* and fsyncs only that file; the
+directory is fsynced once, when a segment is created. Object stores cannot append and keep
+one object per append (``raybus._storage.log``).
+
+A segment ``<first lsn:020d>.seg`` is a sequence of records with consecutive LSNs starting at
+the one in its name, with no file header::
+
+    offset  size  field
+    0       8     magic  b"RBSEGR\\x00\\x01"  (the last byte is the format version)
+    8       8     LSN, unsigned little-endian
+    16      8     payload length in bytes, unsigned little-endian
+    24      4     CRC-32 of bytes 0..23 followed by the payload, unsigned little-endian
+    28      n     payload: one Arrow IPC stream (as in ``raybus._storage.framing``)
+
+Only the end of a segment is ever written, and a record is acknowledged only after the fsync
+that follows it, so a crash leaves at most one incomplete record, at the very end of the newest
+segment. ``scan`` therefore tells a torn tail (nothing valid after the damage) from corruption
+(a valid record after the damage): the first is dropped, the second refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+import zlib
+from typing import NamedTuple
+
+import pyarrow as pa
+
+from . import fs as _fs
+from .framing import FrameError, read_stream
+
+__all__ = [
+    "RECORD_HEADER_SIZE",
+    "RECORD_MAGIC",
+    "SEGMENT_NAME",
+    "Scan",
+    "SegmentWriter",
+    "encode_record",
+    "scan",
+    "segment_name",
+]
+
+_log = logging.getLogger("raybus.storage")
+
+RECORD_MAGIC = b"RBSEGR\x00\x01"
+_PREFIX = struct.Struct("<8sQQ")
+_CRC = struct.Struct("<I")
+RECORD_HEADER_SIZE = _PREFIX.size + _CRC.size  # 28
+SEGMENT_NAME = re.compile(r"(\d{20})\.seg")
+
+
+def segment_name(first_lsn: int) -> str:
+    return f"{first_lsn:020d}.seg"
+
+
+def encode_record(lsn: int, payload: pa.Buffer) -> bytes:
+    """The header of the record holding ``payload`` as log entry ``lsn``."""
+    prefix = _PREFIX.pack(RECORD_MAGIC, lsn, payload.size)
+    crc = zlib.crc32(payload, zlib.crc32(prefix)) & 0xFFFFFFFF
+    return prefix + _CRC.pack(crc)
+
+
+def _record_at(buf: pa.Buffer, offset: int) -> tuple[int, pa.Buffer, int]:
+    """``(lsn, payload, end offset)`` of the intact record at ``offset``; ``FrameError`` if the
+    bytes there are not one (cut short, bad magic, bad checksum)."""
+    left = buf.size - offset
+    if left < RECORD_HEADER_SIZE:
+        raise FrameError(f"{left} bytes left at offset {offset}, short of a record header")
+    head = buf.slice(offset, RECORD_HEADER_SIZE).to_pybytes()
+    magic, lsn, length = _PREFIX.unpack_from(head)
+    if magic != RECORD_MAGIC:
+        raise FrameError(f"bad record magic {magic!r} at offset {offset}")
+    if length > left - RECORD_HEADER_SIZE:
+        raise FrameError(
+            f"record at offset {offset} announces {length} payload bytes, "
+            f"{left - RECORD_HEADER_SIZE} left"
+        )
+    payload = buf.slice(offset + RECORD_HEADER_SIZE, length)
+    (crc,) = _CRC.unpack_from(head, _PREFIX.size)
+    actual = zlib.crc32(payload, zlib.crc32(head[: _PREFIX.size])) & 0xFFFFFFFF
+    if actual != crc:
+        raise FrameError(f"CRC-32 mismatch in record at offset {offset}")
+    return lsn, payload, offset + RECORD_HEADER_SIZE + length
+
+
+class Scan(NamedTuple):
+    """What ``scan`` found in one segment."""
+
+    entries: list[tuple[int, pa.Table]]
+    """``(lsn, table)`` of the valid records above ``skip_upto``, in order."""
+    last_lsn: int
+    """LSN of the last valid record (``first_lsn - 1`` if there is none)."""
+    valid_end: int
+    """Byte offset just after the last valid record."""
+    damage: str | None
+    """Why the scan stopped before the end of the file; ``None`` if every byte was valid."""
+    valid_after_damage: bool
+    """A valid record with a later LSN follows the damage: corruption, not a torn tail."""
+
+
+def scan(buf: pa.Buffer, first_lsn: int, skip_upto: int) -> Scan:
+    """Read the records of a segment whose first LSN is ``first_lsn``.
+
+    Records at or below ``skip_upto`` (covered by a checkpoint) are checked but not decoded.
+    Stops at the first bad record (or an LSN out of sequence, or an unreadable Arrow stream)
+    and looks for an intact record beyond it.
+    """
+    entries: list[tuple[int, pa.Table]] = []
+    offset, expected = 0, first_lsn
+    damage: str | None = None
+    while offset < buf.size:
+        try:
+            lsn, payload, end = _record_at(buf, offset)
+            if lsn != expected:
+                raise FrameError(f"record at offset {offset} has LSN {lsn}, expected {expected}")
+            if lsn > skip_upto:
+                entries.append((lsn, read_stream(payload)))
+        except FrameError as exc:
+            damage = exc.reason
+            break
+        offset, expected = end, expected + 1
+    after = damage is not None and _valid_record_after(buf, offset + 1, expected)
+    return Scan(entries, expected - 1, offset, damage, after)
+
+
+def _valid_record_after(buf: pa.Buffer, start: int, min_lsn: int) -> bool:
+    """Whether an intact record with LSN >= ``min_lsn`` starts anywhere after ``start``.
+
+    A torn append leaves garbage only at the end; an intact record after a bad one means the
+    bad one was damaged after it had been acknowledged. (A message body holding a forged
+    record could make a torn tail look like corruption: recovery then refuses to start, it
+    never returns the forged data.)
+    """
+    data = buf.to_pybytes()
+    hit = data.find(RECORD_MAGIC, start)
+    while hit >= 0:
+        try:
+            lsn, _, _ = _record_at(buf, hit)
+        except FrameError:
+            pass
+        else:
+            if lsn >= min_lsn:
+                return True
+        hit = data.find(RECORD_MAGIC, hit + 1)
+    return False
+
+
+def _pwrite_all(fd: int, data: bytes | pa.Buffer, offset: int) -> None:
+    """Write all of ``data`` at ``offset``: an explicit offset, so a retry after a failed
+    append overwrites its remnant instead of following it."""
+    view = memoryview(data).cast("B")
+    done = 0
+    while done < len(view):
+        if hasattr(os, "pwrite"):
+            done += os.pwrite(fd, view[done:], offset + done)
+        else:  # Windows
+            os.lseek(fd, offset + done, os.SEEK_SET)
+            done += os.write(fd, view[done:])
+
+
+class SegmentWriter:
+    """The segment being appended to: writes records at its end and fsyncs them.
+
+    Not thread-safe: ``DurableLog`` calls it under its append lock. A failed append truncates
+    the segment back to its last acknowledged record; if even that fails the next append
+    truncates first, so no unacknowledged bytes ever sit before acknowledged ones.
+    """
+
+    def __init__(self, path: str, first_lsn: int) -> None:
+        """Create (or empty: any file of that name holds only unacknowledged LSNs) segment
+        ``path``; its directory entry becomes durable with the first append."""
+        self.path = path
+        self.first_lsn = first_lsn
+        self.end = 0  # bytes acknowledged
+        self.records = 0
+        self._dir_synced = False
+        self._dirty = False  # bytes beyond ``end`` may exist (a truncation failed)
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as exc:
+            raise _fs.unavailable("creating", path, exc) from exc
+
+    @property
+    def dirty(self) -> bool:
+        """Bytes of a failed append may follow the acknowledged ones (never close it then)."""
+        return self._dirty
+
+    def append(self, header: bytes, payload: pa.Buffer) -> None:
+        """Write one record after the last one; return once it (and the segment's name) is
+        durable. Raises ``StorageUnavailableError``; then nothing of it is acknowledged."""
+        try:
+            if self._dirty:
+                os.ftruncate(self._fd, self.end)
+                self._dirty = False
+            _pwrite_all(self._fd, header, self.end)
+            _pwrite_all(self._fd, payload, self.end + len(header))
+            os.fsync(self._fd)
+            if not self._dir_synced:
+                _fs.fsync_dir(os.path.dirname(self.path))
+                self._dir_synced = True
+        except OSError as exc:
+            error = _fs.unavailable("appending to", self.path, exc)
+            self._discard_tail()
+            raise error from exc
+        self.end += len(header) + payload.size
+        self.records += 1
+
+    def _discard_tail(self) -> None:
+        try:
+            os.ftruncate(self._fd, self.end)
+        except OSError as exc:
+            self._dirty = True
+            _log.warning(
+                "could not truncate %s to %d bytes after a failed append (%s); the next "
+                "append truncates first, recovery drops the remnant as a torn tail",
+                self.path,
+                self.end,
+                exc,
+            )
+            return
+        try:
+            os.fsync(self._fd)
+        except OSError:
+            # Best effort: the next successful append fsyncs the new size anyway. Until then
+            # a crash may bring back the failed record: a failed write's outcome is "maybe".
+            pass
+
+    def close(self) -> None:
+        try:
+            os.close(self._fd)
+        except OSError as exc:  # already durable or truncated: nothing is lost
+            _log.warning("closing %s failed: %s", self.path, exc)

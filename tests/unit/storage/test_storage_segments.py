@@ -1,0 +1,346 @@
+"""DurableLog on the local disk: records appended to segment files, rolled at a size limit.
+
+What a crash or a bad disk can do to segments, and what recovery makes of it: a torn end of the
+last segment is cut off; damage followed by intact records, or in an earlier segment, and a
+missing segment are corruption. Logs written one file per append (before segments) recover and
+go on in segments. A failed append (ENOSPC, EIO) leaves nothing that recovery would return.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+import pytest
+from segment_files import flip_in_record, record_starts, segments
+from storage_helpers import batch, recovered_values, reopen, table
+
+from raybus._storage import DurableLog, StorageCorruptedError, StorageUnavailableError
+from raybus._storage import fs as storage_fs
+from raybus.exceptions import InvalidArgumentError
+
+
+def _log(tmp_path: Path, segment_bytes: int | None = 1 << 20) -> DurableLog:
+    log = DurableLog(pafs.LocalFileSystem(), str(tmp_path / "store"), segment_bytes=segment_bytes)
+    log.recover()
+    return log
+
+
+def _log_dir(tmp_path: Path) -> Path:
+    return tmp_path / "store" / "log"
+
+
+def _fail(code: int) -> Any:
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise OSError(code, os.strerror(code))
+
+    return fail
+
+
+def _short_pwrite(budget: int, code: int) -> Any:
+    """``os.pwrite`` that lands at most ``budget`` bytes of the call, then fails."""
+    real = os.pwrite
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        view = memoryview(data).cast("B")
+        real(fd, view[: min(budget, len(view) - 1)], offset)
+        raise OSError(code, os.strerror(code))
+
+    return pwrite
+
+
+def test_appends_share_one_segment_until_it_is_full(tmp_path: Path) -> None:
+    log = _log(tmp_path, segment_bytes=700)
+    for v in range(6):
+        assert log.append(batch([v])) == v + 1
+    files = segments(_log_dir(tmp_path))
+    assert 2 <= len(files) < 6  # several records a segment, then a new one
+    assert files[0].name == f"{1:020d}.seg"
+    assert sum(len(record_starts(f.read_bytes())) for f in files) == 6
+    fresh, state = reopen(log)
+    assert [lsn for lsn, _ in state.entries] == [1, 2, 3, 4, 5, 6]
+    assert recovered_values(state) == [0, 1, 2, 3, 4, 5]
+    assert fresh.append(batch([6])) == 7
+
+
+def test_recovery_reads_across_many_segments(tmp_path: Path) -> None:
+    log = _log(tmp_path, segment_bytes=1)  # every append rolls
+    for v in range(5):
+        log.append(batch([v]))
+    assert [int(f.stem) for f in segments(_log_dir(tmp_path))] == [1, 2, 3, 4, 5]
+    assert recovered_values(reopen(log)[1]) == [0, 1, 2, 3, 4]
+
+
+def test_segment_bytes_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        DurableLog(pafs.LocalFileSystem(), str(tmp_path), segment_bytes=0)
+    assert info.value.argument == "segment_bytes"
+
+
+def test_object_stores_keep_one_object_per_append() -> None:
+    log = DurableLog(pafs._MockFileSystem(), "bucket/q")
+    assert log.segment_bytes is None
+    log.recover()
+    log.append(batch([1]))
+    assert log.filesystem.get_file_info(log.log_path(1)).is_file
+
+
+@pytest.mark.parametrize("damage", ["cut", "flip_payload", "flip_header", "partial_header"])
+def test_torn_end_of_the_last_segment_is_cut_off(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = _log(tmp_path)
+    log.append(batch([0]))
+    log.append(batch([1]))
+    path = Path(log.appending_to or "")
+    acknowledged = path.stat().st_size
+    log.append(batch([2]))
+    data = path.read_bytes()
+    if damage == "cut":
+        path.write_bytes(data[:-3])
+    elif damage == "flip_payload":
+        flip_in_record(path, 2)
+    elif damage == "flip_header":
+        path.write_bytes(data[: acknowledged + 10] + b"\xff" + data[acknowledged + 11 :])
+    else:  # a crash after 5 bytes of the header of a fourth record
+        path.write_bytes(data[:acknowledged])
+        acknowledged = len(data[:acknowledged])
+        with open(path, "ab") as f:
+            f.write(data[acknowledged : acknowledged + 5])
+
+    with caplog.at_level(logging.WARNING, logger="raybus.storage"):
+        fresh, state = reopen(log)
+    assert "torn end of last log segment" in caplog.text
+    assert recovered_values(state) == [0, 1]
+    assert fresh.next_lsn == 3
+    assert path.stat().st_size == acknowledged  # cut back to the acknowledged records
+    assert fresh.append(batch([9])) == 3
+    assert recovered_values(reopen(fresh)[1]) == [0, 1, 9]
+
+
+def test_a_segment_torn_in_its_first_record_is_deleted(tmp_path: Path) -> None:
+    log = _log(tmp_path, segment_bytes=1)
+    log.append(batch([0]))
+    log.append(batch([1]))
+    last = segments(_log_dir(tmp_path))[-1]
+    last.write_bytes(last.read_bytes()[:20])
+    fresh, state = reopen(log)
+    assert recovered_values(state) == [0]
+    assert not last.exists()
+    assert fresh.append(batch([5])) == 2
+    assert recovered_values(reopen(fresh)[1]) == [0, 5]
+
+
+def test_damaged_record_followed_by_intact_ones_is_corruption(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    for v in range(3):
+        log.append(batch([v]))
+    path = Path(log.appending_to or "")
+    garbled = flip_in_record(path, 1)
+    with pytest.raises(StorageCorruptedError, match="later records exist") as info:
+        reopen(log)
+    assert info.value.path == str(path)
+    assert path.read_bytes() == garbled  # nothing cut: the evidence stays
+
+
+def test_torn_end_of_an_earlier_segment_is_corruption(tmp_path: Path) -> None:
+    log = _log(tmp_path, segment_bytes=1)
+    for v in range(3):
+        log.append(batch([v]))
+    first = segments(_log_dir(tmp_path))[0]
+    first.write_bytes(first.read_bytes()[:-4])
+    with pytest.raises(StorageCorruptedError, match="later files exist"):
+        reopen(log)
+
+
+def test_missing_segment_is_corruption(tmp_path: Path) -> None:
+    log = _log(tmp_path, segment_bytes=1)
+    for v in range(3):
+        log.append(batch([v]))
+    segments(_log_dir(tmp_path))[1].unlink()
+    with pytest.raises(StorageCorruptedError, match="missing"):
+        reopen(log)
+
+
+def test_a_log_written_one_file_per_append_recovers_and_goes_on_in_segments(
+    tmp_path: Path,
+) -> None:
+    old = _log(tmp_path, segment_bytes=None)
+    old.append(batch([1]))
+    old.append(batch([2]))
+    old.checkpoint(table([1]), 1)
+    old.append(batch([3]))
+    names = sorted(p.name for p in _log_dir(tmp_path).iterdir())
+    assert names == [f"{lsn:020d}.arrow" for lsn in (2, 3)]
+
+    new = DurableLog(old.filesystem, old.directory)  # the default: segments on local disk
+    assert recovered_values(new.recover()) == [1, 2, 3]
+    assert new.append(batch([4])) == 4
+    assert new.append(batch([5])) == 5
+    assert [p.name for p in segments(_log_dir(tmp_path))] == [f"{4:020d}.seg"]
+    fresh, state = reopen(new)
+    assert [lsn for lsn, _ in state.entries] == [2, 3, 4, 5]
+    assert recovered_values(state) == [1, 2, 3, 4, 5]
+
+    fresh.checkpoint(table([1, 2, 3, 4, 5]), 5)  # covers the old files and the segment
+    assert list(_log_dir(tmp_path).iterdir()) == []
+    assert recovered_values(reopen(fresh)[1]) == [1, 2, 3, 4, 5]
+
+
+def test_checkpoint_of_everything_closes_and_deletes_the_segment_being_written(
+    tmp_path: Path,
+) -> None:
+    log = _log(tmp_path)
+    for v in range(4):
+        log.append(table(list(range(v * 100, v * 100 + 100))))
+    log.checkpoint(table([]), 4)
+    assert log.file_count() == 1  # the checkpoint only
+    assert log.appending_to is None
+    assert log.append(batch([7])) == 5
+    assert [int(p.stem) for p in segments(_log_dir(tmp_path))] == [5]
+    _, state = reopen(log)
+    assert [lsn for lsn, _ in state.entries] == [5]
+    assert recovered_values(state) == [7]
+
+
+def test_checkpoint_below_the_last_lsn_keeps_the_segment_and_replays_past_it(
+    tmp_path: Path,
+) -> None:
+    log = _log(tmp_path, segment_bytes=700)
+    for v in range(6):
+        log.append(batch([v]))
+    log.checkpoint(table([0, 1, 2, 3]), 4)
+    remaining = segments(_log_dir(tmp_path))
+    assert remaining and int(remaining[0].stem) <= 5  # the segment holding LSN 5 stays
+    fresh, state = reopen(log)
+    assert [lsn for lsn, _ in state.entries] == [5, 6]
+    assert recovered_values(state) == [0, 1, 2, 3, 4, 5]
+    assert fresh.append(batch([6])) == 7
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
+@pytest.mark.parametrize("where", ["pwrite", "fsync", "new_segment_dir_fsync"])
+def test_failed_append_acknowledges_nothing_and_the_lsn_is_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, where: str
+) -> None:
+    log = _log(tmp_path, segment_bytes=1 if where == "new_segment_dir_fsync" else 1 << 20)
+    log.append(batch([1]))
+    size = {p: p.stat().st_size for p in segments(_log_dir(tmp_path))}
+    if where == "pwrite":
+        monkeypatch.setattr(os, "pwrite", _short_pwrite(9, code))
+    elif where == "fsync":
+        monkeypatch.setattr(os, "fsync", _fail(code))
+    else:
+        monkeypatch.setattr(storage_fs, "fsync_dir", _fail(code))
+    with pytest.raises(StorageUnavailableError) as info:
+        log.append(batch([2]))
+    assert info.value.errno == code
+    assert info.value.retryable is True
+    assert log.next_lsn == 2
+    monkeypatch.undo()
+    for path, acknowledged in size.items():  # what was acknowledged is untouched
+        assert path.stat().st_size == acknowledged
+    assert log.append(batch([3])) == 2  # the fault has cleared: the same LSN again
+    assert recovered_values(reopen(log)[1]) == [1, 3]
+
+
+@pytest.mark.parametrize("where", ["pwrite", "fsync", "new_segment_dir_fsync"])
+def test_crash_after_a_failed_append_recovers_only_acknowledged_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    log = _log(tmp_path, segment_bytes=1 if where == "new_segment_dir_fsync" else 1 << 20)
+    log.append(batch([1]))
+    with monkeypatch.context() as patch:
+        if where == "pwrite":
+            patch.setattr(os, "pwrite", _short_pwrite(9, errno.EIO))
+        elif where == "fsync":
+            patch.setattr(os, "fsync", _fail(errno.EIO))
+        else:
+            patch.setattr(storage_fs, "fsync_dir", _fail(errno.EIO))
+        with pytest.raises(StorageUnavailableError):
+            log.append(batch([2]))
+    fresh, state = reopen(log)
+    assert recovered_values(state) == [1]
+    assert fresh.append(batch([3])) == 2
+    assert recovered_values(reopen(fresh)[1]) == [1, 3]
+
+
+def _fail_with_stuck_remnant(log: DurableLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append that leaves 20 bytes behind and cannot cut them off."""
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "pwrite", _short_pwrite(20, errno.ENOSPC))
+        patch.setattr(os, "ftruncate", _fail(errno.EIO))
+        with pytest.raises(StorageUnavailableError):
+            log.append(batch([666]))
+
+
+def test_remnant_that_cannot_be_cut_is_cut_by_the_next_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = _log(tmp_path, segment_bytes=1)
+    log.append(batch([1]))
+    assert log.appending_to is None  # full: the next append starts a new segment
+    with caplog.at_level(logging.WARNING, logger="raybus.storage"):
+        _fail_with_stuck_remnant(log, monkeypatch)
+    assert "could not truncate" in caplog.text
+    path = Path(log.appending_to or "")  # the new segment, full but not rolled while dirty
+    assert path.name == f"{2:020d}.seg"
+    assert path.stat().st_size == 20  # the remnant
+    assert log.append(batch([3])) == 2  # cuts the remnant, then writes at offset 0
+    assert record_starts(path.read_bytes()) == [0]
+    assert log.append(batch([4])) == 3  # and now rolls over
+    assert recovered_values(reopen(log)[1]) == [1, 3, 4]
+
+
+def test_remnant_that_cannot_be_cut_is_cut_by_recovery_after_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _log(tmp_path)
+    log.append(batch([1]))
+    path = Path(log.appending_to or "")
+    acknowledged = path.stat().st_size
+    _fail_with_stuck_remnant(log, monkeypatch)
+    assert path.stat().st_size == acknowledged + 20
+    fresh, state = reopen(log)  # the crash: the remnant is a torn tail
+    assert recovered_values(state) == [1]
+    assert path.stat().st_size == acknowledged
+    assert fresh.append(batch([2])) == 2
+    assert recovered_values(reopen(fresh)[1]) == [1, 2]
+
+
+def test_checkpoints_racing_appends_keep_every_acknowledged_entry(tmp_path: Path) -> None:
+    """A checkpoint written in one thread while another appends (as the partition does):
+    closing and deleting covered segments never loses or reorders an entry."""
+    log = _log(tmp_path, segment_bytes=400)
+    appends = 200
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def checkpoints() -> None:
+        try:
+            while not done.is_set():
+                upto = log.next_lsn - 1  # entry n holds the value n - 1
+                floor = log.checkpoint_lsn or 0
+                if upto > floor:
+                    log.checkpoint(table(list(range(upto))), upto)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=checkpoints)
+    thread.start()
+    try:
+        for v in range(appends):
+            assert log.append(batch([v])) == v + 1
+    finally:
+        done.set()
+        thread.join()
+    assert errors == []
+    assert (log.checkpoint_lsn or 0) > 0
+    fresh, state = reopen(log)
+    assert recovered_values(state) == list(range(appends))
+    assert fresh.next_lsn == appends + 1
