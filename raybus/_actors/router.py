@@ -63,6 +63,7 @@ class RouterActor(Guarded):
         self._targets: list[Target] = []
         self._routes: dict[str, Any] = {}  # subscription path -> its Route
         self._turn = 0
+        self._commit: Any = None  # the coordinator's commit method (see _coordinator_commit)
         self.published = 0
         self.copies = 0
 
@@ -203,16 +204,33 @@ class RouterActor(Guarded):
             if isinstance(result, BaseException):
                 raise result
             return
+        # Each share travels as an object ref: the coordinator passes it on to the participant
+        # untouched (Ray resolves it there), instead of deserialising every copy and
+        # serialising it again per participant; shares of the same copies (subscriptions whose
+        # rules select the same messages unchanged) are put once.
         participants: list[tuple[Any, ...]] = []
+        refs: dict[tuple[int, ...], Any] = {}
         for (path, pid), recs in shares.items():
             route = self._routes[path]
             name = partition_actor_name(self._namespace, path, route.incarnation, pid)
-            participants.append((name, route.handle(pid), path, to_wire(recs), [], []))
-        from .coordinator import coordinator_actor
-
-        coordinator = coordinator_actor(self._namespace, self._storage_path)
-        commit = internal(coordinator, self._namespace).commit
+            key = tuple(map(id, recs))  # the records outlive this call: ids are stable
+            ref = refs.get(key)
+            if ref is None:
+                ref = refs[key] = ray.put(to_wire(recs))
+            participants.append((name, route.handle(pid), path, ref, [], []))
+        commit = self._coordinator_commit()
         await _rpc.call(self._props.name, commit, uuid.uuid4().hex, participants)
+
+    def _coordinator_commit(self) -> Any:
+        """The coordinator's ``commit``, looked up once: finding a named actor (class
+        wrapping, options, a GCS round trip) cost more router CPU than the rest of a publish.
+        The coordinator restarts under the same handle (``max_restarts=-1``)."""
+        if self._commit is None:
+            from .coordinator import coordinator_actor
+
+            coordinator = coordinator_actor(self._namespace, self._storage_path)
+            self._commit = internal(coordinator, self._namespace).commit
+        return self._commit
 
     async def _refresh(self, copies: dict[str, list[Any]]) -> None:
         from .namespace import namespace_actor_name
