@@ -49,16 +49,21 @@ async def _outcome(router: _Router, recs: list[MessageRecord]) -> ServiceBusErro
     return None
 
 
-async def test_calls_arriving_during_a_delivery_go_together_as_the_next_one() -> None:
-    router = _Router()
+async def _while_busy(router: _Router, names: list[str]) -> list[ServiceBusError | None]:
+    """Publish ``names[0]``'s call, then the others while its delivery is held in flight."""
     router.gate = asyncio.Event()
-    first = asyncio.ensure_future(_outcome(router, _call("a")))
+    first = asyncio.ensure_future(_outcome(router, _call(names[0])))
     await asyncio.sleep(0)
-    rest = [asyncio.ensure_future(_outcome(router, _call(n))) for n in "bcd"]
+    rest = [asyncio.ensure_future(_outcome(router, _call(n))) for n in names[1:]]
     await asyncio.sleep(0)
     router.gate.set()
+    return list(await asyncio.gather(first, *rest))
 
-    assert await asyncio.gather(first, *rest) == [None, None, None, None]
+
+async def test_calls_arriving_during_a_delivery_go_together_as_the_next_one() -> None:
+    router = _Router()
+
+    assert await _while_busy(router, ["a", "b", "c", "d"]) == [None, None, None, None]
     assert router.deliveries == [["a0", "a1"], ["b0", "b1", "c0", "c1", "d0", "d1"]]
     assert router.published == 8
 
@@ -70,14 +75,8 @@ async def test_a_refused_combined_delivery_is_retried_per_call_so_one_call_fails
         return None
 
     router = _Router(refuse)
-    router.gate = asyncio.Event()
-    first = asyncio.ensure_future(_outcome(router, _call("a")))
-    await asyncio.sleep(0)
-    rest = [asyncio.ensure_future(_outcome(router, _call(n))) for n in ("b", "big", "c")]
-    await asyncio.sleep(0)
-    router.gate.set()
 
-    a, b, big, c = await asyncio.gather(first, *rest)
+    a, b, big, c = await _while_busy(router, ["a", "b", "big", "c"])
 
     assert (a, b, c) == (None, None, None)
     assert isinstance(big, ServiceBusQuotaExceededError)
@@ -92,14 +91,8 @@ async def test_an_unknown_outcome_is_reported_to_every_call_and_never_redelivere
     error: ServiceBusError,
 ) -> None:
     router = _Router(lambda recs: error if len(recs) > 2 else None)
-    router.gate = asyncio.Event()
-    first = asyncio.ensure_future(_outcome(router, _call("a")))
-    await asyncio.sleep(0)
-    rest = [asyncio.ensure_future(_outcome(router, _call(n))) for n in "bc"]
-    await asyncio.sleep(0)
-    router.gate.set()
 
-    a, b, c = await asyncio.gather(first, *rest)
+    a, b, c = await _while_busy(router, ["a", "b", "c"])
 
     assert a is None and b is error and c is error
     assert len(router.deliveries) == 2  # the combined one was not repeated call by call
