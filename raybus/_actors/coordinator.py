@@ -41,7 +41,8 @@ __all__ = ["CoordinatorActor", "coordinator_actor", "coordinator_actor_name"]
 _log = logging.getLogger("raybus.coordinator")
 
 # One participant's share as the client sends it:
-# (partition actor name, handle, entity, sends as wire rows, settle ops as wire tuples, renews)
+# (partition actor name, handle, entity, sends as wire rows — or an object ref to them, passed
+# on untouched and resolved by the participant —, settle ops as wire tuples, renews)
 Participant = tuple[str, Any, str, list[Any], list[Any], list[str]]
 
 

@@ -7,8 +7,10 @@ callers' batches at once (coalesced by the client).
 
 A publish evaluates each subscription's compiled rules (``raybus._core.fanout``) and delivers
 each subscription partition's copies in one call — never one call per message per
-subscription. When the copies of a call go to one subscription partition, that partition's
-atomic batch send is enough; when they go to several, they are delivered as one transaction
+subscription. One delivery is in flight at a time: the publish calls (of any clients) that
+arrive meanwhile are delivered together as the next one. When the copies of a delivery go to
+one subscription partition, that partition's atomic batch send is enough; when they go to
+several, they are delivered as one transaction
 through the namespace's coordinator (two-phase commit), so a publish is all-or-nothing across
 subscriptions: a crash of the router (or of a subscription partition) in the middle neither
 loses nor duplicates a copy — the caller's send either returns (every copy stored) or raises
@@ -26,6 +28,7 @@ from typing import Any
 import ray
 
 from .. import _rpc
+from .._batching import Coalescer
 from .._core.access import INTERNAL
 from .._core.fanout import Target, plan
 from .._core.record import WireRecord, from_wire, to_wire
@@ -36,7 +39,9 @@ from ..exceptions import (
     MessageSizeExceededError,
     MessagingEntityDisabledError,
     MessagingEntityNotFoundError,
+    OperationTimeoutError,
     PartitionMovedError,
+    ServiceBusConnectionError,
     ServiceBusError,
     TransactionAbortedError,
 )
@@ -46,6 +51,8 @@ __all__ = ["RouterActor", "router_actor", "router_actor_name"]
 
 _log = logging.getLogger("raybus.router")
 _ROUTE_RETRIES = 5
+# Publish calls combined into one delivery at most (each up to a client's coalesced batch).
+_COMBINE_CALLS = 64
 
 
 def router_actor_name(namespace: str, topic: str, incarnation: int) -> str:
@@ -63,6 +70,11 @@ class RouterActor(Guarded):
         self._targets: list[Target] = []
         self._routes: dict[str, Any] = {}  # subscription path -> its Route
         self._turn = 0
+        self._commit: Any = None  # the coordinator's commit method (see _coordinator_commit)
+        # One delivery in flight; the publishes arriving meanwhile go together as the next.
+        self._combiner: Coalescer[list[Any], None] = Coalescer(
+            self._deliver_combined, max_batch=_COMBINE_CALLS
+        )
         self.published = 0
         self.copies = 0
 
@@ -144,11 +156,41 @@ class RouterActor(Guarded):
         if not records:
             return results
         try:
-            await self._deliver(records)
+            await self._combiner.submit(records)
         except ServiceBusError as exc:
             return [r if r is not None else exc for r in results]
-        self.published += len(records)
         return results
+
+    async def _deliver_combined(self, calls: list[list[Any]]) -> list[ServiceBusError | None]:
+        """Deliver the records of every publish call waiting now as ONE delivery (one
+        transaction: per-transaction costs — a prepare and a commit call and two durable
+        writes on every subscription partition, the coordinator's calls and its decision —
+        were most of a publish's cost, paid once per client call before).
+
+        A refusal (the transaction rolled back, or one partition refused: nothing stored)
+        must not fail another caller's publish that alone would have been accepted, so each
+        call is then delivered alone. An unknown outcome (``ServiceBusConnectionError``,
+        ``OperationTimeoutError``) is reported to every call of the delivery, never retried:
+        the combined transaction may have committed.
+        """
+        try:
+            await self._deliver([r for call in calls for r in call])
+        except (ServiceBusConnectionError, OperationTimeoutError) as exc:
+            return [exc for _ in calls]
+        except ServiceBusError as exc:
+            if len(calls) == 1:
+                return [exc]
+            return [await self._deliver_alone(call) for call in calls]
+        self.published += sum(len(call) for call in calls)
+        return [None for _ in calls]
+
+    async def _deliver_alone(self, records: list[Any]) -> ServiceBusError | None:
+        try:
+            await self._deliver(records)
+        except ServiceBusError as exc:
+            return exc
+        self.published += len(records)
+        return None
 
     async def _deliver(self, records: list[Any]) -> None:
         copies = plan(self._targets, records)
@@ -203,16 +245,33 @@ class RouterActor(Guarded):
             if isinstance(result, BaseException):
                 raise result
             return
+        # Each share travels as an object ref: the coordinator passes it on to the participant
+        # untouched (Ray resolves it there), instead of deserialising every copy and
+        # serialising it again per participant; shares of the same copies (subscriptions whose
+        # rules select the same messages unchanged) are put once.
         participants: list[tuple[Any, ...]] = []
+        refs: dict[tuple[int, ...], Any] = {}
         for (path, pid), recs in shares.items():
             route = self._routes[path]
             name = partition_actor_name(self._namespace, path, route.incarnation, pid)
-            participants.append((name, route.handle(pid), path, to_wire(recs), [], []))
-        from .coordinator import coordinator_actor
-
-        coordinator = coordinator_actor(self._namespace, self._storage_path)
-        commit = internal(coordinator, self._namespace).commit
+            key = tuple(map(id, recs))  # the records outlive this call: ids are stable
+            ref = refs.get(key)
+            if ref is None:
+                ref = refs[key] = ray.put(to_wire(recs))
+            participants.append((name, route.handle(pid), path, ref, [], []))
+        commit = self._coordinator_commit()
         await _rpc.call(self._props.name, commit, uuid.uuid4().hex, participants)
+
+    def _coordinator_commit(self) -> Any:
+        """The coordinator's ``commit``, looked up once: finding a named actor (class
+        wrapping, options, a GCS round trip) cost more router CPU than the rest of a publish.
+        The coordinator restarts under the same handle (``max_restarts=-1``)."""
+        if self._commit is None:
+            from .coordinator import coordinator_actor
+
+            coordinator = coordinator_actor(self._namespace, self._storage_path)
+            self._commit = internal(coordinator, self._namespace).commit
+        return self._commit
 
     async def _refresh(self, copies: dict[str, list[Any]]) -> None:
         from .namespace import namespace_actor_name

@@ -36,7 +36,11 @@ class Target:
 def plan(
     targets: Sequence[Target], records: Sequence[MessageRecord]
 ) -> dict[str, list[MessageRecord]]:
-    """The copies each subscription (by path) receives, in publish order."""
+    """The copies each subscription (by path) receives, in publish order.
+
+    A copy no rule action changed is the published record itself (the same object in every
+    subscription's list): callers must treat the copies as read-only.
+    """
     out: dict[str, list[MessageRecord]] = {}
     for target in targets:
         copies: list[MessageRecord] = []
@@ -51,21 +55,26 @@ def plan(
                     copies.append(dead)
                 continue
             for rule_name, action in matches:
+                if action is None:
+                    # Unchanged copies share the record: the router only reads and serialises
+                    # them (each partition deserialises its own), and shares of equal content
+                    # can then be recognised and serialised once.
+                    copies.append(rec)
+                    continue
                 copy = snapshot(rec)
-                if action is not None:
-                    try:
-                        action.apply(copy)
-                        props = dict(copy.application_properties or {})
-                        props[RULE_NAME_PROPERTY] = rule_name
-                        copy.application_properties = props
-                        encoded_size(copy)
-                    except ServiceBusError as exc:  # the action made it invalid
-                        if not target.dead_letter_on_filter_errors:
-                            continue
-                        copy = snapshot(rec)
-                        copy.state = ARRIVE_DEAD_LETTERED
-                        copy.dead_letter_reason = getattr(exc, "type_name", type(exc).__name__)
-                        copy.dead_letter_error_description = str(exc)
+                try:
+                    action.apply(copy)
+                    props = dict(copy.application_properties or {})
+                    props[RULE_NAME_PROPERTY] = rule_name
+                    copy.application_properties = props
+                    encoded_size(copy)
+                except ServiceBusError as exc:  # the action made it invalid
+                    if not target.dead_letter_on_filter_errors:
+                        continue
+                    copy = snapshot(rec)
+                    copy.state = ARRIVE_DEAD_LETTERED
+                    copy.dead_letter_reason = getattr(exc, "type_name", type(exc).__name__)
+                    copy.dead_letter_error_description = str(exc)
                 copies.append(copy)
         if copies:
             out[target.path] = copies
