@@ -53,6 +53,7 @@ pytestmark = pytest.mark.fault
 
 DLQ = ServiceBusSubQueue.DEAD_LETTER
 LOCK = timedelta(seconds=2)
+EXPRESS_LOCK = timedelta(seconds=6)
 SETTLE_S = 45.0  # how long the system may take to settle after a crash (loaded machine)
 STABLE_S = 3.0  # a settled state must not change for this long (> TXN_INQUIRY_S)
 
@@ -310,8 +311,10 @@ def test_express_participant_crashing_before_commit_keeps_the_transaction_atomic
     tag = uuid.uuid4().hex[:6]
     a, b = f"a-{tag}", f"b-{tag}"
     bus.create(
-        (a, {"lock_duration": LOCK, "enable_express": express == "A"}),
-        (b, {"lock_duration": LOCK, "enable_express": express == "B"}),
+        # A longer lock: this test expects commit, and on a loaded machine the receive, the
+        # fail point and the commit together took longer than 2 s (lock lost, abort).
+        (a, {"lock_duration": EXPRESS_LOCK, "enable_express": express == "A"}),
+        (b, {"lock_duration": EXPRESS_LOCK, "enable_express": express == "B"}),
     )
     a_id, b_ids = f"{tag}-a", [f"{tag}-b0", f"{tag}-b1"]
     with bus.client.get_queue_sender(a) as s:

@@ -34,6 +34,10 @@ def _until(check: Callable[[], bool], timeout: float = 20.0) -> None:
         time.sleep(0.1)
 
 
+def _active(admin: ServiceBusAdministrationClient, queue: str) -> int:
+    return int(admin.get_queue_runtime_properties(queue).active_message_count)
+
+
 def _drain(client: raybus.ServiceBusClient, queue: str, n: int, **kw: object) -> list:
     got: list = []
     with client.get_queue_receiver(queue, max_wait_time=2, **kw) as receiver:  # type: ignore[arg-type]
@@ -174,6 +178,8 @@ def test_forwarding_rides_out_a_destination_partition_crash(
     with client.get_queue_sender(src) as sender:
         for i in range(0, n, 50):
             sender.send_messages([ServiceBusMessage(f"m{j}") for j in range(i, i + 50)])
+    # The destination restarts (~1 s, longer on a loaded machine) before the retry lands.
+    _until(lambda: _active(admin, dest) == n, timeout=60)
     got = _drain(client, dest, n)
     assert sorted(m.body for m in got) == sorted(f"m{i}" for i in range(n))
     assert _drain(client, src, 1, sub_queue="deadletter") == []
