@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 import ray
+from segment_files import record_starts, segments
 
 import raybus
 from raybus import ServiceBusMessage, ServiceBusSubQueue, aio
@@ -392,7 +393,7 @@ async def test_concurrent_commits_log_every_decision_and_the_coordinator_recover
     ray_cluster: str, tmp_path: Path
 ) -> None:
     """Many transactions commit at once: the coordinator logs each decision and each "done"
-    (one log file per record), and a restarted coordinator reads its log back."""
+    (one log record each), and a restarted coordinator reads its log back."""
     namespace = f"txl-{uuid.uuid4().hex[:8]}"
     storage = str(tmp_path / "storage")
     admin = aio.ServiceBusAdministrationClient(namespace, storage_path=storage)
@@ -411,7 +412,10 @@ async def test_concurrent_commits_log_every_decision_and_the_coordinator_recover
         stats = await coordinator.stats.remote()
         assert stats == {"committed": count, "aborted": 0, "undone": 0}
         log_dir = Path(storage) / namespace / "coordinator" / "log"
-        records = sorted(p.name for p in log_dir.glob("*.arrow"))
+        # Records are appended to segment files (or one file each, in logs from before them).
+        records = len(list(log_dir.glob("*.arrow"))) + sum(
+            len(record_starts(seg.read_bytes())) for seg in segments(log_dir)
+        )
         ray.kill(coordinator, no_restart=False)
         restarted: Any = None
         deadline = time.monotonic() + 30
@@ -424,9 +428,9 @@ async def test_concurrent_commits_log_every_decision_and_the_coordinator_recover
                 if time.monotonic() > deadline:
                     restarted = exc
                 await asyncio.sleep(0.5)
-        # A decision and a "done" per transaction, each in its own file, none overwritten.
-        assert len(records) == 2 * count, (
-            f"{len(records)} log files for {count} committed transactions; restarted "
+        # A decision and a "done" per transaction, each its own record, none overwritten.
+        assert records == 2 * count, (
+            f"{records} log records for {count} committed transactions; restarted "
             f"coordinator: {restarted!r}"[:2000]
         )
         assert isinstance(restarted, dict), f"restart failed: {restarted!r}"[:2000]
