@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -11,6 +10,7 @@ import pytest
 from amqp_gateway_fixtures import receive_n
 from azure.servicebus import ServiceBusClient as SdkClient
 from azure.servicebus import ServiceBusMessage
+from net import free_port
 
 import raybus
 from raybus.amqp import start_gateway
@@ -19,12 +19,6 @@ from raybus.amqp import start_gateway
 @pytest.fixture
 def namespace(module_namespace: str) -> str:
     return module_namespace
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _connection_string(port: int) -> str:
@@ -48,7 +42,7 @@ def _round_trip(port: int, queue: str, n: int) -> list[str]:
 def test_the_cli_command_serves_the_sdk_until_its_duration_ends(
     ray_cluster: str, namespace: str, pooled_queue: str
 ) -> None:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "RAY_ADDRESS": ray_cluster}
     proc = subprocess.Popen(
         [

@@ -16,7 +16,6 @@ test.
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from azure.servicebus.management import (
     SqlRuleFilter,
     TrueRuleFilter,
 )
+from net import free_port
 
 import raybus
 import raybus.http
@@ -69,13 +69,6 @@ class Gateway:
         )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def server(namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     from ray import serve
@@ -83,7 +76,7 @@ def server(namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     certfile, keyfile = ensure_certificate(tmp_path_factory.mktemp("certs"))
     serve.shutdown()  # Serve's HTTP options (TLS) are fixed by whoever starts it
     url = raybus.http.start_http_gateway(
-        namespace, port=_free_port(), tls=(certfile, keyfile), max_replicas=1
+        namespace, port=free_port(), tls=(certfile, keyfile), max_replicas=1
     )
     try:
         yield Gateway(int(url.rsplit(":", 1)[1]), certfile)

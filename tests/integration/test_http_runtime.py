@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
+from net import free_port
 
 import raybus.http
 from raybus import ServiceBusMessage
@@ -24,13 +25,6 @@ from raybus.auth import SharedAccessKeyCredential, generate_sas_token
 from raybus.management import CorrelationRuleFilter, ServiceBusAdministrationClient
 
 BATCH = "application/vnd.microsoft.servicebus.json"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +37,7 @@ def gateway(module_namespace: str) -> Iterator[str]:
     from ray import serve
 
     url = raybus.http.start_http_gateway(
-        module_namespace, port=_free_port(), max_receive_timeout_s=5.0, max_replicas=2
+        module_namespace, port=free_port(), max_receive_timeout_s=5.0, max_replicas=2
     )
     try:
         yield url
@@ -688,7 +682,7 @@ def test_tls_gateway_serves_https_with_the_self_signed_certificate(
     monkeypatch.setenv("RAYBUS_TLS_DIR", str(tls_dir))
     raybus.http.stop_http_gateway(namespace, shutdown_serve=True)
     try:
-        url = raybus.http.start_http_gateway(namespace, port=_free_port(), tls=True)
+        url = raybus.http.start_http_gateway(namespace, port=free_port(), tls=True)
         assert url.startswith("https://127.0.0.1:")
         certfile = str(tls_dir / "raybus-gateway.crt")
         with httpx.Client(base_url=url, verify=certfile, timeout=30) as c:
@@ -714,7 +708,7 @@ def test_cli_http_serves_until_sigterm(ray_cluster: str, namespace: str, queue: 
     from ray import serve
 
     serve.shutdown()  # whatever an earlier test left: the CLI starts Serve on its own port
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, RAY_ADDRESS=ray_cluster)
     proc = subprocess.Popen(
         [sys.executable, "-m", "raybus.cli", "--namespace", namespace, "http", "--port", str(port)],
