@@ -10,6 +10,7 @@ A commit runs:
 3. Otherwise the decision is **logged durably** before anyone hears of it, then every
    participant is told to commit. The caller's ``commit`` returns once they all applied it (or,
    if one cannot be reached, once the decision is logged: that one applies it when it asks).
+   The mark that all applied it is logged with the next write, not waited for.
 
 Guarantees: a transaction is all-or-nothing. The coordinator answers ``outcome(txn)`` with
 ``commit`` for a logged decision, ``pending`` while it is deciding, and ``abort`` otherwise
@@ -201,8 +202,11 @@ class CoordinatorActor(Guarded):
 
         done = await asyncio.gather(*(one(n, h) for n, h in zip(names, handles, strict=True)))
         if all(done):
-            if self._decided.pop(txn_id, None) is not None:
-                await self._append(("done", txn_id, []))
+            # Not waited for: the caller needs only the participants' answers. Lost in a
+            # crash, the decision is replayed and told again; they ignore a transaction
+            # that already ended.
+            if self._decided.pop(txn_id, None) is not None and self._log is not None:
+                self._log.append_soon(("done", txn_id, []))
         else:
             self._start_resume()
 
