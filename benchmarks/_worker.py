@@ -3,9 +3,17 @@
 process and its receivers in another, so all of them have the same process layout.
 
 Protocol (JSON lines on stdin; ``BENCH {json}`` lines on stdout, see ``_common.WorkerProcess``):
-``{"op": "prepare", ...cell}`` opens the endpoints and answers ``prepared``; ``{"op": "go"}``
-runs the role and answers ``done`` with its timing (and, for receivers, the checks and the
-latency summary); ``{"op": "exit"}``. Errors answer ``error`` with the traceback.
+``{"op": "prepare", ...cell}`` opens the endpoints and answers ``prepared``; ``{"op": "warm"}``
+moves the cell's warm-up messages (untimed) and answers ``warmed``; ``{"op": "go"}`` runs the
+role and answers ``done`` with its timing (and, for receivers, the checks and the latency
+summary); ``{"op": "exit"}``. Errors answer ``error`` with the traceback.
+
+Warm-up: every system's first calls pay once-only costs (new worker processes, connections,
+route lookups, code paths run for the first time) that a long-running application pays once,
+not per message. So before the timed run, the senders send ``warmup(cell)`` messages (indexes
+n, n+1, ...; single calls, spread over every sender endpoint) and the receivers receive and
+settle all of them on every source, through the same endpoints the run then uses. The same
+for every system.
 """
 
 from __future__ import annotations
@@ -33,7 +41,14 @@ def _peer(system: str) -> Any:
     return importlib.import_module(f"_peer_{SYSTEMS[system]['peer']}")
 
 
-async def run_senders(cell: dict[str, Any], go: asyncio.Event) -> dict[str, Any]:
+def warmup(cell: dict[str, Any]) -> int:
+    """Warm-up messages per source: at least one per sender and one per competing receiver."""
+    return max(20, cell.get("senders", 1), cell.get("receivers", 1))
+
+
+async def run_senders(
+    cell: dict[str, Any], warm: asyncio.Event, go: asyncio.Event
+) -> dict[str, Any]:
     """``cell['senders']`` tasks send indexes 0..n-1 in chunks of ``batch`` (1 for single
     calls), taking the next chunk as they finish one; with ``rate`` set, one message is sent
     per tick instead, open loop (the low-latency scenario; the achieved rate is reported)."""
@@ -45,6 +60,10 @@ async def run_senders(cell: dict[str, Any], go: asyncio.Event) -> dict[str, Any]
     step = 1 if cfg["calls"] == "single" else cfg["batch"]
     chunks = iter(range(0, n, step))
     emit(event="prepared")
+    await warm.wait()
+    w = warmup(cell)
+    await asyncio.gather(*(eps[k % len(eps)].send([make_body(n + k, size)]) for k in range(w)))
+    emit(event="warmed")
     await go.wait()
     t0 = time.time()
 
@@ -74,7 +93,9 @@ async def run_senders(cell: dict[str, Any], go: asyncio.Event) -> dict[str, Any]
     return {"t_start": t0, "t_end": t1, "sent": n}
 
 
-async def run_receivers(cell: dict[str, Any], go: asyncio.Event) -> dict[str, Any]:
+async def run_receivers(
+    cell: dict[str, Any], warm: asyncio.Event, go: asyncio.Event
+) -> dict[str, Any]:
     """``cell['receivers']`` tasks; task j reads source j % sources (a topic's subscriptions,
     or the one queue they compete for). Each source must deliver every index 0..n-1 exactly
     once with an intact body; the role ends when all sources did (or at the deadline)."""
@@ -92,6 +113,25 @@ async def run_receivers(cell: dict[str, Any], go: asyncio.Event) -> dict[str, An
         for j in range(cell["receivers"])
     ]
     emit(event="prepared")
+    await warm.wait()
+    w = warmup(cell)
+    warmed = [0] * sources
+
+    async def warm_task(src: int, ep: Any) -> None:
+        """Receive and settle the warm-up messages (indexes n..n+w-1) of ``src``."""
+        while warmed[src] < w:
+            got = await ep.receive(max_n, 0.2)
+            for body, _tok in got:
+                parsed = parse_body(body, size)
+                if parsed is None or not n <= parsed[0] < n + w:
+                    raise RuntimeError(f"source {src}: a message that is not a warm-up one")
+            warmed[src] += len(got)
+            await ep.settle([tok for _b, tok in got])
+
+    await asyncio.wait_for(
+        asyncio.gather(*(warm_task(src, ep) for src, ep in eps)), cell["timeout"]
+    )
+    emit(event="warmed")
     await go.wait()
     deadline = time.monotonic() + cell["timeout"]
     t_first: list[float] = []
@@ -151,19 +191,21 @@ async def serve(role: str) -> None:
         if cmd["op"] != "prepare":
             emit(event="error", error=f"expected prepare, got {cmd['op']!r}")
             continue
-        go = asyncio.Event()
+        steps = [("warm", asyncio.Event()), ("go", asyncio.Event())]
         run = run_senders if role == "send" else run_receivers
-        job = asyncio.ensure_future(run(cmd, go))
+        job = asyncio.ensure_future(run(cmd, steps[0][1], steps[1][1]))
         try:
-            while not job.done():  # wait for "go" (or the job failing while preparing)
+            # wait for "warm", then "go" (or the job failing while preparing or warming up)
+            while steps and not job.done():
                 nxt = asyncio.ensure_future(reader.readline())
                 await asyncio.wait({job, nxt}, return_when=asyncio.FIRST_COMPLETED)
                 if nxt.done():
-                    if json.loads(nxt.result() or b'{"op": "exit"}')["op"] != "go":
+                    op, event = steps.pop(0)
+                    if json.loads(nxt.result() or b'{"op": "exit"}')["op"] != op:
                         job.cancel()
-                        raise RuntimeError("expected go")
-                    go.set()
-                    break
+                        raise RuntimeError(f"expected {op}")
+                    event.set()
+                    continue
                 nxt.cancel()
             emit(event="done", **(await job))
         except Exception:
