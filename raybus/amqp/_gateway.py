@@ -192,9 +192,8 @@ class Gateway:
     async def check_entity(self, client: aio.ServiceBusClient, address: Address) -> int:
         """Resolve the entity now (``MessagingEntityNotFoundError`` at attach, as Service Bus
         does); returns its max message size."""
-        route = await client._conn.route(address.entity)
-        size = getattr(route.properties, "max_message_size", None)
-        return int(size) if size else 1024 * 1024
+        info = await client.resolve_entity(address.entity)
+        return info.max_message_size_in_bytes
 
     def management_receiver(
         self, conn: AmqpConnection, node: str, mode: ServiceBusReceiveMode | None = None

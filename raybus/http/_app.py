@@ -196,7 +196,7 @@ class HttpGateway:
             return await self._manage(request.method, path, query, request, body, token)
         base_url = str(request.base_url).rstrip("/")
         return await handle_runtime(
-            self._clients.get(token),
+            await self._clients.get(token),
             route,
             query=query,
             headers=list(request.headers.items()),
@@ -220,7 +220,7 @@ class HttpGateway:
             return error_response(501, "the management (ATOM) API is not available yet")
         try:
             result: Response | None = await self._management(
-                method, path, query, dict(request.headers), body, self._admins.get(token)
+                method, path, query, dict(request.headers), body, await self._admins.get(token)
             )
         except ServiceBusError as exc:
             return response_for_error(exc)

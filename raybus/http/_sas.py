@@ -13,6 +13,8 @@ namespace has no authorization rules (an open namespace); otherwise the broker a
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -56,6 +58,11 @@ class ClientCache(Generic[T]):
     same caller keeps its routes and coalescers warm (a fresh client pays a registry lookup).
     Bounded because tokens are caller-chosen: a flood of distinct tokens must not grow memory.
     An evicted client holds nothing that needs closing (senders and receivers are per request).
+
+    Why ``factory`` runs in a worker thread: creating a client looks the namespace actor up
+    through Ray's GCS, a blocking call that would stall every request the replica's event
+    loop serves. Concurrent first requests with one token share one creation (and its error,
+    which is not cached: the next request tries again).
     """
 
     def __init__(self, factory: Callable[[SasTokenCredential | None], T], capacity: int) -> None:
@@ -64,17 +71,30 @@ class ClientCache(Generic[T]):
         self._factory = factory
         self._capacity = capacity
         self._clients: OrderedDict[str | None, T] = OrderedDict()
+        self._creating: dict[str | None, asyncio.Future[T]] = {}
 
-    def get(self, token: str | None) -> T:
+    async def get(self, token: str | None) -> T:
         client = self._clients.get(token)
         if client is not None:
             self._clients.move_to_end(token)
             return client
-        client = self._factory(None if token is None else SasTokenCredential(token))
-        self._clients[token] = client
+        creating = self._creating.get(token)
+        if creating is None:
+            credential = None if token is None else SasTokenCredential(token)
+            creating = asyncio.ensure_future(asyncio.to_thread(self._factory, credential))
+            self._creating[token] = creating
+            creating.add_done_callback(functools.partial(self._created, token))
+        # Shielded: a request that goes away must not cancel the creation others wait for.
+        return await asyncio.shield(creating)
+
+    def _created(self, token: str | None, creating: asyncio.Future[T]) -> None:
+        # Runs before any waiter resumes, so they all find the client cached.
+        del self._creating[token]
+        if creating.cancelled() or creating.exception() is not None:
+            return
+        self._clients[token] = creating.result()
         while len(self._clients) > self._capacity:
             self._clients.popitem(last=False)
-        return client
 
     def __len__(self) -> int:
         return len(self._clients)

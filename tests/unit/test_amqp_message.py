@@ -28,23 +28,24 @@ from raybus.amqp._gateway import Gateway, parse_address
 from raybus.amqp._message import (
     RAW_BODY_PROPERTY,
     encode_body,
-    from_raybus,
+    from_received,
     split_batch,
     to_raybus,
 )
 from raybus.auth import generate_sas_token
 from raybus.enums import ServiceBusSubQueue
+from raybus.message import ServiceBusReceivedMessage
 
 
 def _section(code: int, value: object) -> bytes:
     return encode(Described(ULong(code), value))
 
 
-def _stored(payload: bytes) -> MessageRecord:
-    """What raybus would store for ``payload`` (and hand to a receiver)."""
+def _stored(payload: bytes) -> ServiceBusReceivedMessage:
+    """What a receiver would get for ``payload`` (stored by raybus, then peeked)."""
     rec = to_raybus(payload)._to_record()
     rec.sequence_number, rec.enqueued_time, rec.lock_token = 5, 1_700_000_000.0, None
-    return rec
+    return ServiceBusReceivedMessage(rec, entity="q", kind="peeked")
 
 
 def _body_sections(payload: bytes) -> bytes:
@@ -114,7 +115,7 @@ def test_properties_and_annotations_map_onto_raybus_fields() -> None:
 def test_bodies_with_a_native_form_need_no_raw_copy(body: bytes) -> None:
     msg = to_raybus(body)
     assert RAW_BODY_PROPERTY not in (msg.application_properties or {})
-    assert _body_sections(from_raybus(_stored(body), locked=False)) == body
+    assert _body_sections(from_received(_stored(body), locked=False)) == body
 
 
 @pytest.mark.parametrize(
@@ -130,7 +131,7 @@ def test_bodies_with_a_native_form_need_no_raw_copy(body: bytes) -> None:
 def test_other_bodies_come_back_byte_for_byte(body: bytes) -> None:
     msg = to_raybus(body)
     assert msg.application_properties[RAW_BODY_PROPERTY] == body
-    out = from_raybus(_stored(body), locked=False)
+    out = from_received(_stored(body), locked=False)
     assert _body_sections(out) == body
     assert RAW_BODY_PROPERTY.encode() not in out  # the reserved property is not re-emitted
 
@@ -153,8 +154,9 @@ def test_a_received_message_carries_the_broker_annotations() -> None:
         dead_letter_source="q",
         lock_token="x",
     )
+    received = ServiceBusReceivedMessage(rec, entity="q", kind="locked")
     sections = {
-        int(v.descriptor): v.value for v, _s, _e in decode_all(from_raybus(rec, locked=True))
+        int(v.descriptor): v.value for v, _s, _e in decode_all(from_received(received, locked=True))
     }
     ann = sections[0x72]
     assert ann[Symbol("x-opt-sequence-number")] == 9
@@ -164,7 +166,8 @@ def test_a_received_message_carries_the_broker_annotations() -> None:
     assert sections[0x70][4] == UInt(2)
     assert sections[0x74] == {"DeadLetterReason": "why"}
     unlocked = {
-        int(v.descriptor): v.value for v, _s, _e in decode_all(from_raybus(rec, locked=False))
+        int(v.descriptor): v.value
+        for v, _s, _e in decode_all(from_received(received, locked=False))
     }
     assert Symbol("x-opt-locked-until") not in unlocked[0x72]
 
