@@ -155,7 +155,7 @@ def test_bad_input_is_invalid_argument_and_the_message_stays_locked(
     kwargs: dict[str, Any],
 ) -> None:
     name = _queue(admin)
-    real, seq = _lock_one(client, name)
+    real, _seq = _lock_one(client, name)
     disposition = kwargs.pop("disposition", ServiceBusDisposition.COMPLETED)
     with client.get_queue_receiver(name) as receiver:
         with pytest.raises(InvalidArgumentError):

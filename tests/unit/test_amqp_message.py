@@ -280,9 +280,13 @@ def test_clients_of_expired_tokens_are_dropped() -> None:
 
 def test_locks_held_past_their_expiry_are_pruned() -> None:
     conn = AmqpConnection(None, None, None)  # type: ignore[arg-type]  # no socket needed
-    old = SimpleNamespace(_record=SimpleNamespace(locked_until=0.0))
+    def locked(until: float) -> ServiceBusReceivedMessage:
+        rec = MessageRecord(body=b"", sequence_number=1, lock_token="t", locked_until=until)
+        return ServiceBusReceivedMessage(rec, entity="q", kind="locked")
+
+    old = locked(1.0)
     conn.hold("old", None, old)
-    fresh = SimpleNamespace(_record=SimpleNamespace(locked_until=time.time() + 60))
+    fresh = locked(time.time() + 60)
     for i in range(1022):
         conn.hold(f"t{i}", None, fresh)
     assert "old" in conn.locks  # pruning runs every 1024th call
