@@ -339,7 +339,7 @@ class EntityReceiver(OutgoingLink):
                 value = value.value
             session_id = NEXT_AVAILABLE_SESSION if value is None else str(value)
         timeout_ms = props.get(Symbol("com.microsoft:timeout"))
-        client = self.gateway.client_for(self.conn, address.entity)
+        client = await self.gateway.client_for(self.conn, address.entity)
         self.receiver = address.receiver(
             client,
             receive_mode=ServiceBusReceiveMode.PEEK_LOCK
@@ -537,7 +537,7 @@ class EntitySender(IncomingLink):
         address = self.gateway.parse_address(self.address)
         if address.subscription is not None or address.sub_queue is not None:
             raise DecodeError(f"cannot send to {self.address!r}: send to a queue or topic")
-        client = self.gateway.client_for(self.conn, address.entity)
+        client = await self.gateway.client_for(self.conn, address.entity)
         self.sender = client.get_queue_sender(address.entity)
         self.max_message_size = await self.gateway.check_entity(client, address)
 

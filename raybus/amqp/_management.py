@@ -204,11 +204,13 @@ class ManagementRequests(IncomingLink):
             )
         return link.receiver
 
-    def _plain_receiver(self, args: dict[str, Any], app: dict[str, Any], mode: Any = None) -> Any:
+    async def _plain_receiver(
+        self, args: dict[str, Any], app: dict[str, Any], mode: Any = None
+    ) -> Any:
         link = self._entity_link(app, args)
         if link is not None:
             return link.receiver
-        return self.gateway.management_receiver(self.conn, self.address, mode)
+        return await self.gateway.management_receiver(self.conn, self.address, mode)
 
     async def _op_peek_message(self, args: dict[str, Any], app: dict[str, Any]) -> tuple[int, Any]:
         start = int(args.get("from-sequence-number") or 0)
@@ -222,14 +224,14 @@ class ManagementRequests(IncomingLink):
             # one partition, so peek with a fresh receiver, whose cursor in every partition is
             # at the beginning (an explicit number, the SDK's next request, ignores cursors).
             address = self.gateway.parse_address(self.address)
-            client = self.gateway.client_for(self.conn, address.entity)
+            client = await self.gateway.client_for(self.conn, address.entity)
             fresh = address.receiver(client)
             try:
                 peeked = await fresh.peek_messages(count)
             finally:
                 await fresh.close()
         else:
-            receiver = self._plain_receiver(args, app)
+            receiver = await self._plain_receiver(args, app)
             peeked = await receiver.peek_messages(count, sequence_number=start)
         if not peeked:
             return 204, None
@@ -295,7 +297,7 @@ class ManagementRequests(IncomingLink):
         if args.get("session-id") is not None:
             receiver = self._session_receiver(args, app)
         else:
-            receiver = self._plain_receiver(args, app, mode)
+            receiver = await self._plain_receiver(args, app, mode)
         got = await receiver.receive_deferred_messages(seqs)
         if not got:
             return 204, None
@@ -314,7 +316,7 @@ class ManagementRequests(IncomingLink):
         entries = args.get("messages")
         if not isinstance(entries, list):
             raise InvalidArgumentError("messages must be a list", None, "messages")
-        sender = self.gateway.management_sender(self.conn, self.address)
+        sender = await self.gateway.management_sender(self.conn, self.address)
         seqs: list[int] = []
         for entry in entries:
             if not isinstance(entry, dict) or not isinstance(entry.get("message"), bytes):
@@ -334,7 +336,7 @@ class ManagementRequests(IncomingLink):
         self, args: dict[str, Any], app: dict[str, Any]
     ) -> tuple[int, Any]:
         seqs = _sequence_numbers(args)
-        sender = self.gateway.management_sender(self.conn, self.address)
+        sender = await self.gateway.management_sender(self.conn, self.address)
         await sender.cancel_scheduled_messages(seqs)
         return 200, {}
 
@@ -368,7 +370,7 @@ class ManagementRequests(IncomingLink):
         self, args: dict[str, Any], app: dict[str, Any]
     ) -> tuple[int, Any]:
         address = self.gateway.parse_address(self.address)
-        client = self.gateway.client_for(self.conn, address.entity)
+        client = await self.gateway.client_for(self.conn, address.entity)
         after = args.get("last-updated-time")
         after_dt: datetime | None = None
         # .NET's DateTime.MaxValue (253402300800000 ms) or beyond means "no filter": sessions

@@ -30,6 +30,7 @@ from ray import serve
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response as StarletteResponse
 
+from .._client_cache import ClientCache
 from ..aio import ServiceBusAdministrationClient, ServiceBusClient
 from ..exceptions import ServiceBusError
 from ._runtime import (
@@ -39,7 +40,7 @@ from ._runtime import (
     match_runtime,
     response_for_error,
 )
-from ._sas import ClientCache, credential_from_header
+from ._sas import credential_from_header
 from ._wire import HttpError
 
 __all__ = ["GatewaySettings", "HttpGateway"]

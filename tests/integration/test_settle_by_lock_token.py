@@ -120,9 +120,7 @@ def test_dead_lettered_by_lock_token_carries_reason_and_description(
             dead_letter_reason="bad",
             dead_letter_error_description="unparseable",
         )
-    dlq = client.get_queue_receiver(
-        name, sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5
-    )
+    dlq = client.get_queue_receiver(name, sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5)
     with dlq:
         (dead,) = dlq.receive_messages()
         assert (dead.dead_letter_reason, dead.dead_letter_error_description) == (

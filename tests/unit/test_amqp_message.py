@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from raybus import exceptions as ex
+from raybus._client_cache import ClientCache
 from raybus._core.record import MessageRecord
 from raybus.amqp._codec import (
     Array,
@@ -32,7 +34,7 @@ from raybus.amqp._message import (
     split_batch,
     to_raybus,
 )
-from raybus.auth import generate_sas_token
+from raybus.auth import SasTokenCredential, generate_sas_token
 from raybus.enums import ServiceBusSubQueue
 from raybus.message import ServiceBusReceivedMessage
 
@@ -255,31 +257,47 @@ def test_errors_map_to_the_conditions_the_sdk_knows(
     assert status_of(error) == status
 
 
-def test_links_use_the_token_put_for_the_most_specific_audience() -> None:
+async def test_links_use_the_token_put_for_the_most_specific_audience() -> None:
     gateway = Gateway("ns")
-    gateway._client = lambda token: token  # type: ignore[method-assign]  # no Ray: token = client
-    conn = SimpleNamespace(
+
+    async def client(token: str | None) -> Any:  # no Ray: the token stands for its client
+        return token
+
+    gateway._client = client  # type: ignore[method-assign]
+    conn: Any = SimpleNamespace(
         tokens={"sb://localhost:5672/": "T-ns", "sb://localhost:5672/orders": "T-orders"}
     )
-    assert gateway.client_for(conn, "orders") == "T-orders"
-    assert gateway.client_for(conn, "Orders") == "T-orders"  # paths compare case-insensitively
-    assert gateway.client_for(conn, "other") == "T-ns"
-    assert gateway.client_for(conn, "t/Subscriptions/s") == "T-ns"
+    assert await gateway.client_for(conn, "orders") == "T-orders"
+    assert await gateway.client_for(conn, "Orders") == "T-orders"  # paths: case-insensitive
+    assert await gateway.client_for(conn, "other") == "T-ns"
+    assert await gateway.client_for(conn, "t/Subscriptions/s") == "T-ns"
     conn.tokens = {"sb://localhost:5672/orders": "T-orders"}
-    assert gateway.client_for(conn, "orders-2") is None  # no token covers it: no credential
+    assert await gateway.client_for(conn, "orders-2") is None  # no token covers it
 
 
-def test_clients_of_expired_tokens_are_dropped() -> None:
+async def test_clients_are_reused_per_token_and_those_of_expired_tokens_dropped() -> None:
     gateway = Gateway("ns")
+    made: list[SasTokenCredential | None] = []
+
+    def factory(credential: SasTokenCredential | None) -> object:
+        made.append(credential)
+        return object()
+
+    gateway._clients = ClientCache(factory, 16)  # type: ignore[assignment]  # no Ray
     past = generate_sas_token("sb://h/q", "k", "key-0123456789abcdef", expiry=1)
     fresh = generate_sas_token("sb://h/q", "k", "key-0123456789abcdef", ttl=600)
-    gateway._clients = {None: "open", past: "old", fresh: "new"}  # type: ignore[dict-item]
-    gateway._forget_expired()
-    assert gateway._clients == {None: "open", fresh: "new"}
+    anonymous = await gateway._client(None)
+    await gateway._client(past)
+    assert past in gateway._clients
+    new = await gateway._client(fresh)  # a new token's client: expired ones go first
+    assert past not in gateway._clients
+    assert await gateway._client(fresh) is new and await gateway._client(None) is anonymous
+    assert len(made) == 3
 
 
 def test_locks_held_past_their_expiry_are_pruned() -> None:
     conn = AmqpConnection(None, None, None)  # type: ignore[arg-type]  # no socket needed
+
     def locked(until: float) -> ServiceBusReceivedMessage:
         rec = MessageRecord(body=b"", sequence_number=1, lock_token="t", locked_until=until)
         return ServiceBusReceivedMessage(rec, entity="q", kind="locked")

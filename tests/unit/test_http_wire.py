@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from raybus._client_cache import ClientCache
 from raybus._core.record import MessageRecord
 from raybus.auth import SasTokenCredential, generate_sas_token
 from raybus.exceptions import (
@@ -34,7 +35,7 @@ from raybus.http._runtime import (
     receive_timeout,
     status_of,
 )
-from raybus.http._sas import ClientCache, credential_from_header
+from raybus.http._sas import credential_from_header
 from raybus.http._wire import (
     HttpError,
     batch_messages,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from typing import Any
 
 import pytest
 
-from raybus import ServiceBusDisposition
+import raybus
+from raybus import ServiceBusDisposition, aio
 from raybus.aio._lock_token import check_lock_token
 from raybus.exceptions import InvalidArgumentError
 
@@ -36,3 +38,19 @@ def test_dispositions_take_their_values_as_strings_too() -> None:
         "deadlettered",
         "released",
     }
+
+
+@pytest.mark.parametrize(
+    ("sync_cls", "aio_cls", "name"),
+    [
+        (raybus.ServiceBusReceiver, aio.ServiceBusReceiver, "settle_message_by_lock_token"),
+        (raybus.ServiceBusReceiver, aio.ServiceBusReceiver, "renew_message_lock_by_lock_token"),
+        (raybus.ServiceBusClient, aio.ServiceBusClient, "resolve_entity"),
+    ],
+)
+def test_the_sync_twin_takes_the_same_arguments(sync_cls: type, aio_cls: type, name: str) -> None:
+    sync_params = inspect.signature(getattr(sync_cls, name)).parameters
+    aio_params = inspect.signature(getattr(aio_cls, name)).parameters
+    assert [(p.name, p.kind, p.default) for p in sync_params.values()] == [
+        (p.name, p.kind, p.default) for p in aio_params.values()
+    ]
