@@ -18,9 +18,11 @@ from ._sync_client import (
     ServiceBusTransaction,
     connect,
 )
+from .aio import EntityInfo
 from .enums import (
     NEXT_AVAILABLE_SESSION,
     EntityStatus,
+    ServiceBusDisposition,
     ServiceBusMessageState,
     ServiceBusReceiveMode,
     ServiceBusSessionFilter,
@@ -34,11 +36,13 @@ __version__ = "0.1.0"
 __all__ = [
     "NEXT_AVAILABLE_SESSION",
     "AutoLockRenewer",
+    "EntityInfo",
     "EntityStatus",
     "ProcessorContext",
     "ProcessorStatistics",
     "ServiceBusAdministrationClient",
     "ServiceBusClient",
+    "ServiceBusDisposition",
     "ServiceBusMessage",
     "ServiceBusMessageBatch",
     "ServiceBusMessageState",

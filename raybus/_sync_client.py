@@ -15,12 +15,12 @@ from . import _sync, aio
 from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ._core.pool import ProcessorStatistics
 from ._sync import run
-from .aio import _complete
+from .aio import EntityInfo, _complete
 from .aio._processor import DEFAULT_STOP_TIMEOUT_S, Handler, Seconds, in_thread
 from .aio._receiver import _past, lock_token_of
 from .aio._sender import SendInput, _records
 from .auth import Credential
-from .enums import ServiceBusReceiveMode, ServiceBusSubQueue
+from .enums import ServiceBusDisposition, ServiceBusReceiveMode, ServiceBusSubQueue
 from .message import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
 
 __all__ = [
@@ -237,6 +237,39 @@ class ServiceBusReceiver:
     ) -> datetime | None:
         txn = None if transaction is None else transaction._aio
         return run(self._aio.renew_message_lock(message, timeout=timeout, transaction=txn))
+
+    def settle_message_by_lock_token(
+        self,
+        lock_token: str,
+        disposition: ServiceBusDisposition | str,
+        *,
+        sequence_number: int | None = None,
+        properties_to_modify: dict[str, Any] | None = None,
+        dead_letter_reason: str | None = None,
+        dead_letter_error_description: str | None = None,
+    ) -> None:
+        """Settle by lock token, waiting for the broker (see
+        ``raybus.aio.ServiceBusReceiver.settle_message_by_lock_token``)."""
+        run(
+            self._aio.settle_message_by_lock_token(
+                lock_token,
+                disposition,
+                sequence_number=sequence_number,
+                properties_to_modify=properties_to_modify,
+                dead_letter_reason=dead_letter_reason,
+                dead_letter_error_description=dead_letter_error_description,
+            )
+        )
+
+    def renew_message_lock_by_lock_token(
+        self, lock_token: str, *, sequence_number: int | None = None, timeout: Any = None
+    ) -> datetime:
+        """Renew a lock by its token (see ``raybus.aio.ServiceBusReceiver``)."""
+        return run(
+            self._aio.renew_message_lock_by_lock_token(
+                lock_token, sequence_number=sequence_number, timeout=timeout
+            )
+        )
 
     def __iter__(self) -> Iterator[ServiceBusReceivedMessage]:
         it = self._aio._iterate()
@@ -472,6 +505,10 @@ class ServiceBusClient:
                 topic_name, subscription_name, state_updated_after=state_updated_after
             )
         )
+
+    def resolve_entity(self, entity_path: str) -> EntityInfo:
+        """An entity's settings (see ``raybus.aio.ServiceBusClient.resolve_entity``)."""
+        return run(self._aio.resolve_entity(entity_path))
 
     def transaction(self) -> ServiceBusTransaction:
         """A new transaction (``with client.transaction() as txn:``)."""

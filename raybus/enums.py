@@ -7,6 +7,7 @@ from enum import Enum, IntEnum
 __all__ = [
     "NEXT_AVAILABLE_SESSION",
     "EntityStatus",
+    "ServiceBusDisposition",
     "ServiceBusMessageState",
     "ServiceBusReceiveMode",
     "ServiceBusSessionFilter",
@@ -26,6 +27,23 @@ class ServiceBusSubQueue(str, Enum):
 
     DEAD_LETTER = "deadletter"
     TRANSFER_DEAD_LETTER = "transferdeadletter"
+
+
+class ServiceBusDisposition(str, Enum):
+    """How ``settle_message_by_lock_token`` settles a message: the outcomes of Service Bus's
+    ``$management`` ``update-disposition`` and REST settlement, plus AMQP's ``released``.
+
+    COMPLETED removes it; ABANDONED makes it available again with ``delivery_count + 1``;
+    DEFERRED sets it aside for ``receive_deferred_messages``; DEAD_LETTERED moves it to the
+    dead-letter sub-queue; RELEASED gives it back *without* counting a delivery (for a
+    message received but never handed to the application, e.g. a gateway's surplus).
+    """
+
+    COMPLETED = "completed"
+    ABANDONED = "abandoned"
+    DEFERRED = "deferred"
+    DEAD_LETTERED = "deadlettered"
+    RELEASED = "released"
 
 
 class ServiceBusMessageState(IntEnum):

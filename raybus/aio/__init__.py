@@ -6,6 +6,7 @@ from .._core.pool import ProcessorStatistics
 from ._auto_lock_renewer import AutoLockRenewer
 from ._client import ServiceBusClient
 from ._context import ProcessorContext
+from ._entity import EntityInfo
 from ._management import ServiceBusAdministrationClient
 from ._processor import ServiceBusProcessor
 from ._receiver import ServiceBusReceiver
@@ -15,6 +16,7 @@ from ._transaction import ServiceBusTransaction
 
 __all__ = [
     "AutoLockRenewer",
+    "EntityInfo",
     "ProcessorContext",
     "ProcessorStatistics",
     "ServiceBusAdministrationClient",

@@ -14,6 +14,7 @@ from .._topic_models import subscription_path
 from ..auth import Credential
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError
+from ._entity import EntityInfo, resolve_entity
 from ._processor import ErrorHandler, Handler, Seconds, ServiceBusProcessor
 from ._receiver import ServiceBusReceiver
 from ._sender import ServiceBusSender
@@ -116,6 +117,13 @@ class ServiceBusClient:
             subscription_path(topic_name, subscription_name),
             state_updated_after=state_updated_after,
         )
+
+    async def resolve_entity(self, entity_path: str) -> EntityInfo:
+        """The settings of a queue, topic or subscription (``<topic>/Subscriptions/<sub>``)
+        that senders and receivers go by; ``MessagingEntityNotFoundError`` if it does not
+        exist. Needs only the rights of using the entity (not Manage). A raybus extension
+        (see ``raybus.aio.EntityInfo``)."""
+        return await resolve_entity(self._conn, entity_path)
 
     def transaction(self) -> ServiceBusTransaction:
         """A new transaction (``async with client.transaction() as txn:``; see

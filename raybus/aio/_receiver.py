@@ -44,6 +44,7 @@ from ..exceptions import (
 from ..message import ServiceBusReceivedMessage
 from . import _complete
 from ._fanout import peek_partitioned, receive_partitioned
+from ._lock_token import LockTokenSettlement
 from ._refusal import Failure
 from ._session import ServiceBusSession, check_session_id
 from ._settlement import Settlement
@@ -92,7 +93,7 @@ def _check_wait(value: Any, name: str, entity: str) -> float | None:
     return float(value)
 
 
-class ServiceBusReceiver(Settlement):
+class ServiceBusReceiver(Settlement, LockTokenSettlement):
     """Receives from one queue (or its dead-letter sub-queue).
 
     Get one from ``ServiceBusClient.get_queue_receiver``. Not safe to share across event loops;

@@ -119,6 +119,12 @@ class Session:
         return delivery_id
 
 
+def _lock_ended(message: Any, before: float) -> bool:
+    """Whether ``message``'s lock ended before ``before`` (epoch seconds)."""
+    until = message.locked_until_utc
+    return until is None or until.timestamp() < before
+
+
 class AmqpConnection:
     """Serves one client socket until it closes (``run``)."""
 
@@ -148,7 +154,7 @@ class AmqpConnection:
         self._held += 1
         if self._held % 1024 == 0:
             stale = time.time() - 60.0
-            for token in [t for t, (_l, m) in self.locks.items() if m._record.locked_until < stale]:
+            for token in [t for t, (_l, m) in self.locks.items() if _lock_ended(m, stale)]:
                 del self.locks[token]
 
     def write(self, data: bytes) -> None:

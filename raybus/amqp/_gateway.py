@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import aio
+from .._client_cache import ClientCache
 from .._topic_models import subscription_path
 from ..auth import SasTokenCredential, covers, parse_sas_token, resource_path
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
@@ -32,6 +33,8 @@ from ._connection import AmqpConnection
 __all__ = ["Address", "Gateway", "GatewayHandle", "start_gateway"]
 
 _LOG = logging.getLogger("raybus.amqp")
+# Clients kept (one per SAS token); the least recently used beyond this are dropped.
+_MAX_CLIENTS = 1024
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,10 @@ class Gateway:
         self._storage_path = storage_path
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[AmqpConnection] = set()
-        self._clients: dict[str | None, aio.ServiceBusClient] = {}
+        # Created off the event loop (a client's creation blocks on a Ray lookup), bounded.
+        self._clients: ClientCache[aio.ServiceBusClient] = ClientCache(
+            self._new_client, _MAX_CLIENTS
+        )
         # Per connection: receivers and senders that $management requests not tied to a
         # receiver link use (peek on a plain receiver, schedule on a sender).
         self._mgmt: dict[tuple[str, str, Any], Any] = {}
@@ -109,7 +115,9 @@ class Gateway:
     parse_address = staticmethod(parse_address)
 
     async def start(self) -> None:
-        self._client(None)  # join Ray now, not in the first connection's handler
+        # Join Ray now, in this thread (ray.init wants the main thread, where the CLI runs
+        # this), before anything is served: blocking the loop does no harm yet.
+        self._clients.add(None, self._new_client(None))
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         _LOG.info(
@@ -150,34 +158,36 @@ class Gateway:
 
     # ------------------------------------------------------------------ clients
 
-    def _client(self, token: str | None) -> aio.ServiceBusClient:
-        client = self._clients.get(token)
-        if client is None:
+    def _new_client(self, credential: SasTokenCredential | None) -> aio.ServiceBusClient:
+        return aio.ServiceBusClient(
+            self.namespace,
+            address=self._ray_address,
+            storage_path=self._storage_path,
+            credential=credential,
+        )
+
+    async def _client(self, token: str | None) -> aio.ServiceBusClient:
+        if token not in self._clients:
             self._forget_expired()
-            credential = None if token is None else SasTokenCredential(token)
-            client = aio.ServiceBusClient(
-                self.namespace,
-                address=self._ray_address,
-                storage_path=self._storage_path,
-                credential=credential,
-            )
-            self._clients[token] = client
-        return client
+        return await self._clients.get(token)
 
     def _forget_expired(self) -> None:
         """Drop the clients of expired tokens: the SDK puts a fresh token on every connection
-        and renews it, so without this the cache would grow for as long as the gateway runs
-        (the links still using a dropped client keep their own reference)."""
+        and renews it, so without this the cache would fill with dead tokens' clients (the
+        links still using a dropped client keep their own reference)."""
         now = time.time()
-        for token in [t for t in self._clients if t is not None]:
-            try:
-                expired = parse_sas_token(token).expiry <= now
-            except ServiceBusError:
-                expired = True
-            if expired:
-                del self._clients[token]
 
-    def client_for(self, conn: AmqpConnection, entity: str) -> aio.ServiceBusClient:
+        def expired(token: str | None) -> bool:
+            if token is None:
+                return False
+            try:
+                return parse_sas_token(token).expiry <= now
+            except ServiceBusError:
+                return True
+
+        self._clients.discard_where(expired)
+
+    async def client_for(self, conn: AmqpConnection, entity: str) -> aio.ServiceBusClient:
         """The raybus client for ``entity`` on ``conn``: the one holding the token put for the
         most specific audience that covers the entity, else one without credentials (which an
         open namespace accepts and a closed one refuses with ServiceBusAuthenticationError)."""
@@ -187,37 +197,37 @@ class Gateway:
             scope = resource_path(audience)
             if covers(scope, path) and (best is None or len(scope) > best[0]):
                 best = (len(scope), token)
-        return self._client(None if best is None else best[1])
+        return await self._client(None if best is None else best[1])
 
     async def check_entity(self, client: aio.ServiceBusClient, address: Address) -> int:
         """Resolve the entity now (``MessagingEntityNotFoundError`` at attach, as Service Bus
         does); returns its max message size."""
-        route = await client._conn.route(address.entity)
-        size = getattr(route.properties, "max_message_size", None)
-        return int(size) if size else 1024 * 1024
+        info = await client.resolve_entity(address.entity)
+        return info.max_message_size_in_bytes
 
-    def management_receiver(
+    async def management_receiver(
         self, conn: AmqpConnection, node: str, mode: ServiceBusReceiveMode | None = None
     ) -> aio.ServiceBusReceiver:
         address = parse_address(node)
         key = (conn.id, address.raw.lower(), mode)
         receiver = self._mgmt.get(key)
         if receiver is None:
-            client = self.client_for(conn, address.entity)
+            client = await self.client_for(conn, address.entity)
             receiver = address.receiver(
                 client, receive_mode=mode or ServiceBusReceiveMode.PEEK_LOCK
             )
             self._mgmt[key] = receiver
         return receiver
 
-    def management_sender(self, conn: AmqpConnection, node: str) -> aio.ServiceBusSender:
+    async def management_sender(self, conn: AmqpConnection, node: str) -> aio.ServiceBusSender:
         address = parse_address(node)
         if address.subscription is not None or address.sub_queue is not None:
             raise InvalidArgumentError(f"cannot schedule on {node!r}", address.entity, "address")
         key = (conn.id, address.raw.lower(), "sender")
         sender = self._mgmt.get(key)
         if sender is None:
-            sender = self.client_for(conn, address.entity).get_queue_sender(address.entity)
+            client = await self.client_for(conn, address.entity)
+            sender = client.get_queue_sender(address.entity)
             self._mgmt[key] = sender
         return sender
 

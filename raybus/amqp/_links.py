@@ -19,16 +19,16 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
-from ..enums import NEXT_AVAILABLE_SESSION, ServiceBusReceiveMode
+from ..enums import NEXT_AVAILABLE_SESSION, ServiceBusDisposition, ServiceBusReceiveMode
 from ..exceptions import ServiceBusError, SettlementFailedError
 from ._codec import DecodeError, Described, Symbol, UInt, ULong
 from ._connection import ProtocolError, lock_tag
 from ._errors import condition_of
 from ._frames import Performative, as_performative, described_list, error
-from ._message import BATCH_FORMAT, from_raybus, split_batch, to_raybus
+from ._message import BATCH_FORMAT, from_received, split_batch, to_raybus
 
 if TYPE_CHECKING:
     from ..aio import ServiceBusReceiver, ServiceBusSender
@@ -45,6 +45,16 @@ _IDLE_WAIT_S = 1.0  # one receive call's wait while credit is outstanding
 _DRAIN_WAIT_S = 0.05
 SESSION_FILTER = Symbol("com.microsoft:session-filter")
 _DOTNET_EPOCH_TICKS = 621355968000000000
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the peer settled a delivery, in raybus's terms (``settle`` applies it)."""
+
+    disposition: ServiceBusDisposition
+    properties: dict[str, Any] | None = None
+    reason: str | None = None
+    description: str | None = None
 
 
 def _terminus(value: Any, kind: str) -> Performative | None:
@@ -329,7 +339,7 @@ class EntityReceiver(OutgoingLink):
                 value = value.value
             session_id = NEXT_AVAILABLE_SESSION if value is None else str(value)
         timeout_ms = props.get(Symbol("com.microsoft:timeout"))
-        client = self.gateway.client_for(self.conn, address.entity)
+        client = await self.gateway.client_for(self.conn, address.entity)
         self.receiver = address.receiver(
             client,
             receive_mode=ServiceBusReceiveMode.PEEK_LOCK
@@ -347,7 +357,9 @@ class EntityReceiver(OutgoingLink):
             fields += [None] * (8 - len(fields))
             fields[7] = {**filters, SESSION_FILTER: session.session_id}
             self.reply_source = Described(self.attach_frame.get("source").descriptor, fields)
-            ticks = _DOTNET_EPOCH_TICKS + int(session._locked_until * 10_000_000)
+            until = session.locked_until_utc
+            assert until is not None  # the session was just accepted
+            ticks = _DOTNET_EPOCH_TICKS + int(until.timestamp() * 10_000_000)
             self.reply_properties = {Symbol("com.microsoft:locked-until-utc"): ticks}
 
     def started(self) -> None:
@@ -390,12 +402,12 @@ class EntityReceiver(OutgoingLink):
             self.drained()
 
     def _deliver(self, msg: ServiceBusReceivedMessage) -> None:
-        rec = msg._record
-        payload = from_raybus(rec, locked=self.peek_lock)
-        if self.peek_lock and rec.lock_token:
-            delivery_id = self.send(lock_tag(rec.lock_token), payload, settled=False)
+        payload = from_received(msg, locked=self.peek_lock)
+        token = msg.lock_token
+        if self.peek_lock and token:
+            delivery_id = self.send(lock_tag(token), payload, settled=False)
             self.unsettled[delivery_id] = msg
-            self.conn.hold(rec.lock_token, self, msg)
+            self.conn.hold(token, self, msg)
         else:
             self.send(uuid.uuid4().bytes_le, payload, settled=True)
 
@@ -404,7 +416,7 @@ class EntityReceiver(OutgoingLink):
             if msg.lock_token:
                 with contextlib.suppress(ServiceBusError, ValueError):
                     await settle(
-                        self.receiver, msg, SettleOp(RELEASE, msg.lock_token), confirm=False
+                        self.receiver, msg, Outcome(ServiceBusDisposition.RELEASED), confirm=False
                     )
 
     def on_disposition(self, delivery_id: int, state: Any, settled: bool) -> None:
@@ -420,32 +432,36 @@ class EntityReceiver(OutgoingLink):
         token = msg.lock_token or ""
         fields = as_performative(state).fields if name else {}
         if name == "accepted":
-            op = SettleOp(COMPLETE, token)
+            outcome = Outcome(ServiceBusDisposition.COMPLETED)
         elif name == "modified":
             props = fields.get("message_annotations") or None
             props = {str(k): v for k, v in props.items()} if isinstance(props, dict) else None
-            kind = DEFER if fields.get("undeliverable_here") else ABANDON
-            op = SettleOp(kind, token, props)
+            undeliverable = fields.get("undeliverable_here")
+            outcome = Outcome(
+                ServiceBusDisposition.DEFERRED
+                if undeliverable
+                else ServiceBusDisposition.ABANDONED,
+                props,
+            )
         elif name == "rejected":
             info: Any = {}
             err = fields.get("error")
             if isinstance(err, Described):
                 info = as_performative(err).get("info", {}) or {}
             info = {str(k): v for k, v in info.items()} if isinstance(info, dict) else {}
-            op = SettleOp(
-                DEAD_LETTER,
-                token,
+            outcome = Outcome(
+                ServiceBusDisposition.DEAD_LETTERED,
                 None,
                 info.get("DeadLetterReason"),
                 info.get("DeadLetterErrorDescription"),
             )
         elif name == "released":
-            op = SettleOp(RELEASE, token)
+            outcome = Outcome(ServiceBusDisposition.RELEASED)
         else:
             return  # settled with no outcome: the lock runs out and the message comes again
         reply: Described = state
         try:
-            await settle(self.receiver, msg, op, confirm=self.gateway.confirm_settlements)
+            await settle(self.receiver, msg, outcome, confirm=self.gateway.confirm_settlements)
             self.conn.locks.pop(token, None)
         except (ServiceBusError, ValueError) as exc:
             reply = described_list("rejected", error=error(condition_of(exc), str(exc)))
@@ -472,7 +488,7 @@ class EntityReceiver(OutgoingLink):
 async def settle(
     receiver: ServiceBusReceiver,
     message: ServiceBusReceivedMessage,
-    op: SettleOp,
+    outcome: Outcome,
     *,
     confirm: bool,
 ) -> None:
@@ -481,19 +497,30 @@ async def settle(
     ``confirm=False`` is the native raybus receiver's own guarantee (``raybus.aio`` receiver
     docstring): with comfortable lock time left the settlement is handed to raybus's batcher
     and the SDK hears the outcome at once; a later refusal by the broker (the lock was lost to
-    an actor restart) means the message is delivered again. ``confirm=True`` waits for the
-    partition's answer first (about four times slower for the SDK, which waits for every
-    outcome in turn).
+    an actor restart) means the message is delivered again. ``confirm=True`` settles by lock
+    token, which waits for the partition's answer (about four times slower for the SDK, which
+    waits for every outcome in turn). A release (which the message API has no method for)
+    always goes by lock token.
     """
-    if not confirm:
-        await receiver._settle(message, op)
-        return
-    receiver._settle_op(message, op)
-    entity, actor, _ = await receiver._actor(message.partition_id)
-    (err,) = await receiver._conn.settler(entity, actor).submit([op])
-    if err is not None:
-        raise receiver._session_error(err)
-    message._settled = True
+    if confirm or outcome.disposition is ServiceBusDisposition.RELEASED:
+        await receiver.settle_message_by_lock_token(
+            message.lock_token or "",
+            outcome.disposition,
+            sequence_number=message.sequence_number,
+            properties_to_modify=outcome.properties,
+            dead_letter_reason=outcome.reason,
+            dead_letter_error_description=outcome.description,
+        )
+    elif outcome.disposition is ServiceBusDisposition.COMPLETED:
+        await receiver.complete_message(message)
+    elif outcome.disposition is ServiceBusDisposition.ABANDONED:
+        await receiver.abandon_message(message, outcome.properties)
+    elif outcome.disposition is ServiceBusDisposition.DEFERRED:
+        await receiver.defer_message(message, outcome.properties)
+    else:
+        await receiver.dead_letter_message(
+            message, outcome.reason, outcome.description, outcome.properties
+        )
 
 
 class EntitySender(IncomingLink):
@@ -510,7 +537,7 @@ class EntitySender(IncomingLink):
         address = self.gateway.parse_address(self.address)
         if address.subscription is not None or address.sub_queue is not None:
             raise DecodeError(f"cannot send to {self.address!r}: send to a queue or topic")
-        client = self.gateway.client_for(self.conn, address.entity)
+        client = await self.gateway.client_for(self.conn, address.entity)
         self.sender = client.get_queue_sender(address.entity)
         self.max_message_size = await self.gateway.check_entity(client, address)
 

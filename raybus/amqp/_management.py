@@ -20,9 +20,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ..auth import parse_sas_token
-from ..enums import ServiceBusReceiveMode
+from ..enums import ServiceBusDisposition, ServiceBusReceiveMode
 from ..exceptions import (
     InvalidArgumentError,
     MessageLockLostError,
@@ -32,19 +31,19 @@ from ..exceptions import (
 )
 from ._codec import Array, Described, Int, Symbol, Timestamp, ULong, encode
 from ._errors import condition_of, status_of
-from ._links import EntityReceiver, IncomingLink, ReplyLink, settle
-from ._message import Sections, from_raybus, to_raybus
+from ._links import EntityReceiver, IncomingLink, Outcome, ReplyLink, settle
+from ._message import Sections, from_received, to_raybus
 
 __all__ = ["CbsRequests", "ManagementRequests"]
 
 _LOG = logging.getLogger("raybus.amqp")
 _PREFIX = "com.microsoft:"
 _MAX_DATETIME_MS = 253402300800000
-_DISPOSITIONS = {
-    "completed": COMPLETE,
-    "abandoned": ABANDON,
-    "defered": DEFER,
-    "suspended": DEAD_LETTER,
+_DISPOSITIONS = {  # the protocol's names (its spelling)
+    "completed": ServiceBusDisposition.COMPLETED,
+    "abandoned": ServiceBusDisposition.ABANDONED,
+    "defered": ServiceBusDisposition.DEFERRED,
+    "suspended": ServiceBusDisposition.DEAD_LETTERED,
 }
 
 
@@ -205,31 +204,38 @@ class ManagementRequests(IncomingLink):
             )
         return link.receiver
 
-    def _plain_receiver(self, args: dict[str, Any], app: dict[str, Any], mode: Any = None) -> Any:
+    async def _plain_receiver(
+        self, args: dict[str, Any], app: dict[str, Any], mode: Any = None
+    ) -> Any:
         link = self._entity_link(app, args)
         if link is not None:
             return link.receiver
-        return self.gateway.management_receiver(self.conn, self.address, mode)
+        return await self.gateway.management_receiver(self.conn, self.address, mode)
 
     async def _op_peek_message(self, args: dict[str, Any], app: dict[str, Any]) -> tuple[int, Any]:
-        if args.get("session-id") is not None:
-            receiver = self._session_receiver(args, app)
-        else:
-            receiver = self._plain_receiver(args, app)
         start = int(args.get("from-sequence-number") or 0)
-        if start <= 1:
-            # The SDK's "from the beginning". On a partitioned queue an explicit number names
-            # one partition, so start every partition's peek cursor from the beginning instead.
-            receiver._peek_cursor = 0
-            receiver._peek_cursors.clear()
-            start = 0
         count = max(1, int(args.get("message-count") or 1))
-        peeked = await receiver.peek_messages(count, sequence_number=start)
+        if args.get("session-id") is not None:
+            # A session lives in one partition, where 1 is before every sequence number.
+            receiver = self._session_receiver(args, app)
+            peeked = await receiver.peek_messages(count, sequence_number=max(start, 1))
+        elif start <= 1:
+            # The SDK's "from the beginning". On a partitioned queue an explicit number names
+            # one partition, so peek with a fresh receiver, whose cursor in every partition is
+            # at the beginning (an explicit number, the SDK's next request, ignores cursors).
+            address = self.gateway.parse_address(self.address)
+            client = await self.gateway.client_for(self.conn, address.entity)
+            fresh = address.receiver(client)
+            try:
+                peeked = await fresh.peek_messages(count)
+            finally:
+                await fresh.close()
+        else:
+            receiver = await self._plain_receiver(args, app)
+            peeked = await receiver.peek_messages(count, sequence_number=start)
         if not peeked:
             return 204, None
-        return 200, {
-            "messages": [{"message": from_raybus(m._record, locked=False)} for m in peeked]
-        }
+        return 200, {"messages": [{"message": from_received(m, locked=False)} for m in peeked]}
 
     def _locked(self, tokens: Any) -> list[tuple[Any, Any]]:
         items = tokens.items if isinstance(tokens, Array) else tokens
@@ -268,19 +274,18 @@ class ManagementRequests(IncomingLink):
             )
         props = args.get("properties-to-modify")
         props = {str(k): v for k, v in props.items()} if isinstance(props, dict) else None
+        reason = args.get("deadletter-reason")
+        description = args.get("deadletter-description")
+        dead_letter = kind is ServiceBusDisposition.DEAD_LETTERED
+        outcome = Outcome(
+            kind,
+            props,
+            None if reason is None or not dead_letter else str(reason),
+            None if description is None or not dead_letter else str(description),
+        )
         for link, msg in self._locked(args.get("lock-tokens")):
-            token = msg.lock_token or ""
-            reason = args.get("deadletter-reason")
-            description = args.get("deadletter-description")
-            op = SettleOp(
-                kind,
-                token,
-                props,
-                None if reason is None else str(reason),
-                None if description is None else str(description),
-            )
-            await settle(link.receiver, msg, op, confirm=self.gateway.confirm_settlements)
-            self.conn.locks.pop(token, None)
+            await settle(link.receiver, msg, outcome, confirm=self.gateway.confirm_settlements)
+            self.conn.locks.pop(msg.lock_token or "", None)
         return 200, {}
 
     async def _op_receive_by_sequence_number(
@@ -292,13 +297,13 @@ class ManagementRequests(IncomingLink):
         if args.get("session-id") is not None:
             receiver = self._session_receiver(args, app)
         else:
-            receiver = self._plain_receiver(args, app, mode)
+            receiver = await self._plain_receiver(args, app, mode)
         got = await receiver.receive_deferred_messages(seqs)
         if not got:
             return 204, None
         out = []
         for m in got:
-            item: dict[str, Any] = {"message": from_raybus(m._record, locked=not delete)}
+            item: dict[str, Any] = {"message": from_received(m, locked=not delete)}
             if m.lock_token:
                 item["lock-token"] = uuid.UUID(m.lock_token)
                 self.conn.hold(m.lock_token, _Held(receiver), m)
@@ -311,7 +316,7 @@ class ManagementRequests(IncomingLink):
         entries = args.get("messages")
         if not isinstance(entries, list):
             raise InvalidArgumentError("messages must be a list", None, "messages")
-        sender = self.gateway.management_sender(self.conn, self.address)
+        sender = await self.gateway.management_sender(self.conn, self.address)
         seqs: list[int] = []
         for entry in entries:
             if not isinstance(entry, dict) or not isinstance(entry.get("message"), bytes):
@@ -331,7 +336,7 @@ class ManagementRequests(IncomingLink):
         self, args: dict[str, Any], app: dict[str, Any]
     ) -> tuple[int, Any]:
         seqs = _sequence_numbers(args)
-        sender = self.gateway.management_sender(self.conn, self.address)
+        sender = await self.gateway.management_sender(self.conn, self.address)
         await sender.cancel_scheduled_messages(seqs)
         return 200, {}
 
@@ -365,7 +370,7 @@ class ManagementRequests(IncomingLink):
         self, args: dict[str, Any], app: dict[str, Any]
     ) -> tuple[int, Any]:
         address = self.gateway.parse_address(self.address)
-        client = self.gateway.client_for(self.conn, address.entity)
+        client = await self.gateway.client_for(self.conn, address.entity)
         after = args.get("last-updated-time")
         after_dt: datetime | None = None
         # .NET's DateTime.MaxValue (253402300800000 ms) or beyond means "no filter": sessions

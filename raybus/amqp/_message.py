@@ -19,12 +19,12 @@ Into raybus (``to_raybus``):
   ``RAW_BODY_PROPERTY`` (``x-raybus-amqp-body``), which the gateway strips and re-emits
   verbatim. A body natives cannot hold (a described value) reaches them as those raw bytes.
 
-Out of raybus (``from_raybus``): the same fields back, the broker's annotations
-(``x-opt-sequence-number``, ``x-opt-enqueued-time``, ``x-opt-locked-until``, ...), header
-delivery-count, ``DeadLetterReason``/``DeadLetterErrorDescription`` application properties
-for dead-lettered messages. A native ``bytes`` body becomes one data section, ``str`` a data
-section of its UTF-8 bytes (what the Azure SDK does with a ``str`` body), anything else an
-amqp-value section.
+Out of raybus (``from_received``, from the received message's public fields): the same
+fields back, the broker's annotations (``x-opt-sequence-number``, ``x-opt-enqueued-time``,
+``x-opt-locked-until``, ...), header delivery-count, ``DeadLetterReason`` /
+``DeadLetterErrorDescription`` application properties for dead-lettered messages. A native
+``bytes`` body becomes one data section, ``str`` a data section of its UTF-8 bytes (what the
+Azure SDK does with a ``str`` body), anything else an amqp-value section.
 """
 
 from __future__ import annotations
@@ -32,9 +32,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from .._core.record import MessageRecord
 from ..exceptions import InvalidArgumentError
-from ..message import ServiceBusMessage
+from ..message import ServiceBusMessage, ServiceBusReceivedMessage
 from ._codec import (
     Array,
     DecodeError,
@@ -51,7 +50,7 @@ __all__ = [
     "BATCH_FORMAT",
     "RAW_BODY_PROPERTY",
     "encode_body",
-    "from_raybus",
+    "from_received",
     "split_batch",
     "to_raybus",
 ]
@@ -59,7 +58,7 @@ __all__ = [
 BATCH_FORMAT = 0x80013700  # Service Bus batch: each data section holds one encoded message
 RAW_BODY_PROPERTY = "x-raybus-amqp-body"
 
-# Annotation keys, made once (from_raybus runs for every delivered message).
+# Annotation keys, made once (from_received runs for every delivered message).
 _SEQ = Symbol("x-opt-sequence-number")
 _ENQ = Symbol("x-opt-enqueued-time")
 _ENQ_SEQ = Symbol("x-opt-enqueue-sequence-number")
@@ -252,51 +251,58 @@ def _section(code: int, value: Any) -> bytes:
     return encode(Described(ULong(code), value))
 
 
-def from_raybus(rec: MessageRecord, *, locked: bool) -> bytes:
-    """The AMQP encoding of a stored message as a receiver (or a peek) gets it."""
-    ttl = rec.time_to_live
-    ttl_ms = None if ttl is None or ttl == float("inf") else UInt(min(round(ttl * 1000), 2**32 - 1))
-    parts = [_section(_HEADER, [True, None, ttl_ms, None, UInt(rec.delivery_count)])]
+def _dt(when: datetime | None) -> Timestamp | None:
+    return None if when is None else _ts(when.timestamp())
+
+
+def from_received(msg: ServiceBusReceivedMessage, *, locked: bool) -> bytes:
+    """The AMQP encoding of a received (or peeked) message as the peer gets it."""
+    ttl = msg.time_to_live
+    ttl_ms = None if ttl is None else UInt(min(round(ttl.total_seconds() * 1000), 2**32 - 1))
+    parts = [_section(_HEADER, [True, None, ttl_ms, None, UInt(msg.delivery_count)])]
+    enqueued = _dt(msg.enqueued_time_utc)
     ann: dict[Any, Any] = {
-        _SEQ: rec.sequence_number,
-        _ENQ: _ts(rec.enqueued_time),
-        _ENQ_SEQ: rec.enqueued_sequence_number,
-        _STATE: rec.state,
+        _SEQ: msg.sequence_number,
+        _ENQ: enqueued,
+        _ENQ_SEQ: msg.enqueued_sequence_number,
+        _STATE: int(msg.state),
     }
-    if locked and rec.locked_until:
-        ann[_LOCKED] = _ts(rec.locked_until)
-    if rec.scheduled_enqueue_time:
-        ann[_SCHED] = _ts(rec.scheduled_enqueue_time)
-    if rec.partition_key is not None:
-        ann[_PKEY] = rec.partition_key
-    if rec.dead_letter_source is not None:
-        ann[_DLSRC] = rec.dead_letter_source
+    locked_until = _dt(msg.locked_until_utc) if locked else None
+    if locked_until is not None:
+        ann[_LOCKED] = locked_until
+    scheduled = _dt(msg.scheduled_enqueue_time_utc)
+    if scheduled is not None:
+        ann[_SCHED] = scheduled
+    if msg.partition_key is not None:
+        ann[_PKEY] = msg.partition_key
+    if msg.dead_letter_source is not None:
+        ann[_DLSRC] = msg.dead_letter_source
     parts.append(_section(_MESSAGE_ANN, ann))
     props = [
-        rec.message_id,
+        msg.message_id,
         None,
-        rec.to,
-        rec.subject,
-        rec.reply_to,
-        rec.correlation_id,
-        None if rec.content_type is None else Symbol(rec.content_type),
+        msg.to,
+        msg.subject,
+        msg.reply_to,
+        msg.correlation_id,
+        None if msg.content_type is None else Symbol(msg.content_type),
         None,
-        _ts(rec.expires_at),
-        _ts(rec.enqueued_time),
-        rec.session_id,
+        _dt(msg.expires_at_utc),
+        enqueued,
+        msg.session_id,
         None,
-        rec.reply_to_session_id,
+        msg.reply_to_session_id,
     ]
     while props and props[-1] is None:
         props.pop()
     parts.append(_section(_PROPERTIES, props))
-    app = dict(rec.application_properties or {})
+    app = dict(msg.application_properties or {})
     raw = app.pop(RAW_BODY_PROPERTY, None)
-    if rec.dead_letter_reason is not None:
-        app["DeadLetterReason"] = rec.dead_letter_reason
-    if rec.dead_letter_error_description is not None:
-        app["DeadLetterErrorDescription"] = rec.dead_letter_error_description
+    if msg.dead_letter_reason is not None:
+        app["DeadLetterReason"] = msg.dead_letter_reason
+    if msg.dead_letter_error_description is not None:
+        app["DeadLetterErrorDescription"] = msg.dead_letter_error_description
     if app:
         parts.append(_section(_APP_PROPS, app))
-    parts.append(raw if isinstance(raw, bytes) else encode_body(rec.body))
+    parts.append(raw if isinstance(raw, bytes) else encode_body(msg.body))
     return b"".join(parts)

@@ -30,6 +30,7 @@ from ray import serve
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response as StarletteResponse
 
+from .._client_cache import ClientCache
 from ..aio import ServiceBusAdministrationClient, ServiceBusClient
 from ..exceptions import ServiceBusError
 from ._runtime import (
@@ -39,7 +40,7 @@ from ._runtime import (
     match_runtime,
     response_for_error,
 )
-from ._sas import ClientCache, credential_from_header
+from ._sas import credential_from_header
 from ._wire import HttpError
 
 __all__ = ["GatewaySettings", "HttpGateway"]
@@ -196,7 +197,7 @@ class HttpGateway:
             return await self._manage(request.method, path, query, request, body, token)
         base_url = str(request.base_url).rstrip("/")
         return await handle_runtime(
-            self._clients.get(token),
+            await self._clients.get(token),
             route,
             query=query,
             headers=list(request.headers.items()),
@@ -220,7 +221,7 @@ class HttpGateway:
             return error_response(501, "the management (ATOM) API is not available yet")
         try:
             result: Response | None = await self._management(
-                method, path, query, dict(request.headers), body, self._admins.get(token)
+                method, path, query, dict(request.headers), body, await self._admins.get(token)
             )
         except ServiceBusError as exc:
             return response_for_error(exc)

@@ -29,25 +29,24 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._core.filters import (
+from .._core.filters import RuleFilter  # the union of the filter classes (a type only)
+from ..auth import AccessRights, AuthorizationRule, normalise_rights
+from ..enums import EntityStatus
+from ..exceptions import InvalidArgumentError
+from ..management import (
     CorrelationRuleFilter,
     FalseRuleFilter,
-    RuleFilter,
+    QueueProperties,
+    QueueRuntimeProperties,
     RuleProperties,
     SqlRuleAction,
     SqlRuleFilter,
-    TrueRuleFilter,
-)
-from .._models import QueueProperties, QueueRuntimeProperties
-from .._topic_models import (
     SubscriptionProperties,
     SubscriptionRuntimeProperties,
     TopicProperties,
     TopicRuntimeProperties,
+    TrueRuleFilter,
 )
-from ..auth import AccessRights, AuthorizationRule, normalise_rights
-from ..enums import EntityStatus
-from ..exceptions import InvalidArgumentError
 from ._atom_xml import (
     SB_NS,
     XSI_NS,

@@ -30,8 +30,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .._models import MAX_DURATION
 from ..exceptions import InvalidArgumentError
+from ..management import MAX_DURATION
 
 __all__ = [
     "ATOM_NS",

@@ -13,12 +13,12 @@ or either followed by ``/$DeadLetterQueue``):
 =========================================================  ====================================
 
 Every operation goes through the same client calls a Python user makes (``send_messages``,
-``receive_messages``, ``complete_message``, ``abandon_message``, ``renew_message_lock``), so
-the broker's semantics live in one place. HTTP is stateless, so settlement rebuilds the locked
-message from the URL: the lock token identifies the lock and the sequence number's top 16 bits
-name the partition holding it (a message id in its place only works on entities of one
-partition). Settlements wait for the broker's answer before the response is sent, so a 200 means
-done and a 410 means the lock was gone and nothing changed.
+``receive_messages``, and for settlement ``settle_message_by_lock_token`` and
+``renew_message_lock_by_lock_token``, since HTTP is stateless and the URL carries only the lock
+token), so the broker's semantics live in one place. The sequence number's top 16 bits name the
+partition holding the lock (a message id in its place only works on entities of one partition;
+on others it is a 400). Settlements wait for the broker's answer before the response is sent,
+so a 200 means done and a 410 means the lock was gone and nothing changed.
 
 Status codes: 201 sent / locked, 200, 204 nothing to receive, 400 bad input (with the reason),
 401 / 403 authentication / authorization, 404 entity or message not found, 410 lock lost, 413
@@ -34,9 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._core.record import MessageRecord
 from ..aio import ServiceBusClient, ServiceBusReceiver
-from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
+from ..enums import ServiceBusDisposition, ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import (
     InvalidArgumentError,
     MessageAlreadySettled,
@@ -52,7 +51,6 @@ from ..exceptions import (
     ServiceBusQuotaExceededError,
     SessionCannotBeLockedError,
     SessionLockLostError,
-    SettlementFailedError,
 )
 from ..message import ServiceBusReceivedMessage
 from ._wire import (
@@ -264,51 +262,32 @@ async def _receive(
     return 201, headers, received_body(msg)
 
 
-def _locked_message(route: RuntimeRoute, entity_path: str) -> ServiceBusReceivedMessage:
-    """The message a settlement URL names, as the receiver's settlement methods take it.
-
-    Only the lock token and the partition (the sequence number's top 16 bits) matter to the
-    broker. The lock's expiry is not known here, so it is left open and the broker decides:
-    an expired or unknown lock is refused with ``MessageLockLostError``.
-    """
-    record = MessageRecord(
-        sequence_number=route.sequence_number or 0,
-        lock_token=route.lock_token,
-        locked_until=float("inf"),
-    )
-    return ServiceBusReceivedMessage(record, entity=entity_path, kind="locked")
-
-
-async def _settle_one(
-    receiver: ServiceBusReceiver, msg: ServiceBusReceivedMessage, route: RuntimeRoute
-) -> dict[str, str]:
-    if route.action == "complete":
-        await receiver.complete_message(msg)
+async def _settle_one(receiver: ServiceBusReceiver, route: RuntimeRoute) -> dict[str, str]:
+    token, seq = route.lock_token or "", route.sequence_number
+    if route.action in ("complete", "unlock"):
+        disposition = (
+            ServiceBusDisposition.COMPLETED
+            if route.action == "complete"
+            else ServiceBusDisposition.ABANDONED
+        )
+        await receiver.settle_message_by_lock_token(token, disposition, sequence_number=seq)
         return {}
-    if route.action == "unlock":
-        await receiver.abandon_message(msg)
-        return {}
-    until = await receiver.renew_message_lock(msg)
+    until = await receiver.renew_message_lock_by_lock_token(token, sequence_number=seq)
     props: dict[str, Any] = {"LockToken": route.lock_token, "LockedUntilUtc": http_date(until)}
-    if route.sequence_number is not None:
-        props["SequenceNumber"] = route.sequence_number
+    if seq is not None:
+        props["SequenceNumber"] = seq
     return {"BrokerProperties": json.dumps(props, separators=(",", ":"))}
 
 
 async def _settle(client: ServiceBusClient, route: RuntimeRoute) -> Response:
+    """Settle by the URL's lock token; the receiver waits for the broker's answer, so a 200
+    means done and a 410 that the lock was gone (unknown, expired or used) and nothing
+    changed."""
     receiver = _receiver(client, route)
-    msg = _locked_message(route, receiver.entity_path)
     try:
-        try:
-            headers = await _settle_one(receiver, msg, route)
-        finally:
-            # close() waits for a settlement the receiver sent without waiting and raises if
-            # the broker refused it (a lost lock, or the credential's own error), so the
-            # response says what really happened.
-            await receiver.close()
-    except SettlementFailedError as exc:  # this one message's lock: say why, as the broker did
-        reason = exc.failures[0][2] if exc.failures else str(exc)
-        raise MessageLockLostError(reason, None, route.lock_token, route.sequence_number) from None
+        headers = await _settle_one(receiver, route)
+    finally:
+        await receiver.close()
     return 200, headers, b""
 
 

@@ -1,4 +1,5 @@
-"""The gateway's side of access control: the ``Authorization`` header, and one client per token.
+"""The gateway's side of access control: the ``Authorization`` header (one client per token:
+``raybus._client_cache``).
 
 The gateway checks only what it can check without the namespace's keys: that the header is a
 well-formed ``SharedAccessSignature`` token that has not expired. Whether the signature is good
@@ -14,19 +15,14 @@ namespace has no authorization rules (an open namespace); otherwise the broker a
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
-from collections.abc import Callable
-from typing import Generic, TypeVar
 
-from ..auth import SasTokenCredential, parse_sas_token
+from ..auth import parse_sas_token
 from ..exceptions import ServiceBusAuthenticationError
 
-__all__ = ["ClientCache", "credential_from_header"]
+__all__ = ["credential_from_header"]
 
 # A header longer than this is not a token (real ones are ~200-400 characters).
 MAX_AUTHORIZATION_LENGTH = 4096
-
-T = TypeVar("T")
 
 
 def credential_from_header(header: str | None, *, now: float | None = None) -> str | None:
@@ -46,35 +42,3 @@ def credential_from_header(header: str | None, *, now: float | None = None) -> s
             f"the SAS token expired at {parsed.expiry} (Unix seconds)", None
         )
     return token
-
-
-class ClientCache(Generic[T]):
-    """Clients keyed by SAS token (``None`` for requests without one), least recently used
-    evicted past ``capacity``.
-
-    Why per token: a raybus client presents one credential; reusing it across requests of the
-    same caller keeps its routes and coalescers warm (a fresh client pays a registry lookup).
-    Bounded because tokens are caller-chosen: a flood of distinct tokens must not grow memory.
-    An evicted client holds nothing that needs closing (senders and receivers are per request).
-    """
-
-    def __init__(self, factory: Callable[[SasTokenCredential | None], T], capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError("capacity must be at least 1")
-        self._factory = factory
-        self._capacity = capacity
-        self._clients: OrderedDict[str | None, T] = OrderedDict()
-
-    def get(self, token: str | None) -> T:
-        client = self._clients.get(token)
-        if client is not None:
-            self._clients.move_to_end(token)
-            return client
-        client = self._factory(None if token is None else SasTokenCredential(token))
-        self._clients[token] = client
-        while len(self._clients) > self._capacity:
-            self._clients.popitem(last=False)
-        return client
-
-    def __len__(self) -> int:
-        return len(self._clients)

@@ -371,6 +371,34 @@ def test_unknown_lock_token_is_410_for_every_settlement(http: httpx.Client, queu
     assert http.post(bogus).status_code == 410
 
 
+def test_malformed_lock_token_is_400_and_the_message_stays_locked(
+    http: httpx.Client, queue: str
+) -> None:
+    resp = _lock(http, queue)
+    seq = _props(resp)["SequenceNumber"]
+    for method in ("DELETE", "PUT", "POST"):
+        bad = http.request(method, f"/{queue}/messages/{seq}/not-a-lock-token")
+        assert bad.status_code == 400 and "lock_token" in bad.text
+    assert http.post(f"/{queue}/messages/head", params={"timeout": 0}).status_code == 204
+    assert http.delete(resp.headers["Location"]).status_code == 200
+
+
+def test_message_id_in_place_of_the_sequence_number_needs_a_single_partition(
+    http: httpx.Client, admin: ServiceBusAdministrationClient
+) -> None:
+    name = f"parts-{uuid.uuid4().hex[:8]}"
+    admin.create_queue(name, partition_count=2)
+    try:
+        resp = _lock(http, name)
+        token = _props(resp)["LockToken"]
+        by_id = http.delete(f"/{name}/messages/some-message-id/{token}")
+        assert by_id.status_code == 400 and "sequence_number" in by_id.text
+        assert http.delete(resp.headers["Location"]).status_code == 200  # still locked
+        assert admin.get_queue_runtime_properties(name).active_message_count == 0
+    finally:
+        admin.delete_queue(name)
+
+
 # ------------------------------------------------------------------ topics and sub-queues
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from raybus import exceptions as ex
+from raybus._client_cache import ClientCache
 from raybus._core.record import MessageRecord
 from raybus.amqp._codec import (
     Array,
@@ -28,23 +30,24 @@ from raybus.amqp._gateway import Gateway, parse_address
 from raybus.amqp._message import (
     RAW_BODY_PROPERTY,
     encode_body,
-    from_raybus,
+    from_received,
     split_batch,
     to_raybus,
 )
-from raybus.auth import generate_sas_token
+from raybus.auth import SasTokenCredential, generate_sas_token
 from raybus.enums import ServiceBusSubQueue
+from raybus.message import ServiceBusReceivedMessage
 
 
 def _section(code: int, value: object) -> bytes:
     return encode(Described(ULong(code), value))
 
 
-def _stored(payload: bytes) -> MessageRecord:
-    """What raybus would store for ``payload`` (and hand to a receiver)."""
+def _stored(payload: bytes) -> ServiceBusReceivedMessage:
+    """What a receiver would get for ``payload`` (stored by raybus, then peeked)."""
     rec = to_raybus(payload)._to_record()
     rec.sequence_number, rec.enqueued_time, rec.lock_token = 5, 1_700_000_000.0, None
-    return rec
+    return ServiceBusReceivedMessage(rec, entity="q", kind="peeked")
 
 
 def _body_sections(payload: bytes) -> bytes:
@@ -114,7 +117,7 @@ def test_properties_and_annotations_map_onto_raybus_fields() -> None:
 def test_bodies_with_a_native_form_need_no_raw_copy(body: bytes) -> None:
     msg = to_raybus(body)
     assert RAW_BODY_PROPERTY not in (msg.application_properties or {})
-    assert _body_sections(from_raybus(_stored(body), locked=False)) == body
+    assert _body_sections(from_received(_stored(body), locked=False)) == body
 
 
 @pytest.mark.parametrize(
@@ -130,7 +133,7 @@ def test_bodies_with_a_native_form_need_no_raw_copy(body: bytes) -> None:
 def test_other_bodies_come_back_byte_for_byte(body: bytes) -> None:
     msg = to_raybus(body)
     assert msg.application_properties[RAW_BODY_PROPERTY] == body
-    out = from_raybus(_stored(body), locked=False)
+    out = from_received(_stored(body), locked=False)
     assert _body_sections(out) == body
     assert RAW_BODY_PROPERTY.encode() not in out  # the reserved property is not re-emitted
 
@@ -153,8 +156,9 @@ def test_a_received_message_carries_the_broker_annotations() -> None:
         dead_letter_source="q",
         lock_token="x",
     )
+    received = ServiceBusReceivedMessage(rec, entity="q", kind="locked")
     sections = {
-        int(v.descriptor): v.value for v, _s, _e in decode_all(from_raybus(rec, locked=True))
+        int(v.descriptor): v.value for v, _s, _e in decode_all(from_received(received, locked=True))
     }
     ann = sections[0x72]
     assert ann[Symbol("x-opt-sequence-number")] == 9
@@ -164,7 +168,8 @@ def test_a_received_message_carries_the_broker_annotations() -> None:
     assert sections[0x70][4] == UInt(2)
     assert sections[0x74] == {"DeadLetterReason": "why"}
     unlocked = {
-        int(v.descriptor): v.value for v, _s, _e in decode_all(from_raybus(rec, locked=False))
+        int(v.descriptor): v.value
+        for v, _s, _e in decode_all(from_received(received, locked=False))
     }
     assert Symbol("x-opt-locked-until") not in unlocked[0x72]
 
@@ -252,34 +257,54 @@ def test_errors_map_to_the_conditions_the_sdk_knows(
     assert status_of(error) == status
 
 
-def test_links_use_the_token_put_for_the_most_specific_audience() -> None:
+async def test_links_use_the_token_put_for_the_most_specific_audience() -> None:
     gateway = Gateway("ns")
-    gateway._client = lambda token: token  # type: ignore[method-assign]  # no Ray: token = client
-    conn = SimpleNamespace(
+
+    async def client(token: str | None) -> Any:  # no Ray: the token stands for its client
+        return token
+
+    gateway._client = client  # type: ignore[method-assign]
+    conn: Any = SimpleNamespace(
         tokens={"sb://localhost:5672/": "T-ns", "sb://localhost:5672/orders": "T-orders"}
     )
-    assert gateway.client_for(conn, "orders") == "T-orders"
-    assert gateway.client_for(conn, "Orders") == "T-orders"  # paths compare case-insensitively
-    assert gateway.client_for(conn, "other") == "T-ns"
-    assert gateway.client_for(conn, "t/Subscriptions/s") == "T-ns"
+    assert await gateway.client_for(conn, "orders") == "T-orders"
+    assert await gateway.client_for(conn, "Orders") == "T-orders"  # paths: case-insensitive
+    assert await gateway.client_for(conn, "other") == "T-ns"
+    assert await gateway.client_for(conn, "t/Subscriptions/s") == "T-ns"
     conn.tokens = {"sb://localhost:5672/orders": "T-orders"}
-    assert gateway.client_for(conn, "orders-2") is None  # no token covers it: no credential
+    assert await gateway.client_for(conn, "orders-2") is None  # no token covers it
 
 
-def test_clients_of_expired_tokens_are_dropped() -> None:
+async def test_clients_are_reused_per_token_and_those_of_expired_tokens_dropped() -> None:
     gateway = Gateway("ns")
+    made: list[SasTokenCredential | None] = []
+
+    def factory(credential: SasTokenCredential | None) -> object:
+        made.append(credential)
+        return object()
+
+    gateway._clients = ClientCache(factory, 16)  # type: ignore[assignment]  # no Ray
     past = generate_sas_token("sb://h/q", "k", "key-0123456789abcdef", expiry=1)
     fresh = generate_sas_token("sb://h/q", "k", "key-0123456789abcdef", ttl=600)
-    gateway._clients = {None: "open", past: "old", fresh: "new"}  # type: ignore[dict-item]
-    gateway._forget_expired()
-    assert gateway._clients == {None: "open", fresh: "new"}
+    anonymous = await gateway._client(None)
+    await gateway._client(past)
+    assert past in gateway._clients
+    new = await gateway._client(fresh)  # a new token's client: expired ones go first
+    assert past not in gateway._clients
+    assert await gateway._client(fresh) is new and await gateway._client(None) is anonymous
+    assert len(made) == 3
 
 
 def test_locks_held_past_their_expiry_are_pruned() -> None:
     conn = AmqpConnection(None, None, None)  # type: ignore[arg-type]  # no socket needed
-    old = SimpleNamespace(_record=SimpleNamespace(locked_until=0.0))
+
+    def locked(until: float) -> ServiceBusReceivedMessage:
+        rec = MessageRecord(body=b"", sequence_number=1, lock_token="t", locked_until=until)
+        return ServiceBusReceivedMessage(rec, entity="q", kind="locked")
+
+    old = locked(1.0)
     conn.hold("old", None, old)
-    fresh = SimpleNamespace(_record=SimpleNamespace(locked_until=time.time() + 60))
+    fresh = locked(time.time() + 60)
     for i in range(1022):
         conn.hold(f"t{i}", None, fresh)
     assert "old" in conn.locks  # pruning runs every 1024th call

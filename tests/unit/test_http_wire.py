@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from raybus._client_cache import ClientCache
 from raybus._core.record import MessageRecord
 from raybus.auth import SasTokenCredential, generate_sas_token
 from raybus.exceptions import (
@@ -32,7 +35,7 @@ from raybus.http._runtime import (
     receive_timeout,
     status_of,
 )
-from raybus.http._sas import ClientCache, credential_from_header
+from raybus.http._sas import credential_from_header
 from raybus.http._wire import (
     HttpError,
     batch_messages,
@@ -333,7 +336,7 @@ def test_authorization_header_parsing() -> None:
             credential_from_header(bad)
 
 
-def test_client_cache_is_per_token_and_bounded() -> None:
+async def test_client_cache_is_per_token_and_bounded() -> None:
     made: list[object] = []
 
     def factory(cred: SasTokenCredential | None) -> object:
@@ -342,15 +345,57 @@ def test_client_cache_is_per_token_and_bounded() -> None:
 
     cache: ClientCache[object] = ClientCache(factory, capacity=2)
     tokens = [generate_sas_token("sb://raybus/", "r", "a2V5", ttl=60 + i) for i in range(3)]
-    anonymous = cache.get(None)
+    anonymous = await cache.get(None)
     assert made == [None]
-    first = cache.get(tokens[0])
+    first = await cache.get(tokens[0])
     assert isinstance(made[-1], SasTokenCredential) and made[-1].token == tokens[0]
-    assert cache.get(tokens[0]) is first and len(made) == 2
-    cache.get(tokens[1])  # evicts the least recently used: the anonymous client
+    # A second request with the same token reuses the client.
+    assert await cache.get(tokens[0]) is first and len(made) == 2
+    await cache.get(tokens[1])  # evicts the least recently used: the anonymous client
     assert len(cache) == 2
-    assert cache.get(tokens[0]) is first
-    assert cache.get(None) is not anonymous
+    assert await cache.get(tokens[0]) is first
+    assert await cache.get(None) is not anonymous
+
+
+async def test_client_cache_creates_off_the_event_loop_once_for_concurrent_requests() -> None:
+    loop_thread = threading.get_ident()
+    release = threading.Event()
+    made: list[int] = []
+
+    def factory(cred: SasTokenCredential | None) -> object:
+        made.append(threading.get_ident())
+        release.wait(10)  # a slow, blocking namespace-actor lookup
+        return object()
+
+    cache: ClientCache[object] = ClientCache(factory, capacity=4)
+    token = generate_sas_token("sb://raybus/", "r", "a2V5", ttl=60)
+    first = asyncio.ensure_future(cache.get(token))
+    second = asyncio.ensure_future(cache.get(token))
+    # The loop keeps running while the factory blocks: this sleep returns.
+    await asyncio.sleep(0.05)
+    assert not first.done() and len(made) == 1
+    release.set()
+    a, b = await asyncio.gather(first, second)
+    assert a is b and len(made) == 1 and made[0] != loop_thread
+    assert await cache.get(token) is a and len(made) == 1
+
+
+async def test_client_cache_does_not_keep_a_failed_creation() -> None:
+    calls = 0
+
+    def factory(cred: SasTokenCredential | None) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ServiceBusConnectionError("Ray is unreachable")
+        return object()
+
+    cache: ClientCache[object] = ClientCache(factory, capacity=1)
+    with pytest.raises(ServiceBusConnectionError):
+        await cache.get(None)
+    assert len(cache) == 0
+    client = await cache.get(None)
+    assert calls == 2 and await cache.get(None) is client
 
 
 # ------------------------------------------------------------------ status codes
