@@ -8,7 +8,8 @@ armed outside tests, and an unarmed point costs a set lookup.
 Points: ``participant.before_prepare``, ``participant.after_prepare`` (durable, before
 answering), ``participant.before_commit``, ``participant.after_commit`` (durable, before
 answering), ``coordinator.before_decision``, ``coordinator.after_decision`` (logged, before
-any participant is told).
+any participant is told), ``partition.before_flush`` (a partition's next write of its log,
+before anything of it is written).
 """
 
 from __future__ import annotations
