@@ -38,7 +38,7 @@ import threading  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from collections import deque  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
+from collections.abc import Callable, Iterable, Iterator  # noqa: E402
 from typing import Any  # noqa: E402
 
 import ray  # noqa: E402
@@ -85,6 +85,13 @@ def parse_with_output(p: argparse.ArgumentParser, argv: list[str] | None) -> arg
     """Add ``--output`` (where ``write_results`` puts the JSON) as the last option; parse."""
     p.add_argument("--output", type=Path, help="JSON file (default benchmarks/results/...)")
     return p.parse_args(argv)
+
+
+def md_table(columns: str, rule: str, rows: Iterable[Iterable[object]]) -> list[str]:
+    """The lines of a Markdown table: ``columns`` are the headings joined by ``" | "``, ``rule``
+    the alignment row without its outer bars (``"---|---:"``), and each row its cells."""
+    body = ("| " + " | ".join(str(c) for c in cells) + " |" for cells in rows)
+    return [f"| {columns} |", f"|{rule}|", *body]
 
 
 def median(xs: list[float]) -> float | None:
@@ -429,11 +436,13 @@ def machine_facts() -> dict[str, Any]:
     return facts
 
 
-def run_facts() -> dict[str, Any]:
-    """``machine_facts`` plus the raybus package that ran (which checkout)."""
+def start_run() -> tuple[float, dict[str, Any]]:
+    """The start of a run: its wall-clock time (``started`` of ``write_results``), then
+    ``machine_facts`` plus the raybus package that ran (which checkout)."""
+    started = time.time()
     facts = machine_facts()
     facts["raybus_path"] = str(Path(raybus.__file__).resolve().parent)
-    return facts
+    return started, facts
 
 
 @contextlib.contextmanager

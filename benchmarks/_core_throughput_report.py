@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from _common import median
+from _common import md_table, median
 
 # (system, mode): label, description. Order = run order within a round (interleaved).
 UNITS: list[tuple[str, str]] = [
@@ -137,21 +137,29 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     def f(x: float | None, fmt: str) -> str:
         return "FAILED" if x is None else format(x, fmt)
 
-    out = [
-        "| scenario | messages | seconds | msgs/s | MB/s | raybus ÷ bare actor "
-        "| actor calls (median) |",
-        "|---|---:|---:|---:|---:|---:|---|",
-    ]
-    for r in rows:
-        ratio = "" if r["ratio_vs_bare_actor"] is None else f"{r['ratio_vs_bare_actor']:.2f}"
+    def ratio(r: dict[str, Any]) -> str:
+        text = "" if r["ratio_vs_bare_actor"] is None else f"{r['ratio_vs_bare_actor']:.2f}"
         if r["failed"] and r["seconds"] is not None:
-            ratio += " (some rounds FAILED)"
-        out.append(
-            f"| {r['scenario']} | {r['messages']} | {f(r['seconds'], '.3f')} | "
-            f"{f(r['msgs_per_s'], ',.0f')} | {f(r['mb_per_s'], '.1f')} | {ratio} | "
-            + ", ".join(f"{k} {v:g}" for k, v in r["actor_calls"].items())
-            + " |"
-        )
+            text += " (some rounds FAILED)"
+        return text
+
+    out = md_table(
+        "scenario | messages | seconds | msgs/s | MB/s | raybus ÷ bare actor "
+        "| actor calls (median)",
+        "---|---:|---:|---:|---:|---:|---",
+        [
+            (
+                r["scenario"],
+                r["messages"],
+                f(r["seconds"], ".3f"),
+                f(r["msgs_per_s"], ",.0f"),
+                f(r["mb_per_s"], ".1f"),
+                ratio(r),
+                ", ".join(f"{k} {v:g}" for k, v in r["actor_calls"].items()),
+            )
+            for r in rows
+        ],
+    )
     return "\n".join(out)
 
 

@@ -705,8 +705,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    started = time.time()
-    facts = _common.run_facts()
+    started, facts = _common.start_run()
     durable = not args.quick and not args.no_durable and args.storage == _common.MEMORY
     tmpdir = tempfile.mkdtemp(prefix="raybus-partitions-") if durable else None
     first = "memory" if args.storage == _common.MEMORY else "storage"

@@ -274,31 +274,41 @@ def summarise(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown(rows: list[dict[str, Any]], scales: list[dict[str, Any]]) -> str:
-    lines = [
-        "| handler | C | prefetch | replicas | msgs/s steady | msgs/s end to end | ideal "
-        "| of ideal | ÷ 1 replica |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        vs = "" if r["vs_1_replica"] is None else f"{r['vs_1_replica']:.2f}x"
-        lines.append(
-            f"| {r['handler']} | {r['concurrency']} | {r['prefetch']} | {r['replicas']} "
-            f"| {r['steady_per_s']:.0f} "
-            f"| {r['end_to_end_per_s']:.0f} | {r['ideal_per_s']:.0f} | {r['efficiency']:.0%} "
-            f"| {vs} |"
-        )
-    if scales:
-        lines += [
-            "",
-            "| burst | wants 4 after | 4 ready after | drained after | back to 1 after draining |",
-            "|---|---|---|---|---|",
-        ]
-        for s in scales:
-            lines.append(
-                f"| {s['burst']} | {s['to_desired_s']:.2f} s | {s['to_4_ready_s']:.2f} s "
-                f"| {s['to_drained_s']:.2f} s | {s['drained_to_1_s']:.2f} s "
-                f"(delay {s['scale_down_delay_s']:g} s) |"
+    lines = _common.md_table(
+        "handler | C | prefetch | replicas | msgs/s steady | msgs/s end to end | ideal "
+        "| of ideal | ÷ 1 replica",
+        "---|---|---|---|---|---|---|---|---",
+        [
+            (
+                r["handler"],
+                r["concurrency"],
+                r["prefetch"],
+                r["replicas"],
+                f"{r['steady_per_s']:.0f}",
+                f"{r['end_to_end_per_s']:.0f}",
+                f"{r['ideal_per_s']:.0f}",
+                f"{r['efficiency']:.0%}",
+                "" if r["vs_1_replica"] is None else f"{r['vs_1_replica']:.2f}x",
             )
+            for r in rows
+        ],
+    )
+    if scales:
+        lines.append("")
+        lines += _common.md_table(
+            "burst | wants 4 after | 4 ready after | drained after | back to 1 after draining",
+            "---|---|---|---|---",
+            [
+                (
+                    s["burst"],
+                    f"{s['to_desired_s']:.2f} s",
+                    f"{s['to_4_ready_s']:.2f} s",
+                    f"{s['to_drained_s']:.2f} s",
+                    f"{s['drained_to_1_s']:.2f} s (delay {s['scale_down_delay_s']:g} s)",
+                )
+                for s in scales
+            ],
+        )
     return "\n".join(lines)
 
 
@@ -353,8 +363,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    started = time.time()
-    facts = _common.run_facts()
+    started, facts = _common.start_run()
     _common.start_local_ray(300)
     progress(
         f"raybus processor: replicas {args.replicas}, concurrency {args.concurrency}, "

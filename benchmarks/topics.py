@@ -481,18 +481,25 @@ def _f(x: float | None, fmt: str = ",.0f") -> str:
 def markdown(
     rows: list[dict[str, Any]], evals: list[dict[str, Any]], setups: list[dict[str, Any]]
 ) -> str:
-    out = [
-        "| subscriptions | filter | messages | copies | topic msgs/s in | topic copies/s stored "
-        "| direct to N queues msgs/s | direct copies/s | topic ÷ direct |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        out.append(
-            f"| {r['subscriptions']} | {r['kind']} | {r['messages']:,} | {r['copies']:,} | "
-            f"{_f(r['topic_msgs_per_s'])} | {_f(r['topic_copies_per_s'])} | "
-            f"{_f(r['direct_msgs_per_s'])} | {_f(r['direct_copies_per_s'])} | "
-            f"{_f(r['topic_over_direct'], '.2f')} |"
-        )
+    out = _common.md_table(
+        "subscriptions | filter | messages | copies | topic msgs/s in | topic copies/s stored "
+        "| direct to N queues msgs/s | direct copies/s | topic ÷ direct",
+        "---:|---|---:|---:|---:|---:|---:|---:|---:",
+        [
+            (
+                r["subscriptions"],
+                r["kind"],
+                f"{r['messages']:,}",
+                f"{r['copies']:,}",
+                _f(r["topic_msgs_per_s"]),
+                _f(r["topic_copies_per_s"]),
+                _f(r["direct_msgs_per_s"]),
+                _f(r["direct_copies_per_s"]),
+                _f(r["topic_over_direct"], ".2f"),
+            )
+            for r in rows
+        ],
+    )
     if setups:
         out.append("")
         out.append(
@@ -507,16 +514,24 @@ def markdown(
         "",
         "### Filter evaluation in-process (`raybus._core.fanout.plan`, one rule per subscription)",
         "",
-        "| subscriptions | filter | records | rule evaluations/s (plan) | messages planned/s "
-        "| copies/s | evaluate only, evaluations/s |",
-        "|---:|---|---:|---:|---:|---:|---:|",
     ]
-    for e in evals:
-        out.append(
-            f"| {e['subscriptions']} | {e['kind']} | {e['records']:,} | "
-            f"{e['evaluations_per_s']:,.0f} | {e['messages_per_s']:,.0f} | "
-            f"{e['copies_per_s']:,.0f} | {e['evaluate_only_per_s']:,.0f} |"
-        )
+    out += _common.md_table(
+        "subscriptions | filter | records | rule evaluations/s (plan) | messages planned/s "
+        "| copies/s | evaluate only, evaluations/s",
+        "---:|---|---:|---:|---:|---:|---:",
+        [
+            (
+                e["subscriptions"],
+                e["kind"],
+                f"{e['records']:,}",
+                f"{e['evaluations_per_s']:,.0f}",
+                f"{e['messages_per_s']:,.0f}",
+                f"{e['copies_per_s']:,.0f}",
+                f"{e['evaluate_only_per_s']:,.0f}",
+            )
+            for e in evals
+        ],
+    )
     return "\n".join(out)
 
 
@@ -576,8 +591,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    started = time.time()
-    facts = _common.run_facts()
+    started, facts = _common.start_run()
     tmp = tempfile.mkdtemp(prefix="raybus-bench-topics-") if args.storage == "durable" else None
     storage = tmp or args.storage
     progress(
