@@ -25,9 +25,7 @@ from raybus.exceptions import (
     MessagingEntityAlreadyExistsError,
     MessagingEntityNotFoundError,
 )
-from raybus.management import (
-    ServiceBusAdministrationClient,
-)
+from raybus.management import ServiceBusAdministrationClient
 from raybus.message import ServiceBusReceivedMessage
 
 MAIN = "cat-main"

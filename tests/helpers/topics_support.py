@@ -23,12 +23,8 @@ from raybus import (
     ServiceBusSubQueue,
     aio,
 )
-from raybus.exceptions import (
-    ServiceBusError,
-)
-from raybus.management import (
-    ServiceBusAdministrationClient,
-)
+from raybus.exceptions import ServiceBusError
+from raybus.management import ServiceBusAdministrationClient
 
 DLQ = ServiceBusSubQueue.DEAD_LETTER
 RAD = ServiceBusReceiveMode.RECEIVE_AND_DELETE

@@ -24,9 +24,7 @@ from bad_input_catalogue import (
     state_of,
 )
 
-from raybus.exceptions import (
-    FilterSyntaxError,
-)
+from raybus.exceptions import FilterSyntaxError
 
 namespace = bad_input_catalogue.namespace
 env = bad_input_catalogue.env

@@ -28,9 +28,7 @@ from topics_support import (
 )
 
 import raybus
-from raybus import (
-    ServiceBusMessage,
-)
+from raybus import ServiceBusMessage
 from raybus.exceptions import (
     FilterSyntaxError,
     InvalidArgumentError,

@@ -31,9 +31,7 @@ from raybus import (
     ServiceBusMessage,
     aio,
 )
-from raybus.exceptions import (
-    OperationTimeoutError,
-)
+from raybus.exceptions import OperationTimeoutError
 from raybus.management import (
     CorrelationRuleFilter,
     FalseRuleFilter,

@@ -29,9 +29,7 @@ from raybus import (
     ServiceBusMessage,
     aio,
 )
-from raybus.exceptions import (
-    MessagingEntityNotFoundError,
-)
+from raybus.exceptions import MessagingEntityNotFoundError
 from raybus.management import (
     CorrelationRuleFilter,
     FalseRuleFilter,

@@ -10,9 +10,7 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from partition_moves_support import (
-    ALL,
-)
+from partition_moves_support import ALL
 
 from raybus._core.record import MessageRecord
 from raybus._core.slots import SLOTS, PartitionMap, partition_key, slot_of
