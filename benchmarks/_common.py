@@ -94,6 +94,13 @@ def md_table(columns: str, rule: str, rows: Iterable[Iterable[object]]) -> list[
     return [f"| {columns} |", f"|{rule}|", *body]
 
 
+def add_time_limits(p: argparse.ArgumentParser, *, timeout_help: str, budget_help: str) -> None:
+    """``--timeout`` (seconds allowed per phase) and ``--budget`` (seconds for the whole run:
+    later repeats are skipped once one more would exceed it); both floats, defaults per script."""
+    p.add_argument("--timeout", type=float, help=timeout_help)
+    p.add_argument("--budget", type=float, help=budget_help)
+
+
 def median(xs: list[float]) -> float | None:
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None

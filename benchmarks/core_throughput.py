@@ -460,11 +460,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=100, help="messages per send/receive list")
     p.add_argument("--rounds", type=int, help="repetitions of every scenario (default 3; quick 2)")
     p.add_argument("--body-size", type=int, default=1024, help="body bytes (>= 8)")
-    p.add_argument("--timeout", type=float, help="seconds allowed per scenario phase")
-    p.add_argument(
-        "--budget",
-        type=float,
-        help="seconds; further rounds are skipped once one more would exceed it "
+    _common.add_time_limits(
+        p,
+        timeout_help="seconds allowed per scenario phase",
+        budget_help="seconds; further rounds are skipped once one more would exceed it "
         "(default 270; quick 75)",
     )
     p.add_argument("--no-rayqueue", action="store_true", help="skip scenario C")

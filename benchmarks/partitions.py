@@ -676,12 +676,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pause-rate", type=float, default=2000.0, help="msgs/s of the steady load")
     p.add_argument("--pause-batch", type=int, default=20, help="messages per send (pause)")
     p.add_argument("--pause-body-size", type=int, default=128, help="body bytes (pause)")
-    p.add_argument("--timeout", type=float, help="seconds per phase (default 120; quick 60)")
-    p.add_argument(
-        "--budget",
-        type=float,
-        help="seconds for the throughput part; a partition count's later repeats are skipped "
-        "once one more would exceed its share (default 360; quick 70)",
+    _common.add_time_limits(
+        p,
+        timeout_help="seconds per phase (default 120; quick 60)",
+        budget_help="seconds for the throughput part; a partition count's later repeats are "
+        "skipped once one more would exceed its share (default 360; quick 70)",
     )
     args = _common.parse_with_output(p, argv)
     if args.messages is None:

@@ -273,6 +273,24 @@ def summarise(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def scale_table(scales: list[dict[str, Any]]) -> list[str]:
+    """The scale-up runs, one row each."""
+    return _common.md_table(
+        "burst | wants 4 after | 4 ready after | drained after | back to 1 after draining",
+        "---|---|---|---|---",
+        [
+            (
+                s["burst"],
+                f"{s['to_desired_s']:.2f} s",
+                f"{s['to_4_ready_s']:.2f} s",
+                f"{s['to_drained_s']:.2f} s",
+                f"{s['drained_to_1_s']:.2f} s (delay {s['scale_down_delay_s']:g} s)",
+            )
+            for s in scales
+        ],
+    )
+
+
 def markdown(rows: list[dict[str, Any]], scales: list[dict[str, Any]]) -> str:
     lines = _common.md_table(
         "handler | C | prefetch | replicas | msgs/s steady | msgs/s end to end | ideal "
@@ -294,21 +312,7 @@ def markdown(rows: list[dict[str, Any]], scales: list[dict[str, Any]]) -> str:
         ],
     )
     if scales:
-        lines.append("")
-        lines += _common.md_table(
-            "burst | wants 4 after | 4 ready after | drained after | back to 1 after draining",
-            "---|---|---|---|---",
-            [
-                (
-                    s["burst"],
-                    f"{s['to_desired_s']:.2f} s",
-                    f"{s['to_4_ready_s']:.2f} s",
-                    f"{s['to_drained_s']:.2f} s",
-                    f"{s['drained_to_1_s']:.2f} s (delay {s['scale_down_delay_s']:g} s)",
-                )
-                for s in scales
-            ],
-        )
+        lines += ["", *scale_table(scales)]
     return "\n".join(lines)
 
 
