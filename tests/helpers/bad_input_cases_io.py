@@ -27,10 +27,7 @@ from bad_input_catalogue import (
 )
 
 from raybus import ServiceBusMessage
-from raybus.exceptions import (
-    MessageNotFoundError,
-    MessageSizeExceededError,
-)
+from raybus.exceptions import MessageNotFoundError, MessageSizeExceededError
 
 # ----------------------------------------------------------------------------- messages
 

@@ -10,13 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from raybus._core import journal, migration
-from raybus._core.partition import (
-    ABANDON,
-    DEFER,
-    RELEASE,
-    Partition,
-    SettleOp,
-)
+from raybus._core.partition import ABANDON, DEFER, RELEASE, Partition, SettleOp
 from raybus._core.record import MessageRecord, encoded_size
 from raybus._core.slots import SLOTS, slot_of
 from raybus._models import QueueProperties

@@ -15,11 +15,7 @@ from typing import Any
 import pytest
 
 import raybus
-from raybus import (
-    ServiceBusMessage,
-    ServiceBusReceivedMessage,
-    aio,
-)
+from raybus import ServiceBusMessage, ServiceBusReceivedMessage, aio
 from raybus.management import ServiceBusAdministrationClient
 
 LONG_LOCK_S = 30.0

@@ -18,11 +18,7 @@ import pytest
 import ray
 
 import raybus
-from raybus import (
-    ServiceBusReceiveMode,
-    ServiceBusSubQueue,
-    aio,
-)
+from raybus import ServiceBusReceiveMode, ServiceBusSubQueue, aio
 from raybus.exceptions import ServiceBusError
 from raybus.management import ServiceBusAdministrationClient
 

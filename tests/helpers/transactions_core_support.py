@@ -13,10 +13,7 @@ import pytest
 
 from raybus._core import journal
 from raybus._core import transactions as txn
-from raybus._core.partition import (
-    Partition,
-    SettleOp,
-)
+from raybus._core.partition import Partition, SettleOp
 from raybus._core.record import MessageRecord, encoded_size
 from raybus._core.slots import SLOTS
 from raybus._models import QueueProperties

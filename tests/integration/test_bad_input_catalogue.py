@@ -17,12 +17,7 @@ import bad_input_cases_io  # noqa: F401 (registers its cases in CASES)
 import bad_input_cases_settle  # noqa: F401 (registers its cases in CASES)
 import bad_input_catalogue
 import pytest
-from bad_input_catalogue import (
-    ANY,
-    CASES,
-    Case,
-    state_of,
-)
+from bad_input_catalogue import ANY, CASES, Case, state_of
 
 from raybus.exceptions import FilterSyntaxError
 

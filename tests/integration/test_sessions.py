@@ -12,26 +12,11 @@ from datetime import datetime, timezone
 
 import pytest
 import sessions_support
-from sessions_support import (
-    _areceive_n,
-    _bodies,
-    _msgs,
-    _receive_n,
-    _send,
-    _sid,
-)
+from sessions_support import _areceive_n, _bodies, _msgs, _receive_n, _send, _sid
 
 import raybus
-from raybus import (
-    NEXT_AVAILABLE_SESSION,
-    ServiceBusMessage,
-    ServiceBusReceivedMessage,
-    aio,
-)
-from raybus.exceptions import (
-    OperationTimeoutError,
-    SessionCannotBeLockedError,
-)
+from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceivedMessage, aio
+from raybus.exceptions import OperationTimeoutError, SessionCannotBeLockedError
 
 namespace = sessions_support.namespace
 session_queue = sessions_support.session_queue

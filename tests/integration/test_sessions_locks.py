@@ -12,28 +12,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import sessions_support
-from sessions_support import (
-    SHORT_LOCK_S,
-    _areceive_n,
-    _bodies,
-    _msgs,
-    _receive_n,
-    _send,
-    _sid,
-)
+from sessions_support import SHORT_LOCK_S, _areceive_n, _bodies, _msgs, _receive_n, _send, _sid
 
 import raybus
-from raybus import (
-    NEXT_AVAILABLE_SESSION,
-    ServiceBusMessage,
-    ServiceBusSubQueue,
-    aio,
-)
-from raybus.exceptions import (
-    InvalidArgumentError,
-    SessionCannotBeLockedError,
-    SessionLockLostError,
-)
+from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusSubQueue, aio
+from raybus.exceptions import InvalidArgumentError, SessionCannotBeLockedError, SessionLockLostError
 
 namespace = sessions_support.namespace
 session_queue = sessions_support.session_queue

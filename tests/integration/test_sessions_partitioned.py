@@ -13,27 +13,12 @@ from collections import Counter
 
 import pytest
 import sessions_support
-from sessions_support import (
-    PARTITIONS,
-    _areceive_n,
-    _bodies,
-    _msgs,
-    _receive_n,
-    _send,
-)
+from sessions_support import PARTITIONS, _areceive_n, _bodies, _msgs, _receive_n, _send
 
 import raybus
-from raybus import (
-    NEXT_AVAILABLE_SESSION,
-    ServiceBusMessage,
-    ServiceBusReceivedMessage,
-    aio,
-)
+from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceivedMessage, aio
 from raybus._core.slots import PartitionMap
-from raybus.exceptions import (
-    InvalidArgumentError,
-    OperationTimeoutError,
-)
+from raybus.exceptions import InvalidArgumentError, OperationTimeoutError
 
 namespace = sessions_support.namespace
 session_queue = sessions_support.session_queue

@@ -29,11 +29,7 @@ from settlement_support import (
 )
 
 import raybus
-from raybus import (
-    ServiceBusMessage,
-    ServiceBusMessageState,
-    aio,
-)
+from raybus import ServiceBusMessage, ServiceBusMessageState, aio
 from raybus.exceptions import (
     InvalidArgumentError,
     MessageAlreadySettled,

@@ -29,10 +29,7 @@ from settlement_support import (
 )
 
 import raybus
-from raybus import (
-    ServiceBusMessage,
-    aio,
-)
+from raybus import ServiceBusMessage, aio
 from raybus._sync import run
 from raybus.exceptions import (
     AutoLockRenewFailed,

@@ -16,16 +16,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import ray
 import topics_support
-from topics_support import (
-    DLQ,
-    RULE_NAME,
-    _bodies,
-    _counts,
-    _drain,
-    _name,
-    _props,
-    _rule_names,
-)
+from topics_support import DLQ, RULE_NAME, _bodies, _counts, _drain, _name, _props, _rule_names
 
 import raybus
 from raybus import ServiceBusMessage

@@ -14,23 +14,10 @@ from typing import Any
 
 import pytest
 import topics_support
-from topics_support import (
-    DLQ,
-    RULE_NAME,
-    _acounts,
-    _adrain,
-    _bodies,
-    _counts,
-    _drain,
-    _props,
-)
+from topics_support import DLQ, RULE_NAME, _acounts, _adrain, _bodies, _counts, _drain, _props
 
 import raybus
-from raybus import (
-    NEXT_AVAILABLE_SESSION,
-    ServiceBusMessage,
-    aio,
-)
+from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, aio
 from raybus.exceptions import OperationTimeoutError
 from raybus.management import (
     CorrelationRuleFilter,

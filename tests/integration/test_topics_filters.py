@@ -25,10 +25,7 @@ from topics_support import (
 )
 
 import raybus
-from raybus import (
-    ServiceBusMessage,
-    aio,
-)
+from raybus import ServiceBusMessage, aio
 from raybus.exceptions import MessagingEntityNotFoundError
 from raybus.management import (
     CorrelationRuleFilter,

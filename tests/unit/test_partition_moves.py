@@ -31,13 +31,7 @@ from partition_moves_support import (
 )
 
 from raybus._core import journal, migration
-from raybus._core.partition import (
-    ABANDON,
-    COMPLETE,
-    DEAD_LETTER,
-    DEFER,
-    RELEASE,
-)
+from raybus._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE
 from raybus._core.record import ACTIVE, DEFERRED, SCHEDULED, to_wire
 from raybus._core.slots import slot_of
 from raybus.exceptions import MessageNotFoundError, PartitionMovedError

@@ -35,10 +35,7 @@ from partition_moves_support import (
 )
 
 from raybus._core import journal, migration
-from raybus._core.partition import (
-    COMPLETE,
-    Partition,
-)
+from raybus._core.partition import COMPLETE, Partition
 from raybus._core.record import MessageRecord, to_wire
 from raybus._core.slots import slot_of
 from raybus.exceptions import PartitionMovedError

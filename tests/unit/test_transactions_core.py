@@ -31,14 +31,7 @@ from transactions_core_support import (
 )
 
 from raybus._core import transactions as txn
-from raybus._core.partition import (
-    ABANDON,
-    COMPLETE,
-    DEAD_LETTER,
-    DEFER,
-    RELEASE,
-    Partition,
-)
+from raybus._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, Partition
 from raybus._core.record import DEFERRED
 from raybus.enums import EntityStatus
 from raybus.exceptions import (

@@ -27,19 +27,9 @@ from transactions_core_support import (
 )
 
 from raybus._core import transactions as txn
-from raybus._core.partition import (
-    ABANDON,
-    COMPLETE,
-    DEAD_LETTER,
-    DEFER,
-    Partition,
-)
+from raybus._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, Partition
 from raybus._core.record import MessageRecord
-from raybus.exceptions import (
-    InvalidArgumentError,
-    MessageLockLostError,
-    ServiceBusError,
-)
+from raybus.exceptions import InvalidArgumentError, MessageLockLostError, ServiceBusError
 from raybus.testing import FakeClock
 
 q = transactions_core_support.q

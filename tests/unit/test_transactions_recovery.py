@@ -36,18 +36,10 @@ from transactions_core_support import (
 
 from raybus._core import journal, migration
 from raybus._core import transactions as txn
-from raybus._core.partition import (
-    ABANDON,
-    COMPLETE,
-    DEAD_LETTER,
-    Partition,
-)
+from raybus._core.partition import ABANDON, COMPLETE, DEAD_LETTER, Partition
 from raybus._core.record import MessageRecord
 from raybus._core.slots import slot_of
-from raybus.exceptions import (
-    InvalidArgumentError,
-    ServiceBusQuotaExceededError,
-)
+from raybus.exceptions import InvalidArgumentError, ServiceBusQuotaExceededError
 
 q = transactions_core_support.q
 dq = transactions_core_support.dq
