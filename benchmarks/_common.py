@@ -23,18 +23,22 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")) if p
 )
 
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import faulthandler  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import platform  # noqa: E402
 import queue as stdqueue  # noqa: E402
+import shutil  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+import traceback  # noqa: E402
 from collections import deque  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
+from collections.abc import Callable, Iterable, Iterator  # noqa: E402
 from typing import Any  # noqa: E402
 
 import ray  # noqa: E402
@@ -42,6 +46,7 @@ import ray  # noqa: E402
 import raybus  # noqa: E402
 
 PROTO = "BENCH "  # prefix of protocol lines on a worker process's stdout
+MEMORY = "memory://"  # raybus storage_path of a namespace kept in actor memory only
 
 
 class BenchError(RuntimeError):
@@ -51,6 +56,49 @@ class BenchError(RuntimeError):
 def make_body(i: int, size: int) -> bytes:
     """A distinct ``size``-byte body per message: its index, then filler."""
     return i.to_bytes(8, "big") + b"\xa5" * (size - 8)
+
+
+def body_ok(i: int, body: Any, size: int) -> bool:
+    """``body`` is message i's as ``make_body`` made it (received intact)."""
+    return isinstance(body, bytes) and len(body) == size and int.from_bytes(body[:8], "big") == i
+
+
+def progress(text: str) -> None:
+    """A progress line on stderr (stdout carries only the tables)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def int_list(text: str) -> list[int]:
+    """An argparse type: ``"1,2,4"`` -> ``[1, 2, 4]``."""
+    return [int(x) for x in text.split(",") if x]
+
+
+def arg_parser(doc: str | None, quick_help: str) -> argparse.ArgumentParser:
+    """A benchmark script's command line: the first paragraph of its docstring as the
+    description, and ``--quick`` (a small run; ``quick_help`` says how small)."""
+    p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help=quick_help)
+    return p
+
+
+def parse_with_output(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Add ``--output`` (where ``write_results`` puts the JSON) as the last option; parse."""
+    p.add_argument("--output", type=Path, help="JSON file (default benchmarks/results/...)")
+    return p.parse_args(argv)
+
+
+def md_table(columns: str, rule: str, rows: Iterable[Iterable[object]]) -> list[str]:
+    """The lines of a Markdown table: ``columns`` are the headings joined by ``" | "``, ``rule``
+    the alignment row without its outer bars (``"---|---:"``), and each row its cells."""
+    body = ("| " + " | ".join(str(c) for c in cells) + " |" for cells in rows)
+    return [f"| {columns} |", f"|{rule}|", *body]
+
+
+def add_time_limits(p: argparse.ArgumentParser, *, timeout_help: str, budget_help: str) -> None:
+    """``--timeout`` (seconds allowed per phase) and ``--budget`` (seconds for the whole run:
+    later repeats are skipped once one more would exceed it); both floats, defaults per script."""
+    p.add_argument("--timeout", type=float, help=timeout_help)
+    p.add_argument("--budget", type=float, help=budget_help)
 
 
 def median(xs: list[float]) -> float | None:
@@ -155,6 +203,98 @@ class WorkerProcess:
             except (BenchError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+
+
+class BareQueue:
+    """The bare-Ray peer of a queue (or of one partition): a deque in an async actor, the
+    engine's ceiling. Receivers wait without polling; ``get(..., delete=False)`` keeps what it
+    hands out in flight until ``ack`` (peek-lock's peer), ``delete=True`` does not."""
+
+    def __init__(self) -> None:
+        self.items: deque[tuple[int, bytes]] = deque()
+        self.inflight: dict[int, bytes] = {}
+        self.changed = asyncio.Event()
+
+    async def ping(self) -> bool:
+        return True
+
+    async def put(self, batch: list[tuple[int, bytes]]) -> int:
+        self.items.extend(batch)
+        self.changed.set()
+        self.changed = asyncio.Event()
+        return len(batch)
+
+    async def get(self, n: int, wait_s: float, delete: bool = False) -> list[tuple[int, bytes]]:
+        deadline = time.monotonic() + wait_s
+        while not self.items:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), remaining)
+        out = [self.items.popleft() for _ in range(min(n, len(self.items)))]
+        if not delete:
+            for i, body in out:
+                self.inflight[i] = body
+        return out
+
+    async def ack(self, ids: list[int]) -> int:
+        """Settle; returns how many ids were not in flight (0 when all is well)."""
+        return sum(self.inflight.pop(i, None) is None for i in ids)
+
+    async def counts(self) -> tuple[int, int]:
+        return len(self.items), len(self.inflight)
+
+
+class RpcCounter:
+    """Counts raybus's actor calls made from this process, by method name: a diagnostic (how
+    many round trips a phase took; whether settlements were coalesced). Wraps
+    ``raybus._rpc.call`` and, with ``sync``, ``call_sync`` (the sync API's direct path); a
+    receiver's ``wait_available`` calls on a partitioned queue bypass both and are not
+    counted. Names in ``ignore`` are left out of ``since``."""
+
+    def __init__(self, *, sync: bool = True, ignore: frozenset[str] = frozenset()) -> None:
+        self.counts: dict[str, int] = {}
+        self.ignore = ignore
+        self.installed = False
+        try:
+            from raybus import _rpc
+        except ImportError:
+            return
+        orig = getattr(_rpc, "call", None)
+        if orig is None or not asyncio.iscoroutinefunction(orig):
+            return
+        counts = self.counts
+
+        async def call(entity: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+            name = getattr(method, "_method_name", "?")
+            counts[name] = counts.get(name, 0) + 1
+            return await orig(entity, method, *args, **kwargs)
+
+        _rpc.call = call
+        orig_sync = getattr(_rpc, "call_sync", None)
+        if sync and orig_sync is not None:
+
+            def call_sync(entity: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+                name = getattr(method, "_method_name", "?")
+                counts[name] = counts.get(name, 0) + 1
+                return orig_sync(entity, method, *args, **kwargs)
+
+            _rpc.call_sync = call_sync
+        self.installed = True
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.counts)
+
+    def since(self, before: dict[str, int]) -> dict[str, int] | None:
+        """Calls made since ``snapshot`` returned ``before`` (None if not counting)."""
+        if not self.installed:
+            return None
+        return {
+            k: v - before.get(k, 0)
+            for k, v in self.counts.items()
+            if v - before.get(k, 0) and k not in self.ignore
+        }
 
 
 class Deadline:
@@ -303,6 +443,39 @@ def machine_facts() -> dict[str, Any]:
     return facts
 
 
+def start_run() -> tuple[float, dict[str, Any]]:
+    """The start of a run: its wall-clock time (``started`` of ``write_results``), then
+    ``machine_facts`` plus the raybus package that ran (which checkout)."""
+    started = time.time()
+    facts = machine_facts()
+    facts["raybus_path"] = str(Path(raybus.__file__).resolve().parent)
+    return started, facts
+
+
+@contextlib.contextmanager
+def ray_run(
+    errors: list[str],
+    *,
+    before_shutdown: Callable[[], None] = lambda: None,
+    scratch_dir: str | None = None,
+) -> Iterator[None]:
+    """Around a benchmark's run on the local Ray cluster (started by the caller). An exception
+    is added to ``errors`` as ``run aborted: ...`` (traceback on stderr) instead of escaping,
+    so that what was measured before it is still reported. Whatever happens,
+    ``before_shutdown`` runs (e.g. killing the benchmark's own actors), Ray shuts down and
+    ``scratch_dir`` (if any) is deleted."""
+    try:
+        yield
+    except Exception as exc:  # report what was measured before
+        errors.append(f"run aborted: {type(exc).__name__}: {exc}")
+        progress(traceback.format_exc())
+    finally:
+        before_shutdown()
+        ray.shutdown()
+        if scratch_dir:
+            shutil.rmtree(scratch_dir, ignore_errors=True)
+
+
 def write_results(
     name: str,
     started: float,
@@ -339,3 +512,22 @@ def report_errors(errors: list[str]) -> None:
         print(f"\n{len(errors)} FAILURE(S):", file=sys.stderr)
         for e in errors:
             print(f"  - {e}", file=sys.stderr)
+
+
+def finish(
+    name: str,
+    started: float,
+    args: Any,
+    facts: dict[str, Any],
+    text: str,
+    body: dict[str, Any],
+) -> int:
+    """The end of a benchmark run: write its JSON (``body``, which holds the ``errors`` list,
+    then the tables ``text`` as ``table_markdown``), print the tables, the run time and where
+    the JSON went, then the failures. Returns the exit status: 1 if anything failed."""
+    out = write_results(name, started, args, facts, {**body, "table_markdown": text})
+    print(text)
+    print(f"\ndone in {time.time() - started:.0f} s; JSON: {out}")
+    errors: list[str] = body["errors"]
+    report_errors(errors)
+    return 1 if errors else 0

@@ -21,29 +21,19 @@ Run: ``python benchmarks/amqp_gateway.py [--quick] [--messages N] [--batch B] [-
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-
 import argparse
 import json
-import logging
 import statistics
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
-)
+# Before Ray: sets Ray's environment (loopback only, no usage stats) and puts this checkout on
+# the import paths of this process and of Ray's workers.
+import _common
 
 BODY = 1024
 
@@ -161,14 +151,7 @@ def main() -> None:
     from raybus.amqp import start_gateway
     from raybus.management import ServiceBusAdministrationClient
 
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=200 << 20,
-        logging_level=logging.WARNING,
-        log_to_driver=False,
-    )
+    _common.start_local_ray(200)
     namespace = f"bench-amqp-{uuid.uuid4().hex[:6]}"
     admin = ServiceBusAdministrationClient(namespace, storage_path="memory://")
     gateway = start_gateway(

@@ -27,17 +27,14 @@ Writes a Markdown table to stdout and JSON to ``benchmarks/results/``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import json
 import logging
 import os
-import statistics
 import sys
 import time
 import traceback
 import uuid
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,15 +48,24 @@ ROOT = _common.ROOT
 import ray  # noqa: E402
 from _common import (  # noqa: E402
     PROTO,
+    BareQueue,
     BenchError,
     Deadline,
+    RpcCounter,
     Watchdog,
     WorkerProcess,
+    body_ok,
     machine_facts,
     make_body,
-    median,
     report_errors,
     write_results,
+)
+from _core_throughput_report import (  # noqa: E402
+    LABELS,
+    UNITS,
+    markdown,
+    settlement_notes,
+    summarise,
 )
 
 import raybus  # noqa: E402
@@ -69,74 +75,7 @@ from raybus.management import ServiceBusAdministrationClient  # noqa: E402
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RAY_NAMESPACE_PREFIX = "raybus-bench"
 
-# (system, mode): label, description. Order = run order within a round (interleaved).
-UNITS: list[tuple[str, str]] = [
-    ("raybus", "each"),
-    ("actor", "ack"),
-    ("raybus", "batch"),
-    ("raybus", "delete"),
-    ("actor", "delete"),
-    ("rayqueue", "delete"),
-]
-LABELS = {
-    ("raybus", "each"): "A1 raybus peek-lock, complete_message one by one",
-    ("raybus", "batch"): "A2 raybus peek-lock, complete_messages(batch)",
-    ("raybus", "delete"): "A3 raybus receive-and-delete",
-    ("actor", "ack"): "B  bare actor get + ack(ids)",
-    ("actor", "delete"): "B  bare actor get (no ack)",
-    ("rayqueue", "delete"): "C  ray.util.queue get_nowait_batch",
-}
-# The bare-actor row each raybus row is compared with.
-PEER = {"each": ("actor", "ack"), "batch": ("actor", "ack"), "delete": ("actor", "delete")}
-
-
-class RpcCounter:
-    """Counts raybus's actor calls by method name, in this process only (a diagnostic: it
-    shows whether settlements were coalesced). Wraps ``raybus._rpc.call`` and ``call_sync``."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        self.installed = False
-        try:
-            from raybus import _rpc
-        except ImportError:
-            return
-        orig = getattr(_rpc, "call", None)
-        if orig is None or not asyncio.iscoroutinefunction(orig):
-            return
-        counts = self.counts
-
-        async def call(entity: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
-            name = getattr(method, "_method_name", "?")
-            counts[name] = counts.get(name, 0) + 1
-            return await orig(entity, method, *args, **kwargs)
-
-        _rpc.call = call
-        orig_sync = getattr(_rpc, "call_sync", None)
-        if orig_sync is not None:  # the sync API's direct path
-
-            def call_sync(entity: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
-                name = getattr(method, "_method_name", "?")
-                counts[name] = counts.get(name, 0) + 1
-                return orig_sync(entity, method, *args, **kwargs)
-
-            _rpc.call_sync = call_sync
-        self.installed = True
-
-    def snapshot(self) -> dict[str, int]:
-        return dict(self.counts)
-
-    def since(self, before: dict[str, int]) -> dict[str, int] | None:
-        if not self.installed:
-            return None
-        return {k: v - before.get(k, 0) for k, v in self.counts.items() if v - before.get(k, 0)}
-
-
 # ---------------------------------------------------------------------------- payload
-
-
-def check_body(i: int, body: Any, size: int) -> bool:
-    return isinstance(body, bytes) and len(body) == size and int.from_bytes(body[:8], "big") == i
 
 
 def verify(ids: list[int], bodies: list[Any], n: int, size: int, what: str) -> None:
@@ -148,53 +87,12 @@ def verify(ids: list[int], bodies: list[Any], n: int, size: int, what: str) -> N
         dup = len(ids) - len(seen)
         missing = n - len(seen & set(range(n)))
         raise BenchError(f"{what}: {dup} duplicates, {missing} missing of {n}")
-    bad = [i for i, b in zip(ids, bodies, strict=True) if not check_body(i, b, size)]
+    bad = [i for i, b in zip(ids, bodies, strict=True) if not body_ok(i, b, size)]
     if bad:
         raise BenchError(f"{what}: {len(bad)} corrupted bodies (first ids {bad[:5]})")
 
 
 # ---------------------------------------------------------------------------- bare peers
-
-
-class BareQueue:
-    """The bare-Ray peer: a deque in an async actor; receivers wait without polling."""
-
-    def __init__(self) -> None:
-        self.items: deque[tuple[int, bytes]] = deque()
-        self.inflight: dict[int, bytes] = {}
-        self.changed = asyncio.Event()
-
-    async def ping(self) -> bool:
-        return True
-
-    async def put(self, batch: list[tuple[int, bytes]]) -> int:
-        self.items.extend(batch)
-        self.changed.set()
-        self.changed = asyncio.Event()
-        return len(batch)
-
-    async def get(self, n: int, wait_s: float, delete: bool) -> list[tuple[int, bytes]]:
-        deadline = time.monotonic() + wait_s
-        while not self.items:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return []
-            try:
-                await asyncio.wait_for(self.changed.wait(), remaining)
-            except asyncio.TimeoutError:
-                pass
-        out = [self.items.popleft() for _ in range(min(n, len(self.items)))]
-        if not delete:
-            for i, body in out:
-                self.inflight[i] = body
-        return out
-
-    async def ack(self, ids: list[int]) -> int:
-        """Settle; returns how many ids were not in flight (0 when all is well)."""
-        return sum(self.inflight.pop(i, None) is None for i in ids)
-
-    async def counts(self) -> tuple[int, int]:
-        return len(self.items), len(self.inflight)
 
 
 # ---------------------------------------------------------------------------- sender role
@@ -553,189 +451,19 @@ class Bench:
                 print(f"warning: could not delete {name}: {exc!r}", file=sys.stderr)
 
 
-# ---------------------------------------------------------------------------- report
-
-
-def summarise(runs: list[dict[str, Any]], n: int, size: int) -> list[dict[str, Any]]:
-    """Table rows: medians over rounds, ratios as medians of per-round ratios."""
-    by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for r in runs:
-        by.setdefault((r["system"], r["mode"], r["phase"]), []).append(r)
-
-    def series(system: str, mode: str | None, phase: str, key: str) -> dict[int, float]:
-        """round -> seconds (median over the modes when mode is None)."""
-        per_round: dict[int, list[float]] = {}
-        for (s, m, p), rs in by.items():
-            if s != system or p != phase or (mode is not None and m != mode):
-                continue
-            for r in rs:
-                if r.get("ok") and key in r:
-                    per_round.setdefault(r["round"], []).append(r[key])
-        return {k: statistics.median(v) for k, v in per_round.items()}
-
-    def calls(system: str, mode: str | None, phase: str, key: str) -> dict[str, float]:
-        """Median actor calls per run, by method."""
-        seen: dict[str, list[int]] = {}
-        for (s, m, p), rs in by.items():
-            if s != system or p != phase or (mode is not None and m != mode):
-                continue
-            for r in rs:
-                for k, v in (r.get(key) or {}).items() if r.get("ok") else ():
-                    seen.setdefault(k, []).append(v)
-        return {k: statistics.median(v) for k, v in seen.items()}
-
-    failed = {(r["system"], r["mode"], r["phase"]) for r in runs if not r.get("ok")}
-    rows: list[dict[str, Any]] = []
-
-    def add(
-        label: str,
-        secs: dict[int, float],
-        peer: dict[int, float] | None,
-        broken: bool,
-        kind: str,
-        actor_calls: dict[str, float],
-    ) -> None:
-        s = median(list(secs.values()))
-        ratios = (
-            [n / secs[k] / (n / peer[k]) for k in secs if k in peer and secs[k] and peer[k]]
-            if peer
-            else []
-        )
-        rates = sorted(n / v for v in secs.values() if v)
-        rows.append(
-            {
-                "scenario": label,
-                "kind": kind,
-                "messages": n,
-                "seconds": s,
-                "msgs_per_s": n / s if s else None,
-                "mb_per_s": n * size / s / 1e6 if s else None,
-                "msgs_per_s_range": [rates[0], rates[-1]] if rates else None,
-                "ratio_vs_bare_actor": median(ratios),
-                "ratio_range": [min(ratios), max(ratios)] if ratios else None,
-                "failed": broken or s is None,
-                "actor_calls": actor_calls,
-            }
-        )
-
-    systems = sorted({r["system"] for r in runs}, key=["raybus", "actor", "rayqueue"].index)
-    send_label = {
-        "raybus": "A  raybus send only (send_messages(list))",
-        "actor": "B  bare actor send only (put per batch)",
-        "rayqueue": "C  ray.util.queue send only (put_nowait_batch)",
-    }
-    actor_send = series("actor", None, "split", "send_s")
-    for system in systems:
-        add(
-            send_label[system],
-            series(system, None, "split", "send_s"),
-            actor_send if system == "raybus" else None,
-            any(k[0] == system and k[2] == "split" for k in failed),
-            "send",
-            calls(system, None, "split", "send_calls"),
-        )
-    for phase, key, suffix in (
-        ("e2e", "e2e_s", "end to end"),
-        ("split", "recv_s", "receive+settle only"),
-    ):
-        for system, mode in UNITS:
-            if system not in systems:
-                continue
-            peer = None
-            if system == "raybus":
-                ps, pm = PEER[mode]
-                peer = series(ps, pm, phase, key)
-            add(
-                f"{LABELS[(system, mode)]}: {suffix}",
-                series(system, mode, phase, key),
-                peer,
-                (system, mode, phase) in failed,
-                phase,
-                calls(system, mode, phase, "receive_calls"),
-            )
-    return rows
-
-
-def markdown(rows: list[dict[str, Any]]) -> str:
-    def f(x: float | None, fmt: str) -> str:
-        return "FAILED" if x is None else format(x, fmt)
-
-    out = [
-        "| scenario | messages | seconds | msgs/s | MB/s | raybus ÷ bare actor "
-        "| actor calls (median) |",
-        "|---|---:|---:|---:|---:|---:|---|",
-    ]
-    for r in rows:
-        ratio = "" if r["ratio_vs_bare_actor"] is None else f"{r['ratio_vs_bare_actor']:.2f}"
-        if r["failed"] and r["seconds"] is not None:
-            ratio += " (some rounds FAILED)"
-        out.append(
-            f"| {r['scenario']} | {r['messages']} | {f(r['seconds'], '.3f')} | "
-            f"{f(r['msgs_per_s'], ',.0f')} | {f(r['mb_per_s'], '.1f')} | {ratio} | "
-            + ", ".join(f"{k} {v:g}" for k, v in r["actor_calls"].items())
-            + " |"
-        )
-    return "\n".join(out)
-
-
-def settlement_notes(runs: list[dict[str, Any]], n: int) -> list[str]:
-    """What the design promises for A1: one-by-one completion costs about what batched
-    completion costs, because settlements are coalesced instead of paying a round trip each."""
-    notes = []
-    for phase, key in (("split", "recv_s"), ("e2e", "e2e_s")):
-        each = {
-            r["round"]: r
-            for r in runs
-            if r.get("ok")
-            and r["mode"] == "each"
-            and r["system"] == "raybus"
-            and r["phase"] == phase
-        }
-        batch = {
-            r["round"]: r
-            for r in runs
-            if r.get("ok")
-            and r["mode"] == "batch"
-            and r["system"] == "raybus"
-            and r["phase"] == phase
-        }
-        ratios = [batch[k][key] / each[k][key] for k in each if k in batch and each[k][key]]
-        settles = [r["receive_calls"].get("settle") for r in each.values()]
-        settles = [x for x in settles if x is not None]
-        if not ratios:
-            continue
-        what = "receive+settle only" if phase == "split" else "end to end"
-        line = (
-            f"A1 ÷ A2 msgs/s ({what}): {statistics.median(ratios):.2f}"
-            f" (complete_message one by one vs complete_messages)"
-        )
-        if settles:
-            per_msg = statistics.median(settles) / n
-            line += (
-                f"; A1 made {statistics.median(settles):g} settle calls for {n} messages"
-                f" ({per_msg:.3f} per message)"
-            )
-            if per_msg > 0.5:
-                line += " -- PROBLEM: close to a round trip per message"
-        notes.append(line)
-    return notes
-
-
 # ---------------------------------------------------------------------------- main
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small run (< 90 s)")
+    p = _common.arg_parser(__doc__, "small run (< 90 s)")
     p.add_argument("--messages", type=int, help="messages per scenario (default 30000; quick 5000)")
     p.add_argument("--batch", type=int, default=100, help="messages per send/receive list")
     p.add_argument("--rounds", type=int, help="repetitions of every scenario (default 3; quick 2)")
     p.add_argument("--body-size", type=int, default=1024, help="body bytes (>= 8)")
-    p.add_argument("--timeout", type=float, help="seconds allowed per scenario phase")
-    p.add_argument(
-        "--budget",
-        type=float,
-        help="seconds; further rounds are skipped once one more would exceed it "
+    _common.add_time_limits(
+        p,
+        timeout_help="seconds allowed per scenario phase",
+        budget_help="seconds; further rounds are skipped once one more would exceed it "
         "(default 270; quick 75)",
     )
     p.add_argument("--no-rayqueue", action="store_true", help="skip scenario C")

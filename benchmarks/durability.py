@@ -38,8 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
-import logging
 import os
 import shutil
 import sys
@@ -61,13 +59,20 @@ from _common import (  # noqa: E402
     BenchError,
     Deadline,
     Watchdog,
-    actor_pids,
+    body_ok,
     machine_facts,
     make_body,
-    median,
-    py_spy_dump,
     report_errors,
     write_results,
+)
+from _durability_recovery import RecoveryPhases  # noqa: E402
+from _durability_report import (  # noqa: E402
+    FILL_BATCH,
+    MODES,
+    log_run,
+    rates_table,
+    recovery_table,
+    summarise_rates,
 )
 
 import raybus  # noqa: E402
@@ -77,7 +82,6 @@ from raybus.exceptions import ServiceBusError  # noqa: E402
 from raybus.management import ServiceBusAdministrationClient  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MODES = ("memory", "durable", "express")
 PATTERNS = ("single", "batch100", "tasks16", "clients16")
 PATTERN_LABELS = {
     "single": "send 1 (sync loop)",
@@ -86,35 +90,15 @@ PATTERN_LABELS = {
     "clients16": "send 1 x 16 aio clients",
 }
 MAX_SIZE_MB = 80 * 1024  # the largest raybus allows: 1M x 1 KiB must fit
-FILL_BATCH = 1000
 
 
 # ---------------------------------------------------------------------------- helpers
 
 
-def body_ok(i: int, body: Any, size: int) -> bool:
-    return isinstance(body, bytes) and len(body) == size and int.from_bytes(body[:8], "big") == i
-
-
-def disk_usage(path: str) -> dict[str, int]:
-    """Bytes (file sizes and allocated blocks) and file count below ``path``."""
-    apparent = allocated = files = 0
-    for dirpath, _dirs, names in os.walk(path):
-        for name in names:
-            try:
-                st = os.stat(os.path.join(dirpath, name))
-            except OSError:  # deleted meanwhile (a checkpoint's clean-up)
-                continue
-            apparent += st.st_size
-            allocated += getattr(st, "st_blocks", 0) * 512
-            files += 1
-    return {"bytes": apparent, "allocated_bytes": allocated, "files": files}
-
-
 # ---------------------------------------------------------------------------- the bench
 
 
-class Bench:
+class Bench(RecoveryPhases):
     def __init__(self, args: argparse.Namespace, storage: str) -> None:
         self.args = args
         self.storage = storage
@@ -407,286 +391,6 @@ class Bench:
                 log_run(rec)
         return runs
 
-    # -- phase 3: recovery and compaction -------------------------------------------------
-
-    def wait_recovered(
-        self, ns: str, queue: str, n: int, t_kill: float, timeout: float, spy: bool
-    ) -> dict[str, Any]:
-        """Until the queue answers ``n`` active messages: a new poll every 0.2 s.
-
-        Polls overlap: while the actor restarts, a call fails only after about 2 s, so waiting
-        for each answer before the next poll would measure in 2 s steps.
-        """
-        return asyncio.run(self._poll(ns, queue, n, t_kill, timeout, spy))
-
-    async def _poll(
-        self, ns: str, queue: str, n: int, t_kill: float, timeout: float, spy: bool
-    ) -> dict[str, Any]:
-        admin = raybus.aio.ServiceBusAdministrationClient(ns, storage_path=self.storage)
-        done = asyncio.Event()
-        out: dict[str, Any] = {"polls": 0, "poll_errors": 0}
-        answers: list[int] = []
-        error_samples: list[str] = []
-        dumps: list[dict[str, Any]] = []
-
-        async def poll() -> None:
-            try:
-                props = await admin.get_queue_runtime_properties(queue)
-            except ServiceBusError as exc:
-                out["poll_errors"] += 1
-                if len(error_samples) < 3:  # what a client sees while the actor restarts
-                    error_samples.append(
-                        f"{time.perf_counter() - t_kill:.2f} s: {type(exc).__name__}"
-                        f" (retryable={getattr(exc, 'retryable', None)}): {exc}"
-                    )
-                return
-            at = time.perf_counter() - t_kill
-            out.setdefault("first_answer_s", at)
-            got = props.active_message_count
-            if not answers or answers[-1] != got:
-                answers.append(got)
-            if got == n and "recovery_s" not in out:
-                out["recovery_s"] = at
-                done.set()
-
-        async def spy_loop() -> None:
-            await asyncio.sleep(2.0)
-            while len(dumps) < 6:
-                for pid, cmd in actor_pids():
-                    if "PartitionActor" in cmd:
-                        dump = await asyncio.to_thread(py_spy_dump, pid)
-                        dumps.append(
-                            {"at_s": time.perf_counter() - t_kill, "pid": pid, "dump": dump}
-                        )
-                await asyncio.sleep(3.0)
-
-        tasks: set[asyncio.Task[None]] = set()
-        spy_task = asyncio.ensure_future(spy_loop()) if spy else None
-        deadline = time.monotonic() + timeout
-        # raybus logs every failed poll at ERROR; they are counted and sampled instead.
-        rpc_log = logging.getLogger("raybus.rpc")
-        rpc_level = rpc_log.level
-        rpc_log.setLevel(logging.CRITICAL)
-        try:
-            while not done.is_set():
-                if time.monotonic() > deadline:
-                    raise BenchError(
-                        f"queue {queue} did not answer {n} active messages within {timeout:g} s"
-                        f" (answers {answers[-5:]}, errors {error_samples})"
-                    )
-                if len(tasks) < 50:
-                    out["polls"] += 1
-                    task = asyncio.ensure_future(poll())
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(done.wait(), 0.2)
-        finally:
-            for task in [*tasks, *([spy_task] if spy_task else [])]:
-                task.cancel()
-            await asyncio.gather(*tasks, *([spy_task] if spy_task else []), return_exceptions=True)
-            rpc_log.setLevel(rpc_level)
-        out.update(counts_seen=answers[-5:], poll_error_samples=error_samples, py_spy=dumps)
-        return out
-
-    def kill_and_recover(
-        self,
-        ns: str,
-        client: raybus.ServiceBusClient,
-        queue: str,
-        n: int,
-        spy: bool = False,
-    ) -> dict[str, Any]:
-        actor = self.partition(client, queue)
-        t0 = time.perf_counter()
-        ray.kill(actor, no_restart=False)
-        out = self.wait_recovered(ns, queue, n, t0, self.args.timeout_recovery, spy)
-        # The restarted actor answers again; its counters start from zero.
-        flushes, _entries, _ = self.counters(self.partition(client, queue))
-        out["flushes_after_restart"] = flushes
-        return out
-
-    def replay_breakdown(
-        self, ns: str, client: raybus.ServiceBusClient, queue: str, n: int
-    ) -> dict[str, Any]:
-        """Where recovery's time goes: the partition actor's recovery steps (``Committer``'s
-        ``_recover``) timed one by one in this process, on the queue's log, after its actor
-        was killed for good (so nothing else uses the directory). Uses raybus internals.
-
-        Timed twice: as the actor runs them, and with Python's cyclic garbage collector
-        disabled (it traverses every object allocated so far, again and again, while a
-        million records are created)."""
-        from raybus._core.registry import partition_storage_dirs
-
-        route = ray.get(client._aio._conn.registry.route.remote(queue), timeout=60)
-        ray.kill(route.partitions[0], no_restart=True)
-        dirs = partition_storage_dirs(ns, route.properties.name, route.incarnation, 0)
-        out = self._timed_recovery(route.properties, dirs, n)
-        gc.collect()
-        gc.disable()
-        try:
-            out["gc_disabled"] = self._timed_recovery(route.properties, dirs, n)
-        finally:
-            gc.enable()
-            gc.collect()
-        return out
-
-    def _timed_recovery(self, properties: Any, dirs: tuple[str, ...], n: int) -> dict[str, Any]:
-        from raybus._clock import SystemClock
-        from raybus._core import journal
-        from raybus._core.partition import Partition
-        from raybus._storage import DurableLog
-
-        t0 = time.perf_counter()
-        log = DurableLog.from_storage_path(self.storage, *dirs)
-        found = log.recover()
-        t1 = time.perf_counter()
-        state = journal.ReplayedState()
-        convert = replay = 0.0
-        tables = ([found.checkpoint] if found.checkpoint is not None else []) + [
-            t for _lsn, t in found.entries
-        ]
-        del found
-        for table in tables:
-            a = time.perf_counter()
-            entries = journal.from_table(table)
-            b = time.perf_counter()
-            journal.replay(entries, state)
-            convert += b - a
-            replay += time.perf_counter() - b
-        t2 = time.perf_counter()
-        core = Partition(properties, SystemClock(), 0)
-        core.load(state)
-        core.enable_journal()
-        t3 = time.perf_counter()
-        if core.message_count() != n:
-            raise BenchError(f"offline replay found {core.message_count()} messages, not {n}")
-        return {
-            "files": len(tables),
-            "read_decode_s": t1 - t0,
-            "from_table_s": convert,
-            "replay_s": replay,
-            "load_s": t3 - t2,
-            "total_s": t3 - t0,
-        }
-
-    def check_peek(self, client: raybus.ServiceBusClient, queue: str, n: int) -> None:
-        """The first messages come back in order, with their bodies."""
-        receiver = client.get_queue_receiver(queue)
-        try:
-            msgs = receiver.peek_messages(max_message_count=min(n, 10))
-        finally:
-            receiver.close()
-        ids = [int(m.message_id or -1) for m in msgs]
-        if ids != list(range(len(ids))) or not ids:
-            raise BenchError(f"peek after recovery returned ids {ids}, expected 0..{len(ids) - 1}")
-        if not all(body_ok(int(m.message_id or -1), m.body, self.size) for m in msgs):
-            raise BenchError("peek after recovery: a body came back damaged")
-
-    def phase_recovery(self) -> dict[str, Any]:
-        args = self.args
-        n = args.messages
-        ns, client, admin = self.namespace("recovery", "durable")
-        q = "recovery"
-        nsdir = os.path.join(self.storage, ns)
-        out: dict[str, Any] = {"messages": n}
-        try:
-            with self.watchdog.armed(
-                args.timeout_fill + args.recoveries * args.timeout_recovery + 300,
-                "recovery phase",
-            ):
-                self.create_queue(admin, q, "durable")
-                actor = self.partition(client, q)
-                out["fill_s"] = self.fill(client, q, n, "recovery fill")
-                out["fill_msgs_per_s"] = n / out["fill_s"]
-                if (got := self.active(admin, q)) != n:
-                    raise BenchError(f"queue holds {got} after filling {n}")
-                flushes, entries, _ = self.counters(actor)
-                out["fill_flushed_entries"] = entries
-                out["fill_flushes"] = flushes
-                out["disk"] = disk_usage(nsdir)
-                kills = []
-                for k in range(args.recoveries):
-                    kills.append(self.kill_and_recover(ns, client, q, n, spy=args.spy))
-                    log_run(
-                        {"kill": k, **{key: v for key, v in kills[-1].items() if key != "py_spy"}}
-                    )
-                    self.check_peek(client, q, n)
-                out["kills"] = kills
-                out["recovery_s"] = median([r["recovery_s"] for r in kills])
-                out["recovery_s_all"] = [r["recovery_s"] for r in kills]
-                out["first_answer_s"] = median([r["first_answer_s"] for r in kills])
-                if args.breakdown:
-                    try:
-                        out["breakdown"] = self.replay_breakdown(ns, client, q, n)
-                        log_run({"breakdown": out["breakdown"]})
-                    except Exception as exc:  # internals may change: a diagnostic only
-                        out["breakdown_error"] = f"{type(exc).__name__}: {exc}"
-                out["ok"] = True
-        except (BenchError, ServiceBusError, ray.exceptions.RayError) as exc:
-            out.update(ok=False, error=f"{type(exc).__name__}: {exc}")
-        finally:
-            with contextlib.suppress(Exception), self.watchdog.armed(120, "deleting the queue"):
-                admin.delete_queue(q)  # frees the actor's memory and the disk
-        log_run({"phase": "recovery", **{k: v for k, v in out.items() if k != "kills"}})
-        return out
-
-    def phase_compaction(self) -> dict[str, Any]:
-        args = self.args
-        n = args.drain_messages
-        ns, client, admin = self.namespace("compaction", "durable")
-        q = "compaction"
-        nsdir = os.path.join(self.storage, ns)
-        out: dict[str, Any] = {"messages": n}
-        peak = {"bytes": 0, "files": 0}
-
-        def sample() -> None:
-            d = disk_usage(nsdir)
-            peak["bytes"] = max(peak["bytes"], d["bytes"])
-            peak["files"] = max(peak["files"], d["files"])
-
-        try:
-            with self.watchdog.armed(
-                2 * args.timeout_fill + args.timeout_recovery + 300, "compaction"
-            ):
-                self.create_queue(admin, q, "durable")
-                actor = self.partition(client, q)
-                out["disk_empty_queue"] = disk_usage(nsdir)
-                out["fill_s"] = self.fill(client, q, n, "compaction fill")
-                out["disk_full"] = disk_usage(nsdir)
-                sample()
-                out["drain_s"] = self.drain(client, q, n, "compaction drain", sample)
-                out["drain_msgs_per_s"] = n / out["drain_s"]
-                # A checkpoint runs after the flush that made it due: let it finish.
-                t0 = time.perf_counter()
-                self.flushed(actor)
-                stable = disk_usage(nsdir)
-                while time.perf_counter() - t0 < 5:
-                    time.sleep(0.25)
-                    now = disk_usage(nsdir)
-                    if now == stable:
-                        break
-                    stable = now
-                out["disk_drained"] = stable
-                out["disk_peak_during_drain"] = peak
-                if (left := self.active(admin, q)) != 0:
-                    raise BenchError(f"{left} messages left after draining")
-                checkpoint_lsn = ray.get(
-                    actor.__ray_call__.remote(lambda self: self._commit.durable_log.checkpoint_lsn),
-                    timeout=30,
-                )
-                out["checkpoint_lsn"] = checkpoint_lsn
-                restart = self.kill_and_recover(ns, client, q, 0)
-                out["restart_drained_s"] = restart["recovery_s"]
-                out["ok"] = True
-        except (BenchError, ServiceBusError, ray.exceptions.RayError) as exc:
-            out.update(ok=False, error=f"{type(exc).__name__}: {exc}")
-        finally:
-            with contextlib.suppress(Exception), self.watchdog.armed(120, "deleting the queue"):
-                admin.delete_queue(q)
-        log_run({"phase": "compaction", **out})
-        return out
-
     def close(self) -> None:
         for client, admin in self.clients:
             with contextlib.suppress(Exception):
@@ -695,152 +399,11 @@ class Bench:
                 admin.close()
 
 
-def log_run(rec: dict[str, Any]) -> None:
-    shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in rec.items()}
-    print(f"  {shown}", file=sys.stderr)
-
-
-# ---------------------------------------------------------------------------- reporting
-
-
-def summarise_rates(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (pattern, mode): medians over rounds; ratio = median of per-round ratios."""
-    by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
-    for r in runs:
-        by.setdefault((r["pattern"], r["mode"]), {})[r["round"]] = r
-    rows = []
-    for pattern in dict.fromkeys(r["pattern"] for r in runs):
-        base = by.get((pattern, "memory"), {})
-        for mode in MODES:
-            cells = by.get((pattern, mode), {})
-            ok = [r for r in cells.values() if r.get("ok")]
-            ratios = [
-                r["msgs_per_s"] / base[k]["msgs_per_s"]
-                for k, r in cells.items()
-                if r.get("ok") and base.get(k, {}).get("ok")
-            ]
-            fl = [r for r in ok if r["flushes"]]
-            rows.append(
-                {
-                    "pattern": pattern,
-                    "mode": mode,
-                    "rounds_ok": len(ok),
-                    "rounds": len(cells),
-                    "messages": median([r["messages"] for r in ok]),
-                    "seconds": median([r["seconds"] for r in ok]),
-                    "msgs_per_s": median([r["msgs_per_s"] for r in ok]),
-                    "ratio_vs_memory": median(ratios),
-                    "flushes_per_s": median([r["flushes"] / r["seconds"] for r in fl])
-                    if mode != "memory"
-                    else None,
-                    "msgs_per_flush": median([r["messages"] / r["flushes"] for r in fl])
-                    if mode != "memory"
-                    else None,
-                    "entries_per_flush": median([r["flushed_entries"] / r["flushes"] for r in fl])
-                    if mode != "memory"
-                    else None,
-                }
-            )
-    return rows
-
-
-def fmt(x: float | None, spec: str, missing: str = "-") -> str:
-    return missing if x is None else format(x, spec)
-
-
-def rates_table(rows: list[dict[str, Any]], label: Callable[[str], str]) -> str:
-    out = [
-        "| scenario | mode | msgs/s | ÷ memory | flushes/s | msgs/flush | rounds ok |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        failed = r["rounds_ok"] < r["rounds"]
-        out.append(
-            f"| {label(r['pattern'])} | {r['mode']} | {fmt(r['msgs_per_s'], ',.0f', 'FAILED')} | "
-            f"{fmt(r['ratio_vs_memory'], '.2f')} | {fmt(r['flushes_per_s'], ',.1f')} | "
-            f"{fmt(r['msgs_per_flush'], ',.1f')} | {r['rounds_ok']}/{r['rounds']}"
-            f"{' FAILED' if failed else ''} |"
-        )
-    return "\n".join(out)
-
-
-def mib(b: int | None) -> str:
-    return "-" if b is None else f"{b / 2**20:,.1f} MiB"
-
-
-def recovery_table(rec: dict[str, Any], comp: dict[str, Any]) -> str:
-    out = ["| measurement | value |", "|---|---:|"]
-    n = rec["messages"]
-    if rec.get("fill_s") is not None:
-        out.append(
-            f"| fill {n:,} durable messages (lists of {FILL_BATCH}) | {rec['fill_s']:.1f} s "
-            f"({rec['fill_msgs_per_s']:,.0f} msgs/s) |"
-        )
-    if rec.get("disk"):
-        d = rec["disk"]
-        out.append(
-            f"| disk before the kill | {mib(d['bytes'])} in {d['files']:,} files "
-            f"({d['bytes'] / n:,.0f} B/msg) |"
-        )
-    if rec.get("ok"):
-        every = ", ".join(f"{x:.2f}" for x in rec["recovery_s_all"])
-        out.append(
-            f"| **recovery of {n:,} messages** (kill → count answers; median of "
-            f"{len(rec['recovery_s_all'])}: {every} s) | **{rec['recovery_s']:.2f} s** |"
-        )
-        if comp.get("ok"):
-            replay = rec["recovery_s"] - comp["restart_drained_s"]
-            out.append(
-                "| recovery minus the restart of a drained queue (≈ reading + replaying the log) "
-                f"| {replay:.2f} s ({n / max(replay, 1e-9):,.0f} msgs/s) |"
-            )
-        if bd := rec.get("breakdown"):
-            out.append(
-                f"| the same steps timed in this process ({bd['files']:,} files): read + check + "
-                f"decode {bd['read_decode_s']:.2f} s, journal.from_table "
-                f"{bd['from_table_s']:.2f} s, journal.replay {bd['replay_s']:.2f} s, "
-                f"Partition.load {bd['load_s']:.2f} s | {bd['total_s']:.2f} s |"
-            )
-            if off := bd.get("gc_disabled"):
-                out.append(
-                    "| the same with Python's garbage collector disabled: read "
-                    f"{off['read_decode_s']:.2f} s, from_table {off['from_table_s']:.2f} s, "
-                    f"replay {off['replay_s']:.2f} s, load {off['load_s']:.2f} s "
-                    f"| {off['total_s']:.2f} s |"
-                )
-    else:
-        out.append(f"| recovery of {n:,} messages | FAILED: {rec.get('error')} |")
-    m = comp["messages"]
-    for key, what in (
-        ("disk_empty_queue", "disk, new empty queue"),
-        ("disk_full", f"disk, {m:,} messages queued"),
-        ("disk_peak_during_drain", "disk, peak while draining (sampled)"),
-        ("disk_drained", "disk, drained (receive 100 + complete_messages)"),
-    ):
-        if comp.get(key):
-            d = comp[key]
-            out.append(f"| {what} | {mib(d['bytes'])} in {d['files']:,} files |")
-    if comp.get("drain_s") is not None:
-        out.append(
-            f"| drain {m:,} durable messages | {comp['drain_s']:.1f} s "
-            f"({comp['drain_msgs_per_s']:,.0f} msgs/s) |"
-        )
-    if comp.get("ok"):
-        out.append(
-            "| restart of the drained queue (kill → count answers) | "
-            f"{comp['restart_drained_s']:.2f} s |"
-        )
-    elif comp.get("error"):
-        out.append(f"| compaction | FAILED: {comp['error']} |")
-    return "\n".join(out)
-
-
 # ---------------------------------------------------------------------------- main
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small run (< 3 min)")
+    p = _common.arg_parser(__doc__, "small run (< 3 min)")
     p.add_argument(
         "--messages",
         type=int,
@@ -881,8 +444,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="send,receive,recovery",
         help="comma-separated subset of send,receive,recovery",
     )
-    p.add_argument("--output", type=Path, help="JSON file (default benchmarks/results/...)")
-    args = p.parse_args(argv)
+    args = _common.parse_with_output(p, argv)
     q = args.quick
     if args.messages is None:
         args.messages = 100_000 if q else 1_000_000

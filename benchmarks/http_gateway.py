@@ -21,12 +21,6 @@ Prints a Markdown table and writes JSON to ``benchmarks/results/``.
 
 from __future__ import annotations
 
-import os
-
-# Before Ray is imported: listen on 127.0.0.1 only, send no usage stats.
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-
 import argparse
 import asyncio
 import json
@@ -38,12 +32,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")) if p
-)
+# Before Ray: sets Ray's environment (loopback only, no usage stats) and puts this checkout on
+# the import paths of this process and of Ray's workers.
+import _common
+
+ROOT = _common.ROOT
 
 import httpx  # noqa: E402
 import ray  # noqa: E402
@@ -275,14 +268,7 @@ def main() -> int:
     if args.quick:
         args.rounds, args.seconds = 1, 2.0
     started = time.time()
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=300 * 1024 * 1024,
-        logging_level="WARNING",
-        log_to_driver=False,
-    )
+    _common.start_local_ray(300)
     namespace = f"bench-http-{uuid.uuid4().hex[:6]}"
     aio.ServiceBusClient(namespace, storage_path="memory://")  # creates the namespace in memory
     try:

@@ -38,21 +38,16 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import itertools
-import math
 import os
 import shutil
-import statistics
 import sys
 import tempfile
-import threading
 import time
 import traceback
 import uuid
-from collections import Counter, deque
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 # Before Ray: sets Ray's environment (loopback only, no usage stats) and puts this checkout on
@@ -62,214 +57,20 @@ import _common
 ROOT = _common.ROOT
 
 import ray  # noqa: E402
-from _common import (  # noqa: E402
-    BenchError,
-    Deadline,
-    Watchdog,
-    machine_facts,
-    make_body,
-    median,
-    report_errors,
-    write_results,
-)
+from _common import BenchError, Deadline, body_ok, make_body, progress  # noqa: E402
+from _cpu import CpuSampler, cpu_snapshot, cpu_used  # noqa: E402
+from _partitions_report import PARTITION_COUNTS, analyse_pause, log_cell, report_text, summarise  # noqa: E402
 
 import raybus  # noqa: E402
 import raybus.aio  # noqa: E402
 from raybus import ServiceBusMessage  # noqa: E402
 from raybus.exceptions import ServiceBusError  # noqa: E402
 
-PARTITION_COUNTS = (1, 2, 4, 8)
-MEMORY = "memory://"
 LOCK_S = 300  # no lock may expire during a run (a redelivery would look like a duplicate)
 MAX_SIZE_MB = 80 * 1024
 
 
-# ---------------------------------------------------------------------------- bare peer
-
-
-class BareQueue:
-    """The bare-Ray peer of one partition: a deque in an async actor (as core_throughput's)."""
-
-    def __init__(self) -> None:
-        self.items: deque[tuple[int, bytes]] = deque()
-        self.inflight: dict[int, bytes] = {}
-        self.changed = asyncio.Event()
-
-    async def ping(self) -> bool:
-        return True
-
-    async def put(self, batch: list[tuple[int, bytes]]) -> int:
-        self.items.extend(batch)
-        self.changed.set()
-        self.changed = asyncio.Event()
-        return len(batch)
-
-    async def get(self, n: int, wait_s: float) -> list[tuple[int, bytes]]:
-        deadline = time.monotonic() + wait_s
-        while not self.items:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return []
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), remaining)
-        out = [self.items.popleft() for _ in range(min(n, len(self.items)))]
-        for i, body in out:
-            self.inflight[i] = body
-        return out
-
-    async def ack(self, ids: list[int]) -> int:
-        """Settle; returns how many ids were not in flight (0 when all is well)."""
-        return sum(self.inflight.pop(i, None) is None for i in ids)
-
-    async def counts(self) -> tuple[int, int]:
-        return len(self.items), len(self.inflight)
-
-
-# ---------------------------------------------------------------------------- CPU accounting
-
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _proc_table() -> dict[int, tuple[int, float, str]]:
-    """pid -> (parent pid, CPU seconds so far, command line) of every process (Linux)."""
-    out: dict[int, tuple[int, float, str]] = {}
-    if not os.path.isdir("/proc"):
-        return out
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except (OSError, IndexError):
-            continue
-        out[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK, cmd)
-    return out
-
-
-def _group(pid: int, cmd: str) -> str:
-    if pid == os.getpid():
-        return "driver"
-    if cmd.startswith("ray::PartitionActor"):
-        return "partitions"
-    if cmd.startswith("ray::BareQueue"):
-        return "bare"
-    if cmd.startswith("ray::NamespaceActor"):
-        return "registry"
-    return "ray"  # gcs, raylet, idle workers, agents
-
-
-def cpu_snapshot() -> dict[int, tuple[str, float]]:
-    """CPU seconds of this process and every process it started (this Ray cluster only: other
-    Ray clusters on the machine are not descendants), by pid."""
-    table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _cpu, _cmd) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    out: dict[int, tuple[str, float]] = {}
-    todo = [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        if pid in table and pid not in out:
-            out[pid] = (_group(pid, table[pid][2]), table[pid][1])
-            todo.extend(children.get(pid, ()))
-    busy = _machine_busy()
-    if busy is not None:
-        out[-1] = ("machine", busy)
-    return out
-
-
-def _machine_busy() -> float | None:
-    """CPU seconds the whole machine spent busy (every process, ours and others')."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    # user nice system idle iowait irq softirq steal ...: busy = all but idle and iowait
-    return (sum(fields[:8]) - fields[3] - fields[4]) / _TICK
-
-
-def cpu_used(
-    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], seconds: float
-) -> dict[str, float]:
-    """Cores used per group over ``seconds`` (CPU seconds / wall seconds)."""
-    groups: dict[str, float] = {}
-    for pid, (group, cpu) in after.items():
-        prev = before.get(pid)
-        delta = cpu - (prev[1] if prev is not None else 0.0)
-        groups[group] = groups.get(group, 0.0) + max(0.0, delta)
-    if seconds <= 0:
-        return {}
-    machine = groups.pop("machine", None)
-    if machine is not None:  # everything else running on the machine meanwhile
-        groups["others"] = max(0.0, machine - sum(groups.values()))
-    return {g: round(v / seconds, 3) for g, v in sorted(groups.items())}
-
-
-class CpuSampler:
-    """Samples ``cpu_snapshot`` every ``interval`` seconds in a thread (the event loop may
-    stall; this does not): cores used per group in each interval, for the pause timeline."""
-
-    def __init__(self, interval: float = 0.1) -> None:
-        self.interval = interval
-        self.samples: list[tuple[float, dict[str, float]]] = []  # (end time, cores by group)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
-
-    def __enter__(self) -> CpuSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        prev, t_prev = cpu_snapshot(), time.time()
-        while not self._stop.wait(self.interval):
-            cur, now = cpu_snapshot(), time.time()
-            self.samples.append((now, cpu_used(prev, cur, now - t_prev)))
-            prev, t_prev = cur, now
-
-
-class RpcCounter:
-    """Counts raybus's actor calls from this process by method name (wraps ``raybus._rpc.call``;
-    a receiver's ``wait_available`` calls on a partitioned queue bypass it and are not counted).
-    A diagnostic: how many round trips a phase took."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        from raybus import _rpc
-
-        orig = getattr(_rpc, "call", None)
-        self.installed = orig is not None and asyncio.iscoroutinefunction(orig)
-        if not self.installed:
-            return
-        counts = self.counts
-
-        async def call(entity: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
-            counts[getattr(method, "_method_name", "?")] += 1
-            return await orig(entity, method, *args, **kwargs)
-
-        _rpc.call = call
-
-    def snapshot(self) -> Counter[str]:
-        return Counter(self.counts)
-
-    def since(self, before: Counter[str]) -> dict[str, int] | None:
-        if not self.installed:
-            return None
-        return {k: v for k, v in (self.counts - before).items() if v and k != "route"}
-
-
 # ---------------------------------------------------------------------------- helpers
-
-
-def body_ok(i: int, body: Any, size: int) -> bool:
-    return isinstance(body, bytes) and len(body) == size and int.from_bytes(body[:8], "big") == i
 
 
 def verify(ids: list[int], n: int, bad_bodies: int, what: str) -> None:
@@ -283,14 +84,6 @@ def verify(ids: list[int], n: int, bad_bodies: int, what: str) -> None:
             f"{what}: {dup} duplicates, {missing} missing, {extra} unexpected of {n}, "
             f"{bad_bodies} bad bodies"
         )
-
-
-def pct(xs: list[float], q: float) -> float | None:
-    """The q-quantile (0..1) of xs by the nearest-rank method."""
-    if not xs:
-        return None
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
 
 async def bounded(aw: Awaitable[Any], deadline: Deadline) -> Any:
@@ -323,11 +116,11 @@ class Bench:
         self.args = args
         self.tmpdir = tmpdir
         self.run_id = uuid.uuid4().hex[:6]
-        self.watchdog = Watchdog(
+        self.watchdog = _common.Watchdog(
             (lambda: shutil.rmtree(tmpdir, ignore_errors=True)) if tmpdir else (lambda: None)
         )
         self.bare: dict[int, list[Any]] = {}
-        self.rpc = RpcCounter()
+        self.rpc = _common.RpcCounter(sync=False, ignore=frozenset({"route"}))
         self.modes_left = 0
         self.started = time.time()
         self.errors: list[str] = []
@@ -339,7 +132,7 @@ class Bench:
 
     def bare_actors(self, p: int) -> list[Any]:
         if p not in self.bare:
-            cls: Any = ray.remote(BareQueue)
+            cls: Any = ray.remote(_common.BareQueue)
             actors = [cls.options(num_cpus=0, max_concurrency=1000).remote() for _ in range(p)]
             ray.get([a.ping.remote() for a in actors], timeout=self.args.timeout)
             self.bare[p] = actors
@@ -861,322 +654,11 @@ class Bench:
         return runs, pauses
 
 
-# ---------------------------------------------------------------------------- pause analysis
-
-
-def analyse_pause(
-    *,
-    mode: str,
-    received: list[tuple[int, float, float]],
-    acked: set[int],
-    attempted: int,
-    ack_lat: list[tuple[float, float]],
-    send_errors: list[str],
-    changes: list[dict[str, Any]],
-    t0: float,
-    t_send_end: float,
-    lateness: float,
-    leftover: int,
-    active_after: int,
-    cpu: dict[str, float],
-    cpu_samples: list[tuple[float, dict[str, float]]],
-    wall: float,
-    settings: dict[str, Any],
-) -> dict[str, Any]:
-    counts = Counter(i for i, _s, _r in received)
-    dup = sum(c - 1 for c in counts.values() if c > 1)
-    lost = len(acked - counts.keys())
-    unexpected = len(counts.keys() - set(range(attempted)))
-    unacked_arrived = len((counts.keys() - acked) & set(range(attempted)))
-    ok = not dup and not lost and not unexpected and not active_after
-    summary = (
-        f"{len(acked)} sent and acknowledged ({len(send_errors)} send errors), "
-        f"{len(counts)} distinct received, {dup} duplicated, {lost} lost"
-        + (f", {unexpected} unexpected" if unexpected else "")
-        + (f", {unacked_arrived} arrived though their send failed" if unacked_arrived else "")
-        + (f", {active_after} left in the queue" if active_after else "")
-        + (" -> OK" if ok else " -> FAILED")
-    )
-    margin = 1.0  # a change's window: its update_queue call to 1 s after wait_for_partitions
-    warm = t0 + 0.5
-    # A window ends where the next change begins, if that is sooner.
-    starts = [c["t_call"] for c in changes[1:]] + [float("inf")]
-    windows = [
-        (c["t_call"], min(c["t_waited"] + margin, nxt))
-        for c, nxt in zip(changes, starts, strict=True)
-    ]
-
-    def in_windows(t: float) -> bool:
-        return any(a <= t <= z for a, z in windows)
-
-    recv_times = sorted({r for _i, _s, r in received})
-    gaps = list(itertools.pairwise(recv_times))
-
-    def period(
-        label: str, pick: Callable[[float], bool], gap_pick: Callable[[float, float], bool]
-    ) -> dict[str, Any]:
-        lat = [(r - s) * 1000 for _i, s, r in received if pick(s)]
-        acks = [a * 1000 for s, a in ack_lat if pick(s)]
-        g = [(z - a) * 1000 for a, z in gaps if gap_pick(a, z)]
-        return {
-            "period": label,
-            "messages": len(lat),
-            "latency_ms_p50": pct(lat, 0.5),
-            "latency_ms_p99": pct(lat, 0.99),
-            "latency_ms_max": max(lat) if lat else None,
-            "send_ack_ms_max": max(acks) if acks else None,
-            "longest_gap_ms": max(g) if g else None,
-            "gap_ms_p99": pct(g, 0.99),
-        }
-
-    periods = [
-        period(
-            "steady (outside the change windows)",
-            lambda s: warm <= s <= t_send_end and not in_windows(s),
-            lambda a, z: (
-                warm <= a and z <= t_send_end and not any(a <= wz and z >= wa for wa, wz in windows)
-            ),
-        )
-    ]
-    for c, (wa, wz) in zip(changes, windows, strict=True):
-        periods.append(
-            period(
-                f"{c['from']} -> {c['to']} partitions ({wa - t0:.1f} s to {wz - t0:.1f} s)",
-                lambda s, wa=wa, wz=wz: wa <= s <= wz,
-                lambda a, z, wa=wa, wz=wz: a <= wz and z >= wa,
-            )
-        )
-    periods.append(
-        period(
-            "whole run",
-            lambda s: warm <= s <= t_send_end,
-            lambda a, z: warm <= a and z <= t_send_end,
-        )
-    )
-    # Timeline in 100 ms bins of receive time (for plots): count and max latency.
-    bins: dict[int, list[float]] = {}
-    for _i, s, r in received:
-        bins.setdefault(int((r - t0) * 10), []).append((r - s) * 1000)
-    cpu_bins = {int((t - t0) * 10 - 0.5): c for t, c in cpu_samples}  # sample ends ~ bin end
-    timeline = [
-        {
-            "t_s": k / 10,
-            "received": len(bins.get(k, ())),
-            "latency_ms_max": round(max(bins[k]), 2) if k in bins else None,
-            "cpu_cores": cpu_bins.get(k),
-        }
-        for k in sorted(bins.keys() | cpu_bins.keys())
-        if k >= 0
-    ]
-    # Where the CPU went while receivers waited longest (the longest gap of each change).
-    for c, (wa, wz) in zip(changes, windows, strict=True):
-        inside = [(z - a, a, z) for a, z in gaps if a <= wz and z >= wa]
-        if inside:
-            _g, a, z = max(inside)
-            # Samples whose 0.1 s interval overlaps the gap.
-            during = [cc for t, cc in cpu_samples if t >= a and t - 0.1 <= z]
-            keys = {k for cc in during for k in cc}
-            c["longest_gap_at_s"] = round(a - t0, 3)
-            c["cpu_cores_during_longest_gap"] = {
-                k: round(statistics.mean(cc.get(k, 0.0) for cc in during), 2) for k in sorted(keys)
-            }
-    for c in changes:
-        c["at_s"] = round(c["at_s"], 3)
-    return {
-        "mode": mode,
-        "ok": ok,
-        "settings": settings,
-        "changes": [
-            {k: v for k, v in c.items() if k not in ("t_call", "t_waited")} for c in changes
-        ],
-        "periods": periods,
-        "check": {
-            "ok": ok,
-            "summary": summary,
-            "sent_acknowledged": len(acked),
-            "attempted": attempted,
-            "send_errors": len(send_errors),
-            "send_error_samples": send_errors[:5],
-            "received_distinct": len(counts),
-            "received_total": len(received),
-            "duplicates": dup,
-            "lost": lost,
-            "unexpected": unexpected,
-            "arrived_without_ack": unacked_arrived,
-            "received_after_run": leftover,
-            "active_after": active_after,
-        },
-        "sender_max_lateness_ms": lateness * 1000,
-        "wall_s": wall,
-        "cpu_cores": cpu,
-        "timeline": timeline,
-    }
-
-
-# ---------------------------------------------------------------------------- report
-
-
-def progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def log_cell(rec: dict[str, Any]) -> None:
-    if not rec.get("ok"):
-        return
-    n = rec["messages"]
-    progress(
-        f"  {rec['mode']:8s} {rec['system']:6s} P={rec['partitions']} rep {rec['repeat']}: "
-        f"send {n / rec['send_s']:8,.0f}/s  receive+complete {n / rec['recv_s']:8,.0f}/s  "
-        f"spread {rec['per_partition']}"
-    )
-
-
-def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    cells = [r for r in runs if r.get("kind") == "throughput"]
-    modes = list(dict.fromkeys(r["mode"] for r in cells))
-    rows: list[dict[str, Any]] = []
-    for mode in modes:
-        for phase, key in (("send", "send_s"), ("receive+complete", "recv_s")):
-            rate: dict[tuple[str, int], dict[int, float]] = {}
-            cpu: dict[tuple[str, int], list[dict[str, float]]] = {}
-            failed: set[tuple[str, int]] = set()
-            calls: dict[tuple[str, int], list[float]] = {}  # actor calls per 100 messages
-            for r in cells:
-                if r["mode"] != mode:
-                    continue
-                k = (r["system"], r["partitions"])
-                if not r.get("ok"):
-                    failed.add(k)
-                    continue
-                rate.setdefault(k, {})[r["repeat"]] = r["messages"] / r[key]
-                cpu.setdefault(k, []).append(r[f"{key[:4]}_cpu"])
-                made = r.get(f"{key[:4]}_actor_calls")
-                if made is not None:
-                    calls.setdefault(k, []).append(100 * sum(made.values()) / r["messages"])
-
-            def ratios(a: dict[int, float], b: dict[int, float]) -> list[float]:
-                return [a[k] / b[k] for k in a if b.get(k)]
-
-            for p in PARTITION_COUNTS:
-                rb, ba = rate.get(("raybus", p), {}), rate.get(("bare", p), {})
-                rb1, ba1 = rate.get(("raybus", 1), {}), rate.get(("bare", 1), {})
-                rows.append(
-                    {
-                        "mode": mode,
-                        "phase": phase,
-                        "partitions": p,
-                        "raybus_msgs_per_s": median(list(rb.values())),
-                        "raybus_range": [min(rb.values()), max(rb.values())] if rb else None,
-                        "raybus_vs_p1": median(ratios(rb, rb1)),
-                        "bare_msgs_per_s": median(list(ba.values())),
-                        "bare_vs_p1": median(ratios(ba, ba1)),
-                        "raybus_vs_bare": median(ratios(rb, ba)),
-                        "raybus_calls_per_100": median(calls.get(("raybus", p), [])),
-                        "bare_calls_per_100": median(calls.get(("bare", p), [])),
-                        "raybus_cpu_cores": cpu_median(cpu.get(("raybus", p), [])),
-                        "bare_cpu_cores": cpu_median(cpu.get(("bare", p), [])),
-                        "repeats": len(rb),
-                        "failed": [s for s, q in failed if q == p],
-                    }
-                )
-    return rows
-
-
-def cpu_median(samples: list[dict[str, float]]) -> dict[str, float]:
-    keys = {k for s in samples for k in s}
-    return {k: round(statistics.median(s.get(k, 0.0) for s in samples), 2) for k in sorted(keys)}
-
-
-def fmt(x: float | None, spec: str) -> str:
-    return "—" if x is None else format(x, spec)
-
-
-def cpu_str(c: dict[str, float], actors: str) -> str:
-    if not c:
-        return "—"
-    return (
-        f"{c.get('driver', 0):.2f} / {c.get(actors, 0):.2f} / "
-        f"{c.get('ray', 0) + c.get('registry', 0):.2f} / {fmt(c.get('others'), '.2f')}"
-    )
-
-
-def markdown_throughput(rows: list[dict[str, Any]]) -> str:
-    out = [
-        "| storage | phase | P | raybus msgs/s | ÷ P=1 | bare msgs/s | bare ÷ P=1 "
-        "| raybus ÷ bare | actor calls per 100 msgs: raybus / bare "
-        "| CPU cores raybus: driver / partitions / ray / others "
-        "| CPU cores bare: driver / actors / ray / others |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
-    ]
-    for r in rows:
-        failed = f" (FAILED: {', '.join(r['failed'])})" if r["failed"] else ""
-        out.append(
-            f"| {r['mode']} | {r['phase']} | {r['partitions']} | "
-            f"{fmt(r['raybus_msgs_per_s'], ',.0f')}{failed} | {fmt(r['raybus_vs_p1'], '.2f')} | "
-            f"{fmt(r['bare_msgs_per_s'], ',.0f')} | {fmt(r['bare_vs_p1'], '.2f')} | "
-            f"{fmt(r['raybus_vs_bare'], '.2f')} | "
-            f"{fmt(r['raybus_calls_per_100'], '.1f')} / {fmt(r['bare_calls_per_100'], '.1f')} | "
-            f"{cpu_str(r['raybus_cpu_cores'], 'partitions')} | "
-            f"{cpu_str(r['bare_cpu_cores'], 'bare')} |"
-        )
-    return "\n".join(out)
-
-
-def markdown_pause(pauses: list[dict[str, Any]]) -> str:
-    out: list[str] = []
-    for p in pauses:
-        if "periods" not in p:
-            out.append(f"**{p['mode']}**: pause scenario FAILED: {p.get('error')}")
-            continue
-        s = p["settings"]
-        out.append(
-            f"**{p['mode']}**: {s['rate']:g} msgs/s in lists of {s['batch']} ({s['body']} B "
-            f"bodies) for {s['seconds']:g} s; one receiver (receive 100 + complete_messages)"
-        )
-        out.append("")
-        out.append(
-            "| period (by send time) | messages | latency p50 ms | p99 ms | max ms "
-            "| longest receive gap ms | send ack max ms |"
-        )
-        out.append("|---|---:|---:|---:|---:|---:|---:|")
-        for per in p["periods"]:
-            out.append(
-                f"| {per['period']} | {per['messages']} | {fmt(per['latency_ms_p50'], '.1f')} | "
-                f"{fmt(per['latency_ms_p99'], '.1f')} | {fmt(per['latency_ms_max'], '.1f')} | "
-                f"{fmt(per['longest_gap_ms'], '.1f')} | {fmt(per['send_ack_ms_max'], '.1f')} |"
-            )
-        out.append("")
-        for c in p["changes"]:
-            out.append(
-                f"- {c['from']} -> {c['to']} partitions at {c['at_s']:.1f} s: update_queue "
-                f"returned after {c['update_queue_s']:.2f} s, wait_for_partitions after "
-                f"{c['wait_for_partitions_s']:.2f} s ({c['live_after_wait']} live; map v"
-                f"{c['map_version_before']} -> v{c['map_version_after']})"
-            )
-        cpu = p["cpu_cores"]
-        for c in p["changes"]:
-            if "cpu_cores_during_longest_gap" in c:
-                cc = c["cpu_cores_during_longest_gap"]
-                out.append(
-                    f"- {c['from']} -> {c['to']}: the longest gap began at "
-                    f"{c['longest_gap_at_s']:.2f} s; CPU cores meanwhile: "
-                    + ", ".join(f"{k} {v:.2f}" for k, v in cc.items())
-                )
-        out.append(
-            f"- check: {p['check']['summary']}; sender at most "
-            f"{p['sender_max_lateness_ms']:.0f} ms behind its schedule; CPU cores: "
-            + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
-        )
-        out.append("")
-    return "\n".join(out).rstrip()
-
-
 # ---------------------------------------------------------------------------- main
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small run (< 2 min; no durable run)")
+    p = _common.arg_parser(__doc__, "small run (< 2 min; no durable run)")
     p.add_argument("--messages", type=int, help="messages per cell (default 20000; quick 5000)")
     p.add_argument("--batch", type=int, default=100, help="messages per send/receive list")
     p.add_argument("--senders", type=int, default=4, help="concurrent asyncio senders")
@@ -1185,7 +667,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--body-size", type=int, default=1024, help="body bytes (>= 8)")
     p.add_argument(
         "--storage",
-        default=MEMORY,
+        default=_common.MEMORY,
         help="raybus storage_path of the first run (default memory://)",
     )
     p.add_argument("--no-durable", action="store_true", help="skip the durable run")
@@ -1194,15 +676,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pause-rate", type=float, default=2000.0, help="msgs/s of the steady load")
     p.add_argument("--pause-batch", type=int, default=20, help="messages per send (pause)")
     p.add_argument("--pause-body-size", type=int, default=128, help="body bytes (pause)")
-    p.add_argument("--timeout", type=float, help="seconds per phase (default 120; quick 60)")
-    p.add_argument(
-        "--budget",
-        type=float,
-        help="seconds for the throughput part; a partition count's later repeats are skipped "
-        "once one more would exceed its share (default 360; quick 70)",
+    _common.add_time_limits(
+        p,
+        timeout_help="seconds per phase (default 120; quick 60)",
+        budget_help="seconds for the throughput part; a partition count's later repeats are "
+        "skipped once one more would exceed its share (default 360; quick 70)",
     )
-    p.add_argument("--output", type=Path, help="JSON file (default benchmarks/results/...)")
-    args = p.parse_args(argv)
+    args = _common.parse_with_output(p, argv)
     if args.messages is None:
         args.messages = 5000 if args.quick else 20000
     if args.repeats is None:
@@ -1224,19 +704,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    started = time.time()
-    facts = machine_facts()
-    facts["raybus_path"] = str(Path(raybus.__file__).resolve().parent)  # which checkout ran
-    durable = not args.quick and not args.no_durable and args.storage == MEMORY
+    started, facts = _common.start_run()
+    durable = not args.quick and not args.no_durable and args.storage == _common.MEMORY
     tmpdir = tempfile.mkdtemp(prefix="raybus-partitions-") if durable else None
-    first = "memory" if args.storage == MEMORY else "storage"
+    first = "memory" if args.storage == _common.MEMORY else "storage"
     modes = [(first, args.storage)] + ([("durable", tmpdir)] if tmpdir else [])
     if tmpdir:
         facts["durable_dir"] = tmpdir
     _common.start_local_ray(300)
     bench = Bench(args, tmpdir)
-    runs: list[dict[str, Any]] = []
-    pauses: list[dict[str, Any]] = []
     progress(
         f"raybus partitions: P in {PARTITION_COUNTS}, {args.messages} messages x "
         f"{args.body_size} B per cell in lists of {args.batch}, {args.senders} senders, "
@@ -1244,45 +720,21 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(m for m, _ in modes)
         + f"; {os.cpu_count()} CPUs"
     )
-    try:
-        runs, pauses = asyncio.run(bench.run(modes))
-    except Exception as exc:  # report what was measured before
-        runs, pauses = bench.runs_done, bench.pauses
-        bench.errors.append(f"run aborted: {type(exc).__name__}: {exc}")
-        progress(traceback.format_exc())
-    finally:
-        bench.close_bare()
-        ray.shutdown()
-        if tmpdir:
-            shutil.rmtree(tmpdir, ignore_errors=True)
+    with _common.ray_run(bench.errors, before_shutdown=bench.close_bare, scratch_dir=tmpdir):
+        asyncio.run(bench.run(modes))
+    # What was measured, also when the run was cut short (``run`` fills these as it goes).
+    runs, pauses = bench.runs_done, bench.pauses
 
     rows = summarise(runs)
-    table = markdown_throughput(rows)
-    pause_md = markdown_pause(pauses)
-    cores = f"{facts.get('cpu_count')} CPUs ({facts.get('cpu_affinity')} usable)"
-    text = (
-        f"### Throughput by partition count ({args.messages} x {args.body_size} B per cell, "
-        f"{args.senders} senders / {args.receivers} receivers, medians of {args.repeats}; "
-        f"{cores})\n\n{table}\n\n### Pause during partition changes\n\n{pause_md}"
-    )
-    out = write_results(
-        "partitions",
-        started,
-        args,
-        facts,
-        {
-            "rows": rows,
-            "runs": runs,
-            "pauses": pauses,
-            "errors": bench.errors,
-            "skipped": bench.skipped,
-            "table_markdown": text,
-        },
-    )
-    print(text)
-    print(f"\ndone in {time.time() - started:.0f} s; JSON: {out}")
-    report_errors(bench.errors)
-    return 1 if bench.errors else 0
+    text = report_text(args, facts, rows, pauses)
+    body = {
+        "rows": rows,
+        "runs": runs,
+        "pauses": pauses,
+        "errors": bench.errors,
+        "skipped": bench.skipped,
+    }
+    return _common.finish("partitions", started, args, facts, text, body)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ import sys
 import time
 import traceback
 import uuid
-from pathlib import Path
 from typing import Any
 
 # Before Ray: sets Ray's environment (loopback only, no usage stats) and puts this checkout on
@@ -45,21 +44,11 @@ import _common
 
 ROOT = _common.ROOT
 
-import ray  # noqa: E402
-from _common import (  # noqa: E402
-    BenchError,
-    Deadline,
-    Watchdog,
-    machine_facts,
-    report_errors,
-    write_results,
-)
+from _common import BenchError, Deadline, progress  # noqa: E402
 
-import raybus  # noqa: E402
 from raybus import ServiceBusMessage, aio  # noqa: E402
 
 HANDLER_SLEEP_S = 0.010
-MEMORY = "memory://"
 
 
 async def sleep_async(message: Any) -> None:
@@ -75,20 +64,16 @@ def sleep_sync(message: Any) -> None:
 HANDLERS = {"async": sleep_async, "sync": sleep_sync}
 
 
-def progress(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.namespace = f"bench-proc-{uuid.uuid4().hex[:8]}"
-        self.client = aio.ServiceBusClient(self.namespace, storage_path=MEMORY)
-        self.admin = aio.ServiceBusAdministrationClient(self.namespace, storage_path=MEMORY)
+        self.client = aio.ServiceBusClient(self.namespace, storage_path=_common.MEMORY)
+        self.admin = aio.ServiceBusAdministrationClient(self.namespace, storage_path=_common.MEMORY)
         self.errors: list[str] = []
         self.cells: list[dict[str, Any]] = []
         self.scales: list[dict[str, Any]] = []
-        self.watchdog = Watchdog()
+        self.watchdog = _common.Watchdog()
 
     async def _queue(self) -> str:
         name = f"q-{uuid.uuid4().hex[:8]}"
@@ -288,45 +273,58 @@ def summarise(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def markdown(rows: list[dict[str, Any]], scales: list[dict[str, Any]]) -> str:
-    lines = [
-        "| handler | C | prefetch | replicas | msgs/s steady | msgs/s end to end | ideal "
-        "| of ideal | ÷ 1 replica |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        vs = "" if r["vs_1_replica"] is None else f"{r['vs_1_replica']:.2f}x"
-        lines.append(
-            f"| {r['handler']} | {r['concurrency']} | {r['prefetch']} | {r['replicas']} "
-            f"| {r['steady_per_s']:.0f} "
-            f"| {r['end_to_end_per_s']:.0f} | {r['ideal_per_s']:.0f} | {r['efficiency']:.0%} "
-            f"| {vs} |"
-        )
-    if scales:
-        lines += [
-            "",
-            "| burst | wants 4 after | 4 ready after | drained after | back to 1 after draining |",
-            "|---|---|---|---|---|",
-        ]
-        for s in scales:
-            lines.append(
-                f"| {s['burst']} | {s['to_desired_s']:.2f} s | {s['to_4_ready_s']:.2f} s "
-                f"| {s['to_drained_s']:.2f} s | {s['drained_to_1_s']:.2f} s "
-                f"(delay {s['scale_down_delay_s']:g} s) |"
+def scale_table(scales: list[dict[str, Any]]) -> list[str]:
+    """The scale-up runs, one row each."""
+    return _common.md_table(
+        "burst | wants 4 after | 4 ready after | drained after | back to 1 after draining",
+        "---|---|---|---|---",
+        [
+            (
+                s["burst"],
+                f"{s['to_desired_s']:.2f} s",
+                f"{s['to_4_ready_s']:.2f} s",
+                f"{s['to_drained_s']:.2f} s",
+                f"{s['drained_to_1_s']:.2f} s (delay {s['scale_down_delay_s']:g} s)",
             )
+            for s in scales
+        ],
+    )
+
+
+def markdown(rows: list[dict[str, Any]], scales: list[dict[str, Any]]) -> str:
+    lines = _common.md_table(
+        "handler | C | prefetch | replicas | msgs/s steady | msgs/s end to end | ideal "
+        "| of ideal | ÷ 1 replica",
+        "---|---|---|---|---|---|---|---|---",
+        [
+            (
+                r["handler"],
+                r["concurrency"],
+                r["prefetch"],
+                r["replicas"],
+                f"{r['steady_per_s']:.0f}",
+                f"{r['end_to_end_per_s']:.0f}",
+                f"{r['ideal_per_s']:.0f}",
+                f"{r['efficiency']:.0%}",
+                "" if r["vs_1_replica"] is None else f"{r['vs_1_replica']:.2f}x",
+            )
+            for r in rows
+        ],
+    )
+    if scales:
+        lines += ["", *scale_table(scales)]
     return "\n".join(lines)
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small run (< 2 min)")
-    p.add_argument("--replicas", type=_ints, default=[1, 2, 4], help="replica counts (1,2,4)")
+    p = _common.arg_parser(__doc__, "small run (< 2 min)")
     p.add_argument(
-        "--concurrency", type=_ints, help="max_concurrent_calls values (default 1,8; quick 1)"
+        "--replicas", type=_common.int_list, default=[1, 2, 4], help="replica counts (1,2,4)"
+    )
+    p.add_argument(
+        "--concurrency",
+        type=_common.int_list,
+        help="max_concurrent_calls values (default 1,8; quick 1)",
     )
     p.add_argument(
         "--handlers", type=lambda s: s.split(","), help="async,sync (default both; quick async)"
@@ -337,7 +335,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="messages per replica per concurrent call (default 300; quick 150)",
     )
     p.add_argument(
-        "--prefetch", type=_ints, default=[0, 10], help="prefetch_count values (default 0,10)"
+        "--prefetch",
+        type=_common.int_list,
+        default=[0, 10],
+        help="prefetch_count values (default 0,10)",
     )
     p.add_argument("--repeats", type=int, help="throughput repeats (default 2; quick 1)")
     p.add_argument("--scale-repeats", type=int, help="scale-up runs (default 3; quick 1)")
@@ -349,8 +350,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--scale-down-delay", type=float, default=2.0, help="scale_down_delay (default 2 s)"
     )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per cell (120)")
-    p.add_argument("--output", type=Path, help="JSON file (default benchmarks/results/...)")
-    args = p.parse_args(argv)
+    args = _common.parse_with_output(p, argv)
     quick = args.quick
     args.concurrency = args.concurrency or ([1] if quick else [1, 8])
     args.handlers = args.handlers or (["async"] if quick else ["async", "sync"])
@@ -367,9 +367,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    started = time.time()
-    facts = machine_facts()
-    facts["raybus_path"] = str(Path(raybus.__file__).resolve().parent)
+    started, facts = _common.start_run()
     _common.start_local_ray(300)
     progress(
         f"raybus processor: replicas {args.replicas}, concurrency {args.concurrency}, "
@@ -378,35 +376,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.repeats} repeat(s); scale-up x{args.scale_repeats}; {os.cpu_count()} CPUs"
     )
     bench = Bench(args)
-    try:
+    with _common.ray_run(bench.errors):
         asyncio.run(bench.run())
-    except Exception as exc:  # report what was measured before
-        bench.errors.append(f"run aborted: {type(exc).__name__}: {exc}")
-        progress(traceback.format_exc())
-    finally:
-        ray.shutdown()
     rows = summarise(bench.cells)
     text = (
         f"### Processor throughput (handler sleeps {HANDLER_SLEEP_S * 1000:g} ms; "
         f"medians of {args.repeats}; {os.cpu_count()} CPUs)\n\n" + markdown(rows, bench.scales)
     )
-    out = write_results(
-        "processor",
-        started,
-        args,
-        facts,
-        {
-            "rows": rows,
-            "cells": bench.cells,
-            "scale_up": bench.scales,
-            "errors": bench.errors,
-            "table_markdown": text,
-        },
-    )
-    print(text)
-    print(f"\ndone in {time.time() - started:.0f} s; JSON: {out}")
-    report_errors(bench.errors)
-    return 1 if bench.errors else 0
+    body = {"rows": rows, "cells": bench.cells, "scale_up": bench.scales, "errors": bench.errors}
+    return _common.finish("processor", started, args, facts, text, body)
 
 
 if __name__ == "__main__":

@@ -37,14 +37,11 @@ import argparse
 import asyncio
 import os
 import random
-import shutil
 import sys
 import tempfile
 import time
-import traceback
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 # Before Ray: sets Ray's environment (loopback only, no usage stats) and puts this checkout on
@@ -54,18 +51,8 @@ import _common
 ROOT = _common.ROOT
 
 import ray  # noqa: E402
-from _common import (  # noqa: E402
-    BenchError,
-    Deadline,
-    Watchdog,
-    machine_facts,
-    make_body,
-    median,
-    report_errors,
-    write_results,
-)
+from _common import BenchError, Deadline, make_body, median, progress  # noqa: E402
 
-import raybus  # noqa: E402
 from raybus import ServiceBusMessage, ServiceBusReceiveMode, aio  # noqa: E402
 from raybus._core.fanout import Target, plan  # noqa: E402
 from raybus.management import (  # noqa: E402
@@ -74,15 +61,10 @@ from raybus.management import (  # noqa: E402
     SqlRuleFilter,
 )
 
-MEMORY = "memory://"
 KINDS = ("correlation", "sql")
 # Subscriptions (and queues) are created this many at a time: each is a new Ray worker process.
 CREATE_CONCURRENCY = 8
 RAD = ServiceBusReceiveMode.RECEIVE_AND_DELETE
-
-
-def progress(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------- rules and data
@@ -182,7 +164,7 @@ class Bench:
         self.errors: list[str] = []
         self.cells: list[dict[str, Any]] = []
         self.setups: list[dict[str, Any]] = []
-        self.watchdog = Watchdog(self.cleanup)
+        self.watchdog = _common.Watchdog(self.cleanup)
 
     def cleanup(self) -> None:
         if ray.is_initialized():
@@ -499,18 +481,25 @@ def _f(x: float | None, fmt: str = ",.0f") -> str:
 def markdown(
     rows: list[dict[str, Any]], evals: list[dict[str, Any]], setups: list[dict[str, Any]]
 ) -> str:
-    out = [
-        "| subscriptions | filter | messages | copies | topic msgs/s in | topic copies/s stored "
-        "| direct to N queues msgs/s | direct copies/s | topic ÷ direct |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        out.append(
-            f"| {r['subscriptions']} | {r['kind']} | {r['messages']:,} | {r['copies']:,} | "
-            f"{_f(r['topic_msgs_per_s'])} | {_f(r['topic_copies_per_s'])} | "
-            f"{_f(r['direct_msgs_per_s'])} | {_f(r['direct_copies_per_s'])} | "
-            f"{_f(r['topic_over_direct'], '.2f')} |"
-        )
+    out = _common.md_table(
+        "subscriptions | filter | messages | copies | topic msgs/s in | topic copies/s stored "
+        "| direct to N queues msgs/s | direct copies/s | topic ÷ direct",
+        "---:|---|---:|---:|---:|---:|---:|---:|---:",
+        [
+            (
+                r["subscriptions"],
+                r["kind"],
+                f"{r['messages']:,}",
+                f"{r['copies']:,}",
+                _f(r["topic_msgs_per_s"]),
+                _f(r["topic_copies_per_s"]),
+                _f(r["direct_msgs_per_s"]),
+                _f(r["direct_copies_per_s"]),
+                _f(r["topic_over_direct"], ".2f"),
+            )
+            for r in rows
+        ],
+    )
     if setups:
         out.append("")
         out.append(
@@ -525,31 +514,36 @@ def markdown(
         "",
         "### Filter evaluation in-process (`raybus._core.fanout.plan`, one rule per subscription)",
         "",
-        "| subscriptions | filter | records | rule evaluations/s (plan) | messages planned/s "
-        "| copies/s | evaluate only, evaluations/s |",
-        "|---:|---|---:|---:|---:|---:|---:|",
     ]
-    for e in evals:
-        out.append(
-            f"| {e['subscriptions']} | {e['kind']} | {e['records']:,} | "
-            f"{e['evaluations_per_s']:,.0f} | {e['messages_per_s']:,.0f} | "
-            f"{e['copies_per_s']:,.0f} | {e['evaluate_only_per_s']:,.0f} |"
-        )
+    out += _common.md_table(
+        "subscriptions | filter | records | rule evaluations/s (plan) | messages planned/s "
+        "| copies/s | evaluate only, evaluations/s",
+        "---:|---|---:|---:|---:|---:|---:",
+        [
+            (
+                e["subscriptions"],
+                e["kind"],
+                f"{e['records']:,}",
+                f"{e['evaluations_per_s']:,.0f}",
+                f"{e['messages_per_s']:,.0f}",
+                f"{e['copies_per_s']:,.0f}",
+                f"{e['evaluate_only_per_s']:,.0f}",
+            )
+            for e in evals
+        ],
+    )
     return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------- main
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="N = 1, 10 only; fewer messages (< 3 min)")
+    p = _common.arg_parser(__doc__, "N = 1, 10 only; fewer messages (< 3 min)")
     p.add_argument(
-        "--subscriptions", type=_ints, help="subscription counts (default 1,10,100; quick 1,10)"
+        "--subscriptions",
+        type=_common.int_list,
+        help="subscription counts (default 1,10,100; quick 1,10)",
     )
     p.add_argument(
         "--messages",
@@ -570,20 +564,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--eval-subscriptions",
-        type=_ints,
+        type=_common.int_list,
         help="subscription counts of the in-process part (default 1,10,100)",
     )
     p.add_argument("--eval-seconds", type=float, default=0.5, help="minimum time per eval cell")
     p.add_argument(
         "--storage",
-        default=MEMORY,
+        default=_common.MEMORY,
         help="namespace storage: memory:// (default), 'durable' (a temporary directory) or a path",
     )
     p.add_argument("--timeout", type=float, default=180.0, help="seconds per phase (180)")
     p.add_argument("--no-eval", action="store_true", help="skip the in-process part")
     p.add_argument("--no-publish", action="store_true", help="skip the Ray part")
-    p.add_argument("--output", type=Path, help="JSON file (default benchmarks/results/...)")
-    args = p.parse_args(argv)
+    args = _common.parse_with_output(p, argv)
     quick = args.quick
     args.subscriptions = args.subscriptions or ([1, 10] if quick else [1, 10, 100])
     args.messages = args.messages or (20000 if quick else 50000)
@@ -598,9 +591,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    started = time.time()
-    facts = machine_facts()
-    facts["raybus_path"] = str(Path(raybus.__file__).resolve().parent)
+    started, facts = _common.start_run()
     tmp = tempfile.mkdtemp(prefix="raybus-bench-topics-") if args.storage == "durable" else None
     storage = tmp or args.storage
     progress(
@@ -626,15 +617,8 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args, storage)
     if not args.no_publish:
         _common.start_local_ray(200)
-        try:
+        with _common.ray_run(bench.errors, scratch_dir=tmp):
             asyncio.run(bench.run())
-        except Exception as exc:  # report what was measured before
-            bench.errors.append(f"run aborted: {type(exc).__name__}: {exc}")
-            progress(traceback.format_exc())
-        finally:
-            ray.shutdown()
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
     errors += bench.errors
     rows = summarise(bench.cells)
     text = (
@@ -642,24 +626,14 @@ def main(argv: list[str] | None = None) -> int:
         f"lists of {args.body_size} B, {args.senders} senders, medians of {args.repeats}; "
         f"storage {args.storage}; {os.cpu_count()} CPUs)\n\n" + markdown(rows, evals, bench.setups)
     )
-    out = write_results(
-        "topics",
-        started,
-        args,
-        facts,
-        {
-            "rows": rows,
-            "cells": bench.cells,
-            "setups": bench.setups,
-            "eval": evals,
-            "errors": errors,
-            "table_markdown": text,
-        },
-    )
-    print(text)
-    print(f"\ndone in {time.time() - started:.0f} s; JSON: {out}")
-    report_errors(errors)
-    return 1 if errors else 0
+    body = {
+        "rows": rows,
+        "cells": bench.cells,
+        "setups": bench.setups,
+        "eval": evals,
+        "errors": errors,
+    }
+    return _common.finish("topics", started, args, facts, text, body)
 
 
 if __name__ == "__main__":
