@@ -8,7 +8,10 @@ with a checkpoint now and then. ``ChangeLog`` is the one implementation of that 
   actor's event loop but ``DurableLog`` has one writer, so appends (and checkpoints) are
   serialised by a lock; the blocking write runs in a thread, so the actor keeps answering;
 * every ``every`` appends it writes ``snapshot()`` as a checkpoint, which keeps replay short.
-  A failed checkpoint is only logged: the changes are already durable, replay is just longer.
+  A failed checkpoint — whatever it raises: a storage error, a raw ``OSError``, a snapshot that
+  cannot be encoded — is only logged and tried again at the next append: the change is already
+  durable, so ``append`` must not report it as failed (the caller would undo in memory what a
+  restart replays). The log stays the previous checkpoint plus every entry; replay is longer.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from typing import Any
 
 from .._core import journal
 from .._storage import DurableLog
-from ..exceptions import ServiceBusError
 
 __all__ = ["ChangeLog"]
 
@@ -64,9 +66,9 @@ class ChangeLog:
             self._since_checkpoint += 1
             if self._since_checkpoint < self._every:
                 return
-            snap = journal.to_table([(0, 0, 0, c) for c in self._snapshot()])
             try:
+                snap = journal.to_table([(0, 0, 0, c) for c in self._snapshot()])
                 await asyncio.to_thread(log.checkpoint, snap, log.next_lsn - 1)
                 self._since_checkpoint = 0
-            except ServiceBusError as exc:
-                _log.warning("checkpoint of the %s failed: %s", self._what, exc)
+            except Exception as exc:  # the append above is durable: see the module docstring
+                _log.warning("checkpoint of the %s failed: %r", self._what, exc)
