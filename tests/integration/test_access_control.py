@@ -20,6 +20,7 @@ from raybus.exceptions import (
     InvalidArgumentError,
     ServiceBusAuthenticationError,
     ServiceBusAuthorizationError,
+    ServiceBusError,
 )
 from raybus.management import ServiceBusAdministrationClient
 
@@ -242,6 +243,41 @@ def test_rules_survive_restarts_of_the_namespace_and_partition_actors(
         client.get_queue_sender("q").send_messages(ServiceBusMessage("y"))
     assert active(closed) == 1
     assert {r.key_name for r in closed.list_authorization_rules()} == {"root", "app"}
+
+
+@pytest.mark.parametrize("mode", ["raise", "exit"])
+def test_an_actor_that_misses_a_rule_push_still_ends_up_with_the_current_rules(
+    namespace: str, mode: str
+) -> None:
+    """The partition's push fails: it raises and the actor stays up (the namespace pushes
+    again), or the actor dies on it and restarts (it fetches the rules before serving).
+    Either way anonymous sends stop, and the rule's key works there."""
+    open_admin = ServiceBusAdministrationClient(namespace)
+    open_admin.create_queue("q")
+    with raybus.ServiceBusClient(namespace) as anonymous:
+        sender = anonymous.get_queue_sender("q")
+        sender.send_messages(ServiceBusMessage("open"))  # the partition's guard is loaded
+        partition = ray.get_actor(partition_actor_name(namespace, "q", 1, 0), namespace="raybus")
+        ray.get(partition.arm_failpoint.remote("access.before_set_access", mode))
+        open_admin.create_authorization_rule("root", ["Manage"], primary_key=ROOT_KEY)
+        deadline = time.time() + 30
+        refused = False
+        while not refused and time.time() < deadline:
+            try:
+                sender.send_messages(ServiceBusMessage("anonymous"))
+                time.sleep(0.2)
+            except ServiceBusAuthenticationError:
+                refused = True
+            except ServiceBusError:  # (exit) the partition is restarting
+                time.sleep(0.2)
+        assert refused, "the partition still serves with the rules from before the change"
+    root = ServiceBusAdministrationClient(
+        namespace, credential=SharedAccessKeyCredential("root", ROOT_KEY)
+    )
+    before = active(root)
+    with client_with(namespace, "root", ROOT_KEY) as client:
+        client.get_queue_sender("q").send_messages(ServiceBusMessage("with the key"))
+    assert active(root) == before + 1
 
 
 def test_a_settlement_refused_for_the_token_says_so_not_lock_lost(
