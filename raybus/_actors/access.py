@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from ray.experimental import internal_kv
 
-from .. import _rpc
+from .. import _failpoints, _rpc
 from .._clock import SystemClock
 from .._core.access import INTERNAL, INTERNAL_PREFIX, Guard, Requirement
 from ..auth import AuthorizationRule
@@ -122,16 +122,23 @@ class Guarded:
         """The entity path this actor serves ('' for namespace-wide actors)."""
         return ""
 
+    # Set while the actor cannot serve (a partition whose log is damaged). The guarded wrapper
+    # awaits ``_serving`` only while it is set, so the common call pays one attribute check.
+    _broken: BaseException | None = None
+
     async def _serving(self) -> None:
-        """Raise instead of running a (permitted) method when the actor cannot serve; a
-        partition with a damaged log overrides it."""
+        """Raise instead of running a (permitted) method when the actor cannot serve (called
+        only while ``_broken`` is set); a partition with a damaged log overrides it."""
 
     async def _fetch_access(self) -> tuple[int, tuple[AuthorizationRule, ...]]:
         import ray
 
         from .namespace import namespace_actor_name  # import cycle: namespace uses this module
 
-        registry = ray.get_actor(namespace_actor_name(self._namespace), namespace="raybus")
+        # A named-actor lookup blocks on the GCS: off the event loop, so other calls go on.
+        registry = await asyncio.to_thread(
+            ray.get_actor, namespace_actor_name(self._namespace), namespace="raybus"
+        )
         got: tuple[int, tuple[AuthorizationRule, ...]] = await _rpc.call(
             None,
             internal(registry, self._namespace).access_rules,
@@ -167,10 +174,18 @@ class Guarded:
     async def set_access(
         self, version: int, rules: tuple[AuthorizationRule, ...], *, _auth: Any = None
     ) -> None:
-        """The namespace pushing a change of rules (internal only)."""
+        """The namespace pushing a change of rules (internal only). Idempotent, and an older
+        version than the one held is ignored, so the namespace may push again freely."""
         guard = await self._access_guard()
         guard.check(_auth, INTERNAL, self._access_path())
+        _failpoints.hit("access.before_set_access")
         guard.load(version, rules)
+
+    async def arm_failpoint(self, name: str, mode: str = "exit", *, _auth: Any = None) -> None:
+        """Arm a fail point in this actor (tests; internal only; see ``raybus._failpoints``)."""
+        guard = await self._access_guard()
+        guard.check(_auth, INTERNAL, self._access_path())
+        _failpoints.arm(name, mode)
 
 
 M = TypeVar("M", bound=Callable[..., Awaitable[Any]])
@@ -194,7 +209,8 @@ def guarded(need: Requirement, entity: Callable[..., str | None] | None = None) 
                 guard = await self._access_guard()
             path = self._access_path() if entity is None else (entity(*args, **kwargs) or "")
             guard.check(_auth, need, path)
-            await self._serving()
+            if self._broken is not None:
+                await self._serving()
             return await fn(self, *args, **kwargs)
 
         params = [*sig.parameters.values()]

@@ -3,9 +3,17 @@ pushing every change to the actors that check tokens.
 
 A change is logged (``("access", (version, rules))``) before it is answered, applied to the
 namespace's own guard, then pushed to every partition, router and the coordinator. An actor the
-push misses (restarting at that moment) fetches the rules on its first call after the restart,
-so it cannot serve with an old copy for longer than the push takes. Rules of a deleted entity
-are deleted with it, as in Service Bus.
+push misses still ends up with the current rules:
+
+* one that restarts fetches them on its first call, before serving anything;
+* one that stays up but whose push failed (a transient error, a push that raised) is pushed the
+  *current* rules again in the background, with back-off, until it takes them or is gone (dead,
+  or its entity deleted) — so it cannot serve with an old copy for longer than the fault lasts;
+* pushes lost with the namespace itself (it died between logging a change and pushing it) are
+  redone by the restarted namespace, which pushes its rules once on start-up.
+
+Pushing is idempotent (``set_access`` ignores a version older than the one it holds). Rules of a
+deleted entity are deleted with it, as in Service Bus.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from .._core.access import INTERNAL
+from .._core.access import INTERNAL, Guard
 from ..auth import AccessRights, AuthorizationRule
 from ..exceptions import MessagingEntityNotFoundError
 from .access import Guarded, guarded, internal
@@ -30,6 +38,8 @@ __all__ = ["AccessOps"]
 
 _log = logging.getLogger("raybus.namespace")
 _MANAGE = AccessRights.MANAGE
+_REPUSH_FIRST_S = 0.2
+_REPUSH_MAX_S = 5.0
 
 
 class AccessOps(Guarded):
@@ -42,6 +52,11 @@ class AccessOps(Guarded):
 
         async def _persist(self, change: tuple[str, Any]) -> None: ...
 
+    _coordinator: Any = None  # its handle once found (it restarts under the same handle)
+    _repush_task: asyncio.Task[None] | None = None
+    _repush_ids: frozenset[Any] = frozenset()  # actor ids of targets a push missed (_repush)
+    _start_push: asyncio.Task[None] | None = None  # the push of _push_after_restart
+
     def _in(self, handle: Any) -> Any:
         """``handle`` presenting the broker's own token."""
         return internal(handle, self._namespace)
@@ -49,7 +64,7 @@ class AccessOps(Guarded):
     @guarded(INTERNAL)
     async def access_rules(self) -> tuple[int, tuple[AuthorizationRule, ...]]:
         """The current rules, for an actor that (re)started."""
-        return self._registry.access.snapshot()
+        return self._durable_guard().table.snapshot()
 
     def _entity_name(self, entity: str | None) -> str | None:
         if entity is None:
@@ -110,31 +125,86 @@ class AccessOps(Guarded):
         apply()
         if table.version == before[0]:
             return
+        after = table.snapshot()
         try:
-            await self._persist(("access", table.snapshot()))
+            await self._persist(("access", after))
         except BaseException:
             table.load(*before)
             raise
-        assert self._guard is not None
-        self._guard.load(*table.snapshot())
+        self._durable_guard().load(*after)
         await self._push()
 
-    async def _push(self) -> None:
-        version, rules = self._registry.access.snapshot()
+    def _durable_guard(self) -> Guard:
+        """The namespace's own guard: it holds the rules as of the last *logged* change (the
+        table may hold one still being logged), so it is what actors are given."""
+        assert self._guard is not None  # set in NamespaceActor.__init__
+        return self._guard
+
+    async def _push_targets(self) -> list[Any]:
+        """Every actor holding a copy of the rules: partitions, routers, the coordinator."""
         targets = [h for hs in self._handles.values() for h in hs.values()]
         targets += list(self._routers.values())
-        try:
-            targets.append(
-                ray.get_actor(coordinator_actor_name(self._namespace), namespace="raybus")
-            )
-        except ValueError:
-            pass  # no transaction yet: it fetches the rules when it starts
+        if self._coordinator is None:
+            # Looking up a named actor blocks on the GCS: not on this actor's event loop. Not
+            # found means no transaction ran yet: the coordinator fetches the rules when it
+            # starts, and the next push finds it.
+            try:
+                self._coordinator = await asyncio.to_thread(
+                    ray.get_actor, coordinator_actor_name(self._namespace), namespace="raybus"
+                )
+            except ValueError:
+                pass
+        if self._coordinator is not None:
+            targets.append(self._coordinator)
+        return targets
+
+    async def _push(self) -> None:
+        """Push the current rules to every target; retry the ones it missed (see the module
+        docstring)."""
+        missed = await self._push_to(await self._push_targets())
+        if missed:
+            self._repush_ids = self._repush_ids | {h._actor_id for h in missed}
+            if self._repush_task is None or self._repush_task.done():
+                self._repush_task = asyncio.get_running_loop().create_task(self._repush())
+
+    async def _push_to(self, targets: list[Any]) -> list[Any]:
+        """Push the current rules to ``targets``; the ones that must be pushed again."""
+        version, rules = self._durable_guard().table.snapshot()
         results = await asyncio.gather(
             *(self._in(h).set_access.remote(version, rules) for h in targets),
             return_exceptions=True,
         )
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(
-                result, MessagingEntityNotFoundError
+        missed = []
+        for handle, result in zip(targets, results, strict=True):
+            if not isinstance(result, BaseException):
+                continue
+            cause = getattr(result, "cause", result)  # a RayTaskError carries the actor's error
+            if isinstance(cause, MessagingEntityNotFoundError) or isinstance(
+                result, ray.exceptions.ActorDiedError
             ):
-                _log.info("an actor missed the rule change (it fetches it on restart): %s", result)
+                # Its entity is gone, or it died during the push: ours restart forever, and a
+                # restarted actor fetches the rules before serving (or it is gone for good).
+                continue
+            _log.info("an actor missed rule change %s (pushing it again): %r", version, result)
+            missed.append(handle)
+        return missed
+
+    async def _repush(self) -> None:
+        """Push the current rules again to the actors a push missed, with back-off, until each
+        took them or is no longer one of ours."""
+        delay = _REPUSH_FIRST_S
+        while self._repush_ids:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _REPUSH_MAX_S)
+            current = {h._actor_id: h for h in await self._push_targets()}
+            wanted = [current[i] for i in self._repush_ids if i in current]  # others: deleted
+            missed = {h._actor_id for h in await self._push_to(wanted)}
+            # Targets a newer push missed meanwhile were added to the set: keep those too.
+            done = {h._actor_id for h in wanted} - missed
+            self._repush_ids = frozenset(i for i in self._repush_ids if i in current) - done
+
+    def _push_after_restart(self) -> None:
+        """Push the rules once per incarnation, if there are any: a push the previous
+        incarnation logged but did not finish is not lost (see the module docstring)."""
+        if self._start_push is None and self._registry.access.version > 0:
+            self._start_push = asyncio.get_running_loop().create_task(self._push())

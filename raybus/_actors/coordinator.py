@@ -100,10 +100,6 @@ class CoordinatorActor(Guarded):
         return self._namespace
 
     @guarded(INTERNAL)
-    async def arm_failpoint(self, name: str) -> None:
-        _failpoints.arm(name)
-
-    @guarded(INTERNAL)
     async def outcome(self, txn_id: str) -> str:
         """``commit``, ``pending`` or ``abort`` (presumed: see the module docstring)."""
         self._start_resume()
@@ -126,18 +122,29 @@ class CoordinatorActor(Guarded):
             if ops or renews:
                 guard.check(auth, AccessRights.LISTEN, entity)
             prefix = partition_actor_name(self._namespace, entity, 0, 0).rsplit("/", 2)[0] + "/"
-            known = self._actor_ids.get(name)
-            if known is None:
-                try:
-                    known = ray.get_actor(name, namespace="raybus")._actor_id
-                except ValueError:
-                    known = None
-                if known is not None:
-                    self._actor_ids[name] = known
-            if not name.startswith(prefix) or known != getattr(handle, "_actor_id", None):
+            known = await self._actor_id(name) if name.startswith(prefix) else None
+            if known is None or known != getattr(handle, "_actor_id", None):
                 raise ServiceBusAuthorizationError(
                     f"participant {name!r} is not a partition of {entity!r}", entity
                 )
+
+    async def _named_actor(self, name: str) -> Any:
+        """The partition actor ``name`` (``ValueError`` if there is none). Looking up a named
+        actor blocks on the GCS, so it runs off this actor's event loop: the other commits in
+        flight go on meanwhile."""
+        return await asyncio.to_thread(ray.get_actor, name, namespace="raybus")
+
+    async def _actor_id(self, name: str) -> Any:
+        """The actor id of partition ``name`` (None if there is none), looked up once: a
+        partition restarts under the same id, a re-created entity gets a new name."""
+        known = self._actor_ids.get(name)
+        if known is None:
+            try:
+                known = (await self._named_actor(name))._actor_id
+            except ValueError:
+                return None
+            self._actor_ids[name] = known
+        return known
 
     async def commit(
         self, txn_id: str, participants: list[Participant], *, _auth: Any = None
@@ -193,7 +200,7 @@ class CoordinatorActor(Guarded):
         async def one(name: str, handle: Any) -> bool:
             try:
                 if handle is None:
-                    handle = ray.get_actor(name, namespace="raybus")
+                    handle = await self._named_actor(name)
                 await internal(handle, self._namespace).txn_commit.remote(txn_id)
                 return True
             except Exception as exc:  # restarting: it asks for the outcome, or we resend

@@ -117,7 +117,8 @@ class NamespaceActor(TopicOps, AccessOps):
                     )
                 else:
                     self._handles[key] = self._partition_actors(entry)
-            if self._registry.list():  # resume partition changes without waiting for a client
+            if self._registry.list() or self._registry.access.version:
+                # Resume partition changes and rule pushes without waiting for a client.
                 ray.get_runtime_context().current_actor.ping.remote()
         # The namespace holds the rules itself: its guard never fetches them.
         self._guard = Guard(internal_token(namespace), SystemClock())
@@ -160,6 +161,7 @@ class NamespaceActor(TopicOps, AccessOps):
 
     async def ping(self) -> str:
         self._scaler.start()  # (re)started lazily: the actor may have restarted
+        self._push_after_restart()
         return self._namespace
 
     def _route(self, entry: EntityEntry) -> Route:

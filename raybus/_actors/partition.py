@@ -518,10 +518,6 @@ class PartitionActor(Guarded):
         self._prepared_at.pop(txn_id, None)
         return aborted
 
-    @guarded(INTERNAL)
-    async def arm_failpoint(self, name: str) -> None:
-        _failpoints.arm(name)
-
     def _watch_transactions(self) -> None:
         if self._txn_watch is None or self._txn_watch.done():
             self._txn_watch = asyncio.get_running_loop().create_task(self._resolve_prepared())

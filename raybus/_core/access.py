@@ -13,7 +13,9 @@ token format and the model.
   refused.
 * Verified tokens are cached (HMAC once per token, then a dictionary lookup per call); the cache
   empties whenever the rules change, so a deleted rule or a regenerated key stops working at
-  once on every actor that received the change.
+  once on every actor that received the change. It holds at most ``cache_size`` tokens: past
+  that the oldest entry goes, so a caller cycling through many tokens costs HMACs, not memory,
+  and the answers stay the same (an evicted token is simply verified again).
 """
 
 from __future__ import annotations
@@ -154,26 +156,41 @@ class AccessTable:
     def regenerated(
         self, key_name: str, entity: str | None, which: str, key: str | None
     ) -> AuthorizationRule:
+        """The rule with its ``which`` key replaced by ``key`` (or a new random one); the table is
+        not changed (the caller ``put``s the result). Bad input raises ``InvalidArgumentError``
+        naming the field — ``which`` first, so a typo is reported as such."""
+        if which not in ("primary", "secondary"):
+            raise InvalidArgumentError(
+                f"which must be 'primary' or 'secondary', not {which!r}", entity, "which"
+            )
         rule = self.get(key_name, entity)
         new = key if key is not None else generate_key()
         self.validate(key_name, rule.rights, entity, new, None)
         if which == "primary":
             return replace(rule, primary_key=new)
-        if which == "secondary":
-            return replace(rule, secondary_key=new)
-        raise InvalidArgumentError(
-            f"which must be 'primary' or 'secondary', not {which!r}", entity, "which"
-        )
+        return replace(rule, secondary_key=new)
 
 
 class Guard:
     """Checks tokens against a copy of the rules (see the module docstring)."""
 
-    def __init__(self, internal_token: str | None, clock: Clock) -> None:
+    def __init__(
+        self, internal_token: str | None, clock: Clock, *, cache_size: int = _CACHE_MAX
+    ) -> None:
+        if cache_size < 1:
+            raise InvalidArgumentError(
+                f"cache_size must be at least 1, got {cache_size}", None, "cache_size"
+            )
         self._internal = internal_token
         self._clock = clock
+        self._cache_size = cache_size
         self.table = AccessTable()
-        self._grants: dict[str, _Grant] = {}
+        self._grants: dict[str, _Grant] = {}  # insertion-ordered: the first is the oldest
+
+    @property
+    def cached_tokens(self) -> int:
+        """How many verified tokens the cache holds (at most ``cache_size``)."""
+        return len(self._grants)
 
     @property
     def open(self) -> bool:
@@ -209,8 +226,10 @@ class Guard:
         now = self._clock.now()
         if grant is None:
             grant = self._verify(auth, path)
-            if len(self._grants) >= _CACHE_MAX:
-                self._grants.clear()
+            if len(self._grants) >= self._cache_size:
+                # Evict the oldest rather than everything: the tokens in steady use stay cached
+                # while a burst of new ones passes through.
+                del self._grants[next(iter(self._grants))]
             self._grants[auth] = grant
         if grant.expiry <= now:
             raise ServiceBusAuthenticationError("the SAS token has expired", path or None)

@@ -19,8 +19,8 @@ from .._core.filters.rules import DEFAULT_RULE_NAME, RuleProperties, TrueRuleFil
 from ..exceptions import InvalidArgumentError
 from . import _context
 from ._filters import build_rule
-from ._render import json_line, properties_json, properties_table, subscriptions_table
-from .queue import Status, duration_option
+from ._options import SUBSCRIPTION, AsJson, Wait, model_options, print_properties, settings_options
+from ._render import json_line, properties_json, subscriptions_table
 
 __all__ = ["app", "default_rule", "subscription_options"]
 
@@ -29,103 +29,11 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-_PANEL = "Subscription settings"
 _RULE_PANEL = "Default rule (replaces $Default, which matches every message)"
-
-
-def _opt(*names: str, help: str, **kwargs: Any) -> Any:
-    return typer.Option(*names, help=help, rich_help_panel=_PANEL, **kwargs)
-
 
 Topic = Annotated[str, typer.Argument(help="Topic name.", show_default=False)]
 Name = Annotated[
     str, typer.Argument(help="Subscription name (case-insensitive).", show_default=False)
-]
-AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-LockDuration = Annotated[
-    str | None,
-    _opt(
-        "--lock-duration",
-        metavar="DURATION",
-        help="Peek-lock duration, 100ms to 5m (default 60s).",
-    ),
-]
-MaxDeliveryCount = Annotated[
-    int | None,
-    _opt("--max-delivery-count", help="Deliveries before a message is dead-lettered (default 10)."),
-]
-Ttl = Annotated[
-    str | None,
-    _opt(
-        "--ttl",
-        metavar="DURATION",
-        help="Default message time to live, or 'never' (default never; the topic's is a ceiling).",
-    ),
-]
-DeadLetterOnExpiration = Annotated[
-    bool | None,
-    _opt(
-        "--dead-letter-expired/--no-dead-letter-expired",
-        help="Move expired messages to the dead-letter queue (default no).",
-        show_default=False,
-    ),
-]
-DeadLetterOnFilterErrors = Annotated[
-    bool | None,
-    _opt(
-        "--dead-letter-filter-errors/--no-dead-letter-filter-errors",
-        help="Dead-letter a message whose filter fails to evaluate, else drop it (default yes).",
-        show_default=False,
-    ),
-]
-Sessions = Annotated[
-    bool | None,
-    _opt(
-        "--sessions/--no-sessions",
-        help="Require sessions (fixed at creation; default no).",
-        show_default=False,
-    ),
-]
-Partitions = Annotated[
-    int | None,
-    _opt("--partitions", help="Partition count, 1-64 (default 1; may change later)."),
-]
-StatusOpt = Annotated[
-    Status | None,
-    _opt(
-        "--status",
-        case_sensitive=False,
-        help="Subscription status (default Active; otherwise it keeps receiving copies but "
-        "refuses receivers).",
-    ),
-]
-AutoDelete = Annotated[
-    str | None,
-    _opt(
-        "--auto-delete-on-idle",
-        metavar="DURATION",
-        help="Delete the subscription after this idle time (>= 5m), or 'never' (default).",
-    ),
-]
-BatchedOps = Annotated[
-    bool | None,
-    _opt(
-        "--batched/--no-batched",
-        help="Service Bus' enable_batched_operations flag (default yes).",
-        show_default=False,
-    ),
-]
-ForwardTo = Annotated[
-    str | None, _opt("--forward-to", help="Forward every message to this queue or topic.")
-]
-ForwardDlqTo = Annotated[
-    str | None,
-    _opt(
-        "--forward-dead-lettered-to", help="Forward dead-lettered messages to this queue or topic."
-    ),
-]
-Metadata = Annotated[
-    str | None, _opt("--user-metadata", help="Free text kept with the subscription.")
 ]
 Sql = Annotated[
     str | None,
@@ -171,41 +79,9 @@ Action = Annotated[
 ]
 
 
-def subscription_options(
-    *,
-    lock_duration: str | None = None,
-    max_delivery_count: int | None = None,
-    ttl: str | None = None,
-    dead_letter_on_expiration: bool | None = None,
-    dead_letter_on_filter_errors: bool | None = None,
-    sessions: bool | None = None,
-    partitions: int | None = None,
-    status: Status | None = None,
-    auto_delete_on_idle: str | None = None,
-    batched_operations: bool | None = None,
-    forward_to: str | None = None,
-    forward_dead_lettered_to: str | None = None,
-    user_metadata: str | None = None,
-) -> dict[str, Any]:
+def subscription_options(**settings: Any) -> dict[str, Any]:
     """The ``SubscriptionProperties`` keyword options for the command-line options given."""
-    options: dict[str, Any] = {
-        "lock_duration": duration_option(lock_duration, "--lock-duration"),
-        "max_delivery_count": max_delivery_count,
-        "default_message_time_to_live": duration_option(ttl, "--ttl", allow_never=True),
-        "dead_lettering_on_message_expiration": dead_letter_on_expiration,
-        "dead_lettering_on_filter_evaluation_exceptions": dead_letter_on_filter_errors,
-        "requires_session": sessions,
-        "partition_count": partitions,
-        "status": None if status is None else status.value,
-        "auto_delete_on_idle": duration_option(
-            auto_delete_on_idle, "--auto-delete-on-idle", allow_never=True
-        ),
-        "enable_batched_operations": batched_operations,
-        "forward_to": forward_to,
-        "forward_dead_lettered_messages_to": forward_dead_lettered_to,
-        "user_metadata": user_metadata,
-    }
-    return {k: v for k, v in options.items() if v is not None}
+    return model_options(SUBSCRIPTION, **settings)
 
 
 def default_rule(
@@ -227,36 +103,18 @@ def default_rule(
         raise typer.BadParameter(str(exc)) from None
 
 
-def _print(props: Any, as_json: bool, runtime: Any = None, rules: Any = None) -> None:
-    if as_json:
-        typer.echo(json_line(properties_json(props, runtime, rules=rules)))
-    else:
-        Console().print(properties_table(props, runtime, rules=rules))
-
-
 @app.command()
+@settings_options(SUBSCRIPTION)
 def create(
     ctx: typer.Context,
     topic: Topic,
     name: Name,
-    lock_duration: LockDuration = None,
-    max_delivery_count: MaxDeliveryCount = None,
-    ttl: Ttl = None,
-    dead_letter_on_expiration: DeadLetterOnExpiration = None,
-    dead_letter_on_filter_errors: DeadLetterOnFilterErrors = None,
-    sessions: Sessions = None,
-    partitions: Partitions = None,
-    status: StatusOpt = None,
-    auto_delete_on_idle: AutoDelete = None,
-    batched_operations: BatchedOps = None,
-    forward_to: ForwardTo = None,
-    forward_dead_lettered_to: ForwardDlqTo = None,
-    user_metadata: Metadata = None,
     sql: Sql = None,
     correlation: Correlation = None,
     params: Params = None,
     action: Action = None,
     as_json: AsJson = False,
+    **settings: Any,
 ) -> None:
     """Create a subscription of TOPIC, with the rule $Default (or --sql/--correlation).
 
@@ -265,43 +123,30 @@ def create(
     with the position of the error, before anything is created.
     """
     rule = default_rule(sql, correlation, params, action)
-    options = subscription_options(**_settings(locals()))
+    options = subscription_options(**settings)
     admin = _context.get(ctx).admin()
     props = admin.create_subscription(topic, name, default_rule=rule, **options)
-    _print(props, as_json, rules=[rule or RuleProperties(DEFAULT_RULE_NAME, TrueRuleFilter())])
+    rules = [rule or RuleProperties(DEFAULT_RULE_NAME, TrueRuleFilter())]
+    print_properties(props, as_json, rules=rules)
 
 
 @app.command()
+@settings_options(SUBSCRIPTION)
 def update(
     ctx: typer.Context,
     topic: Topic,
     name: Name,
-    lock_duration: LockDuration = None,
-    max_delivery_count: MaxDeliveryCount = None,
-    ttl: Ttl = None,
-    dead_letter_on_expiration: DeadLetterOnExpiration = None,
-    dead_letter_on_filter_errors: DeadLetterOnFilterErrors = None,
-    sessions: Sessions = None,
-    partitions: Partitions = None,
-    status: StatusOpt = None,
-    auto_delete_on_idle: AutoDelete = None,
-    batched_operations: BatchedOps = None,
-    forward_to: ForwardTo = None,
-    forward_dead_lettered_to: ForwardDlqTo = None,
-    user_metadata: Metadata = None,
-    wait: Annotated[
-        bool,
-        typer.Option("--wait/--no-wait", help="Wait until a partition-count change finished."),
-    ] = False,
+    wait: Wait = False,
     as_json: AsJson = False,
+    **settings: Any,
 ) -> None:
     """Change the settings given; the others keep their values (rules: raybus rule)."""
-    options = subscription_options(**_settings(locals()))
+    options = subscription_options(**settings)
     admin = _context.get(ctx).admin()
     props = admin.update_subscription(topic, admin.get_subscription(topic, name), **options)
     if wait and "partition_count" in options:
         admin.wait_for_partitions(props.path)
-    _print(props, as_json)
+    print_properties(props, as_json)
 
 
 @app.command()
@@ -313,7 +158,7 @@ def show(ctx: typer.Context, topic: Topic, name: Name, as_json: AsJson = False) 
     admin = _context.get(ctx).admin()
     props = admin.get_subscription(topic, name)
     runtime = admin.get_subscription_runtime_properties(topic, name)
-    _print(props, as_json, runtime, admin.list_rules(topic, name))
+    print_properties(props, as_json, runtime, admin.list_rules(topic, name))
 
 
 @app.command("list")
@@ -332,12 +177,3 @@ def delete(ctx: typer.Context, topic: Topic, name: Name) -> None:
     """Delete a subscription and every message in it (no confirmation)."""
     _context.get(ctx).admin().delete_subscription(topic, name)
     typer.echo(f"deleted subscription {topic}/Subscriptions/{name}", err=True)
-
-
-_NOT_SETTINGS = frozenset(
-    {"ctx", "topic", "name", "as_json", "wait", "sql", "correlation", "params", "action", "rule"}
-)
-
-
-def _settings(args: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in args.items() if k not in _NOT_SETTINGS}

@@ -28,8 +28,14 @@ async def test_soak_with_random_faults_keeps_every_promise(
     ray_cluster: str, tmp_path: Path
 ) -> None:
     scenario = Scenario(
-        f"soak-{SEED}", SEED, SOAK_S, FAULTS, interval=(1.5, 4.0), topic=True,
-        killable_consumer=True, misbehave=0.03,
+        f"soak-{SEED}",
+        SEED,
+        SOAK_S,
+        FAULTS,
+        interval=(1.5, 4.0),
+        topic=True,
+        killable_consumer=True,
+        misbehave=0.03,
     )
     result = await run_scenario(scenario, tmp_path / "storage")
     print(json.dumps({k: v for k, v in result.items() if k != "fault_log"}))

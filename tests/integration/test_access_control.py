@@ -3,6 +3,7 @@ entity; the check runs inside the actors, so direct handle calls are refused too
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -10,14 +11,16 @@ import pytest
 import ray
 
 import raybus
-from raybus import ServiceBusMessage
+from raybus import ServiceBusMessage, aio
 from raybus._actors.namespace import namespace_actor_name
 from raybus._core.record import to_wire
 from raybus._core.registry import partition_actor_name
 from raybus.auth import SasTokenCredential, SharedAccessKeyCredential, generate_sas_token
 from raybus.exceptions import (
+    InvalidArgumentError,
     ServiceBusAuthenticationError,
     ServiceBusAuthorizationError,
+    ServiceBusError,
 )
 from raybus.management import ServiceBusAdministrationClient
 
@@ -141,10 +144,42 @@ def test_keys_rotate_without_downtime_and_deleted_rules_stop_at_once(
     on_secondary.close()
 
 
+def test_regenerating_a_key_with_a_bad_which_names_it_and_changes_nothing(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    rule = closed.create_authorization_rule("app", ["Send"])
+    on_entity = closed.create_authorization_rule("mine", ["Listen"], entity="q")
+    with pytest.raises(InvalidArgumentError, match="'tertiary'") as info:
+        closed.regenerate_authorization_key("app", which="tertiary")
+    assert info.value.argument == "which"
+
+    async def aio_attempt() -> InvalidArgumentError:
+        aadmin = aio.ServiceBusAdministrationClient(
+            namespace, credential=SharedAccessKeyCredential("root", ROOT_KEY)
+        )
+        try:
+            with pytest.raises(InvalidArgumentError, match="'Primary'") as caught:
+                await aadmin.regenerate_authorization_key("mine", entity="q", which="Primary")
+        finally:
+            await aadmin.close()
+        return caught.value
+
+    assert asyncio.run(aio_attempt()).argument == "which"
+    keys = {r.key_name: (r.primary_key, r.secondary_key) for r in closed.list_authorization_rules()}
+    assert keys["app"] == (rule.primary_key, rule.secondary_key)
+    (mine,) = closed.list_authorization_rules(entity="q")
+    assert (mine.primary_key, mine.secondary_key) == (
+        on_entity.primary_key,
+        on_entity.secondary_key,
+    )
+    with client_with(namespace, "app", rule.primary_key) as client:  # the old key still works
+        client.get_queue_sender("q").send_messages(ServiceBusMessage("still"))
+    assert active(closed) == 1
+
+
 def test_direct_actor_calls_without_a_token_get_nowhere(
     namespace: str, closed: ServiceBusAdministrationClient
 ) -> None:
-    route = closed._aio._conn  # resolve the handles the way a job could
     registry = ray.get_actor(namespace_actor_name(namespace), namespace="raybus")
     entry_name = partition_actor_name(namespace, "q", 1, 0)
     partition = ray.get_actor(entry_name, namespace="raybus")
@@ -161,7 +196,7 @@ def test_direct_actor_calls_without_a_token_get_nowhere(
         ray.get(registry.delete_queue.remote("q"))
     assert isinstance(info.value.cause, ServiceBusAuthenticationError)
     assert active(closed) == 0
-    assert route is not None and "q" in [q.name for q in closed.list_queues()]
+    assert "q" in [q.name for q in closed.list_queues()]  # the refused delete deleted nothing
 
 
 def test_topics_transactions_and_forwarding_work_in_a_closed_namespace(
@@ -208,6 +243,41 @@ def test_rules_survive_restarts_of_the_namespace_and_partition_actors(
         client.get_queue_sender("q").send_messages(ServiceBusMessage("y"))
     assert active(closed) == 1
     assert {r.key_name for r in closed.list_authorization_rules()} == {"root", "app"}
+
+
+@pytest.mark.parametrize("mode", ["raise", "exit"])
+def test_an_actor_that_misses_a_rule_push_still_ends_up_with_the_current_rules(
+    namespace: str, mode: str
+) -> None:
+    """The partition's push fails: it raises and the actor stays up (the namespace pushes
+    again), or the actor dies on it and restarts (it fetches the rules before serving).
+    Either way anonymous sends stop, and the rule's key works there."""
+    open_admin = ServiceBusAdministrationClient(namespace)
+    open_admin.create_queue("q")
+    with raybus.ServiceBusClient(namespace) as anonymous:
+        sender = anonymous.get_queue_sender("q")
+        sender.send_messages(ServiceBusMessage("open"))  # the partition's guard is loaded
+        partition = ray.get_actor(partition_actor_name(namespace, "q", 1, 0), namespace="raybus")
+        ray.get(partition.arm_failpoint.remote("access.before_set_access", mode))
+        open_admin.create_authorization_rule("root", ["Manage"], primary_key=ROOT_KEY)
+        deadline = time.time() + 30
+        refused = False
+        while not refused and time.time() < deadline:
+            try:
+                sender.send_messages(ServiceBusMessage("anonymous"))
+                time.sleep(0.2)
+            except ServiceBusAuthenticationError:
+                refused = True
+            except ServiceBusError:  # (exit) the partition is restarting
+                time.sleep(0.2)
+        assert refused, "the partition still serves with the rules from before the change"
+    root = ServiceBusAdministrationClient(
+        namespace, credential=SharedAccessKeyCredential("root", ROOT_KEY)
+    )
+    before = active(root)
+    with client_with(namespace, "root", ROOT_KEY) as client:
+        client.get_queue_sender("q").send_messages(ServiceBusMessage("with the key"))
+    assert active(root) == before + 1
 
 
 def test_a_settlement_refused_for_the_token_says_so_not_lock_lost(

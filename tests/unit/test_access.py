@@ -158,6 +158,67 @@ def test_either_key_signs_and_a_rule_change_drops_cached_grants() -> None:
         guard.check(by_secondary, SEND, "q")
 
 
+def test_more_tokens_than_the_cache_holds_stay_correct_in_bounded_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past ``cache_size`` distinct tokens the oldest grant is evicted: memory stays bounded,
+    every answer stays what a fresh verification gives (rights, expiry, a removed key), and a
+    token still in the cache is not verified again."""
+    table = AccessTable()
+    table.put(table.validate("send", ["Send"], None, KEY_A, KEY_B))
+    table.put(table.validate("listen", ["Listen"], None, KEY_B, KEY_A))
+    clock = FakeClock()
+    guard = Guard(INTERNAL_TOKEN, clock, cache_size=3)
+    guard.load(*table.snapshot())
+    verified: list[str] = []
+    real_verify = guard._verify
+
+    def counting(auth: str, path: str) -> object:
+        verified.append(auth)
+        return real_verify(auth, path)
+
+    monkeypatch.setattr(guard, "_verify", counting)
+    # Ten distinct tokens (distinct expiries), alternately Send and Listen, half short-lived.
+    tokens = [
+        (
+            generate_sas_token("sb://x/", name, key, int(clock.t + (10 if i % 2 else 600) + i)),
+            right,
+            i % 2 == 1,
+        )
+        for i, (name, key, right) in enumerate(
+            [("send", KEY_A, SEND), ("listen", KEY_B, LISTEN)] * 5
+        )
+    ]
+    for token, right, _short in tokens:
+        guard.check(token, right, "q")
+        wrong = LISTEN if right is SEND else SEND
+        with pytest.raises(ServiceBusAuthorizationError, match=f"not {wrong.value}"):
+            guard.check(token, wrong, "q")  # the cached grant keeps the rule's rights
+        assert guard.cached_tokens <= 3
+    assert verified == [t for t, _r, _s in tokens]  # each verified once while it stayed cached
+
+    clock.t += 100  # the short-lived half expires, evicted ones included
+    verified.clear()
+    for token, right, short in tokens:
+        if short:
+            with pytest.raises(ServiceBusAuthenticationError, match="expired"):
+                guard.check(token, right, "q")
+        else:
+            guard.check(token, right, "q")
+        assert guard.cached_tokens <= 3
+    assert len(verified) == len(tokens)  # all had been evicted: each verified again
+
+    table.remove("send", None)  # a removed key stops working, however full the cache was
+    guard.load(*table.snapshot())
+    assert guard.cached_tokens == 0
+    for token, right, short in tokens:
+        if right is SEND and not short:
+            with pytest.raises(ServiceBusAuthenticationError, match="not signed"):
+                guard.check(token, right, "q")
+    with pytest.raises(InvalidArgumentError, match="cache_size"):
+        Guard(INTERNAL_TOKEN, clock, cache_size=0)
+
+
 def test_older_pushes_are_ignored() -> None:
     table = AccessTable()
     table.put(table.validate("k", ["Send"], None, KEY_A, KEY_B))

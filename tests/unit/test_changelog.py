@@ -1,0 +1,82 @@
+"""``ChangeLog`` (the namespace's and coordinator's durable log) when its checkpoint fails.
+
+An append is durable before the checkpoint is tried, so a failed checkpoint must neither make
+``append`` raise (the caller would undo in memory a change that a restart replays) nor lose or
+reorder an entry: after a restart the log replays exactly the changes that were appended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raybus._actors.changelog import ChangeLog
+from raybus._storage import fs as storage_fs
+
+
+def open_log(path: Path, state: list[Any]) -> ChangeLog:
+    """A ChangeLog checkpointing every 3 appends; its snapshot is ``state`` (the changes)."""
+    return ChangeLog(str(path), "ns", "registry", lambda: list(state), every=3)
+
+
+def append_all(log: ChangeLog, state: list[Any], changes: list[Any]) -> None:
+    async def run() -> None:
+        for change in changes:
+            state.append(change)  # as the actors do: apply, then log (the snapshot includes it)
+            await log.append(change)  # raises if the append is reported failed
+        await log.drain()  # the checkpoint a last append made due runs after it answered
+
+    asyncio.run(run())
+
+
+def checkpoints(path: Path) -> list[str]:
+    return sorted(p.name for p in path.rglob("checkpoint/*.arrow"))
+
+
+@pytest.mark.parametrize("failure", ["write", "snapshot"])
+def test_a_failed_checkpoint_keeps_every_append_durable_and_replayable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    state: list[Any] = []
+    log = open_log(tmp_path, state)
+    assert list(log.replay()) == []
+    append_all(log, state, [("put", "a", 1), ("put", "b", 2)])
+    assert checkpoints(tmp_path) == []
+
+    calls: list[str] = []
+
+    def failing_write(*args: Any, **kwargs: Any) -> None:
+        calls.append("write")
+        raise OSError(28, "No space left on device")
+
+    if failure == "write":  # the checkpoint's file write raises a raw OSError
+        monkeypatch.setattr(storage_fs, "write_durable", failing_write)
+    else:  # the state to checkpoint cannot be taken at all
+
+        def broken_snapshot() -> list[Any]:
+            calls.append("snapshot")
+            raise RuntimeError("cannot take the state")
+
+        log._snapshot = broken_snapshot
+    changes = [("put", "c", 3), ("del", "a", None), ("put", "d", 4), ("put", "e", 5)]
+    append_all(log, state, changes)  # every 3rd append tries a checkpoint, which fails
+    assert calls  # the failure was really hit (and did not fail the append)
+    assert checkpoints(tmp_path) == []
+
+    # A restart replays every entry, in order, from the log alone.
+    assert list(open_log(tmp_path, []).replay()) == state
+
+    # Once the fault clears, the next append checkpoints and the log still replays the same.
+    monkeypatch.undo()
+    log._snapshot = lambda: list(state)
+    append_all(log, state, [("put", "f", 6)])
+    assert len(checkpoints(tmp_path)) == 1
+    restarted_state: list[Any] = []
+    restarted = open_log(tmp_path, restarted_state)
+    assert list(restarted.replay()) == state
+    restarted_state.extend(state)
+    append_all(restarted, restarted_state, [("put", "g", 7)])
+    assert list(open_log(tmp_path, []).replay()) == [*state, ("put", "g", 7)]
