@@ -317,22 +317,19 @@ class Connection:
             co = self._publishers[key] = Coalescer(dispatch)
         return co
 
-    def settler(
-        self, entity: str, actor: Any, durable: bool = True
-    ) -> Coalescer[list[SettleOp], SettleResults]:
+    def settler(self, entity: str, actor: Any) -> Coalescer[list[SettleOp], SettleResults]:
         """The coalescer of settlements to one partition actor.
 
         A request is a list of ops (one future for many messages); its result lists ``None``
-        or the broker's error per op, in order. ``durable=False``: answered once applied,
-        before they are durable (``PartitionActor.settle``).
+        or the broker's error per op, in order.
         """
-        key = (actor._actor_id, durable)
+        key = actor._actor_id
         co = self._settlers.get(key)
         if co is None:
 
             async def dispatch(groups: list[list[SettleOp]]) -> list[SettleResults]:
                 wire = [op.to_wire() for group in groups for op in group]
-                flat: SettleResults = await _rpc.call(entity, actor.settle, wire, durable)
+                flat: SettleResults = await _rpc.call(entity, actor.settle, wire)
                 out, start = [], 0
                 for group in groups:
                     out.append(flat[start : start + len(group)])

@@ -10,9 +10,8 @@ dictionary lookup.
 Points: ``participant.before_prepare``, ``participant.after_prepare`` (durable, before
 answering), ``participant.before_commit``, ``participant.after_commit`` (durable, before
 answering), ``coordinator.before_decision``, ``coordinator.after_decision`` (logged, before
-any participant is told), ``partition.before_flush`` (a partition's next write of its log,
-before anything of it is written), ``access.before_set_access`` (a pushed rule change, before
-it is applied).
+any participant is told), ``access.before_set_access`` (a pushed rule change, before it is
+applied).
 """
 
 from __future__ import annotations

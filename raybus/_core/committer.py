@@ -36,7 +36,6 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from .. import _failpoints
 from .._storage import DurableLog
 from ..exceptions import ServiceBusError
 from . import journal
@@ -149,18 +148,6 @@ class Committer:
             self._task = asyncio.ensure_future(self._flush_loop())
         await asyncio.shield(waiting)
 
-    def flush_soon(self) -> None:
-        """Start writing the changes recorded so far without waiting for them: for an answer
-        that does not depend on them being durable (the receiver's settlements sent without
-        waiting, ``raybus.aio._receiver``). A failed write is handled as any flush's: the core
-        is rebuilt from the log, which undoes them. Raises the error of a broken committer."""
-        if self.broken is not None:
-            raise self.broken
-        if self._log is None or not self.core.has_journal() or self._task is not None:
-            return
-        delay = 0.0 if self._express is None else self._express
-        self._task = asyncio.ensure_future(self._flush_loop(delay))
-
     async def durable_since(self, mark: int) -> None:
         """Return once the changes recorded since ``mark`` are durable; at once if there are
         none, even while other callers' changes wait for a flush (they wait for it
@@ -186,7 +173,6 @@ class Committer:
                     # Appends may run ahead of a slow checkpoint, but only so far: the log
                     # (and so recovery time) stays bounded by twice the threshold.
                     await self._checkpoint_written()
-                _failpoints.hit("partition.before_flush")
                 entries, last_seq = self.core.take_journal()
                 waiting, self._waiting = self._waiting, None
                 if waiting is None:

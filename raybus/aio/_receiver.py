@@ -15,14 +15,6 @@ entirely from the prefetch buffer does not reach the broker and reports nothing.
 with little lock time left, an abandon in a session (so that the abandoned message is the
 next one received), and ``complete_messages`` wait for the broker's answer. Processing
 must therefore be idempotent (it must be anyway under at-least-once delivery).
-
-Durability: the broker answers a settlement sent without waiting once it has applied it
-(which is when it knows whether to refuse it), and writes it with the partition's next flush,
-within a millisecond or so; it does not hold the answer until that write is done, so a
-receive waiting for the answer is not held up by it. ``close()`` waits until they are durable.
-A partition crash (or a failed write) in between undoes them: their messages are delivered
-again, as after a lost lock. ``complete_messages`` and the settlements that wait answer only
-once durable.
 """
 
 from __future__ import annotations
@@ -171,7 +163,6 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         self._peek_cursors: dict[int, int] = {}  # per partition, on a partitioned queue
         self._turn = 0
         self._pending: set[asyncio.Future[SettleResults]] = set()
-        self._not_durable: dict[Any, tuple[str, Any]] = {}  # actor id -> (entity, handle)
         # Settlements sent without waiting (from any thread) and how many the broker has
         # answered (loop thread), so a sync call can wait for those sent before it.
         self._answers = threading.Condition()
@@ -642,8 +633,8 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
     # ------------------------------------------------------------------ closing
 
     async def close(self) -> None:
-        """Release prefetched messages at once, wait for pending settlements (until they are
-        durable), and raise ``SettlementFailedError`` if the broker refused any of them."""
+        """Release prefetched messages at once, wait for pending settlements, and raise
+        ``SettlementFailedError`` if the broker refused any of them."""
         if self._closed:
             return
         buffered = [m for m in self._buffer if m._kind == "locked"]
@@ -661,7 +652,6 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
                 pass  # their locks will expire and release them anyway
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
-        await self._make_durable()
         if self.session is not None:
             await self.session.release()
         self._closed = True

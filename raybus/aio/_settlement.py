@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -17,12 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .._connection import Connection, SettleResults
 from .._core.partition import ABANDON, SettleOp
 from .._core.record import check_application_properties
-from ..exceptions import (
-    InvalidArgumentError,
-    MessageAlreadySettled,
-    MessageLockLostError,
-    ServiceBusError,
-)
+from ..exceptions import InvalidArgumentError, MessageAlreadySettled, MessageLockLostError
 from ..message import ServiceBusReceivedMessage
 from ._refusal import Failure, refusal
 
@@ -31,8 +25,6 @@ if TYPE_CHECKING:
     from ._transaction import ServiceBusTransaction
 
 __all__ = ["Settlement"]
-
-_log = logging.getLogger("raybus.receiver")
 
 
 class Settlement:
@@ -52,21 +44,8 @@ class Settlement:
         _handoff: list[tuple[ServiceBusReceivedMessage, SettleOp, str, Any]]
         _handoff_lock: threading.Lock
         _handoff_scheduled: bool
-        _not_durable: dict[Any, tuple[str, Any]]
 
         async def _actor(self, partition: int = 0) -> tuple[str, Any, float]: ...
-
-    async def _make_durable(self) -> None:
-        """Wait until the settlements sent without waiting are durable: an empty durable
-        settle waits for the partition's flush that carries them (its log is written in
-        order). A failure is only logged: those settlements were then undone with the failed
-        write, and their messages will be delivered again, as after a crash."""
-        targets, self._not_durable = self._not_durable, {}
-        for entity, actor in targets.values():
-            try:
-                await self._conn.settler(entity, actor).submit([])
-            except ServiceBusError as exc:
-                _log.warning("settlements on %s may not be durable: %s", entity, exc)
 
     async def _settle_pending(self) -> None:
         """Wait for the settlements sent without waiting; raise if the broker refused any."""
@@ -169,11 +148,8 @@ class Settlement:
     def _submit_nowait(
         self, items: list[tuple[ServiceBusReceivedMessage, SettleOp]], entity: str, actor: Any
     ) -> None:
-        """Send settlements of one partition as one request, without waiting for it; the
-        broker answers once it applied them, before they are durable (``close`` waits for
-        that)."""
-        fut = self._conn.settler(entity, actor, durable=False).submit([op for _, op in items])
-        self._not_durable[actor._actor_id] = (entity, actor)
+        """Send settlements of one partition as one request, without waiting for it."""
+        fut = self._conn.settler(entity, actor).submit([op for _, op in items])
         self._pending.add(fut)
         fut.add_done_callback(functools.partial(self._settled_later, messages=items))
 

@@ -5,7 +5,6 @@ Each test gives its namespace its own ``storage_path`` (a temporary directory).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -344,47 +343,3 @@ def test_a_torn_log_tail_loses_only_the_torn_write(
             bodies += [str(m) for m in batch_]
             receiver.complete_messages(batch_)
     assert sorted(bodies) == sorted(f"{b}-{i}" for b in range(4) for i in range(10))
-
-
-def test_a_settlement_sent_without_waiting_is_answered_before_its_write(
-    durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
-) -> None:
-    """``complete_message`` does not wait, and the broker answers it once applied: the
-    partition dying before its next write (a fail point) undoes it, and the message is
-    delivered again, as after a lost lock (at least once, never lost)."""
-    client, admin = durable
-    admin.create_queue("fast", lock_duration=timedelta(seconds=30))
-    with client.get_queue_sender("fast") as sender:
-        sender.send_messages([ServiceBusMessage("a"), ServiceBusMessage("b")])
-    receiver = client.get_queue_receiver("fast", max_wait_time=5)
-    a, _b = receiver.receive_messages(2)
-    ray.get(_partition(client, "fast").arm_failpoint.remote("partition.before_flush"))
-    receiver.complete_message(a)  # the partition exits before writing it
-    with contextlib.suppress(raybus.exceptions.ServiceBusError):
-        receiver.close()  # may report the refusal, if the answer was lost with the process
-    _wait_until(lambda: admin.get_queue_runtime_properties("fast").active_message_count == 2)
-    with client.get_queue_receiver("fast", max_wait_time=5) as again:
-        got = again.receive_messages(2, max_wait_time=5)
-        assert sorted(str(m) for m in got) == ["a", "b"]
-        again.complete_messages(got)
-
-
-def test_close_waits_until_settlements_sent_without_waiting_are_durable(
-    durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
-) -> None:
-    client, admin = durable
-    admin.create_queue("closing", lock_duration=timedelta(seconds=30))
-    with client.get_queue_sender("closing") as sender:
-        sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(20)])
-    with client.get_queue_receiver("closing", max_wait_time=5) as receiver:
-        got = receiver.receive_messages(20)
-        while len(got) < 20:
-            got += receiver.receive_messages(20 - len(got))
-        for m in got[:15]:
-            receiver.complete_message(m)  # without waiting for the broker
-    ray.kill(_partition(client, "closing"), no_restart=False)  # right after close()
-    _wait_until(lambda: admin.get_queue_runtime_properties("closing").active_message_count == 5)
-    with client.get_queue_receiver("closing", max_wait_time=3) as receiver:
-        rest = receiver.receive_messages(20, max_wait_time=3)
-        receiver.complete_messages(rest)
-    assert sorted(str(m) for m in rest) == sorted(str(m) for m in got[15:])
