@@ -10,7 +10,7 @@ summary); ``{"op": "exit"}``. Errors answer ``error`` with the traceback.
 
 Warm-up: every system's first calls pay once-only costs (new worker processes, connections,
 route lookups, code paths run for the first time) that a long-running application pays once,
-not per message. So before the timed run, the senders send ``warmup(cell)`` messages (indexes
+not per message. So before the timed run, the senders send ``cell["warmup"]`` messages (indexes
 n, n+1, ...; single calls, spread over every sender endpoint) and the receivers receive and
 settle all of them on every source, through the same endpoints the run then uses. The same
 for every system.
@@ -41,11 +41,6 @@ def _peer(system: str) -> Any:
     return importlib.import_module(f"_peer_{SYSTEMS[system]['peer']}")
 
 
-def warmup(cell: dict[str, Any]) -> int:
-    """Warm-up messages per source: at least one per sender and one per competing receiver."""
-    return max(20, cell.get("senders", 1), cell.get("receivers", 1))
-
-
 async def run_senders(
     cell: dict[str, Any], warm: asyncio.Event, go: asyncio.Event
 ) -> dict[str, Any]:
@@ -61,7 +56,7 @@ async def run_senders(
     chunks = iter(range(0, n, step))
     emit(event="prepared")
     await warm.wait()
-    w = warmup(cell)
+    w = cell["warmup"]
     await asyncio.gather(*(eps[k % len(eps)].send([make_body(n + k, size)]) for k in range(w)))
     emit(event="warmed")
     await go.wait()
@@ -114,7 +109,7 @@ async def run_receivers(
     ]
     emit(event="prepared")
     await warm.wait()
-    w = warmup(cell)
+    w = cell["warmup"]
     warmed = [0] * sources
 
     async def warm_task(src: int, ep: Any) -> None:

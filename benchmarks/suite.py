@@ -179,6 +179,8 @@ class Runner:
             "size": cell["size"],
             "cfg": {"calls": cell["calls"], "batch": batch, "prefetch": cell["prefetch"]},
             "timeout": self.timeout,
+            # Warm-up messages: at least one per sender and per competing receiver of a source.
+            "warmup": max(20, cell["senders"], -(-cell["receivers"] // sources)),
         }
         try:
             rx, tx = self.worker("receive"), self.worker("send")
