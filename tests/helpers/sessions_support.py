@@ -13,9 +13,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from settlement_support import _areceive_n as _areceive_n
+from settlement_support import _receive_n as _receive_n
 
 import raybus
-from raybus import ServiceBusMessage, ServiceBusReceivedMessage, aio
+from raybus import ServiceBusMessage, ServiceBusReceivedMessage
 from raybus.management import ServiceBusAdministrationClient
 
 LONG_LOCK_S = 30.0
@@ -92,28 +94,6 @@ def _send(client: raybus.ServiceBusClient, queue: str, messages: list[ServiceBus
 
 def _msgs(session_id: str | None, *bodies: str, **kwargs: Any) -> list[ServiceBusMessage]:
     return [ServiceBusMessage(b, session_id=session_id, **kwargs) for b in bodies]
-
-
-def _receive_n(
-    receiver: raybus.ServiceBusReceiver, n: int, max_wait_time: float = 5
-) -> list[ServiceBusReceivedMessage]:
-    got: list[ServiceBusReceivedMessage] = []
-    while len(got) < n:
-        batch = receiver.receive_messages(n - len(got), max_wait_time=max_wait_time)
-        assert batch, f"only {len(got)} of {n} messages arrived"
-        got.extend(batch)
-    return got
-
-
-async def _areceive_n(
-    receiver: aio.ServiceBusReceiver, n: int, max_wait_time: float = 5
-) -> list[ServiceBusReceivedMessage]:
-    got: list[ServiceBusReceivedMessage] = []
-    while len(got) < n:
-        batch = await receiver.receive_messages(n - len(got), max_wait_time=max_wait_time)
-        assert batch, f"only {len(got)} of {n} messages arrived"
-        got.extend(batch)
-    return got
 
 
 def _bodies(messages: list[ServiceBusReceivedMessage]) -> list[Any]:
