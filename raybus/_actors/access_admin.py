@@ -14,14 +14,17 @@ push misses still ends up with the current rules:
 
 Pushing is idempotent (``set_access`` ignores a version older than the one it holds). Rules of a
 deleted entity are deleted with it, as in Service Bus.
+
+Changes are made one at a time (read, change, log, answer): a change whose log write fails is
+rolled back in memory, and a concurrent change made meanwhile must not be rolled back with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import ray
 
@@ -40,6 +43,7 @@ _log = logging.getLogger("raybus.namespace")
 _MANAGE = AccessRights.MANAGE
 _REPUSH_FIRST_S = 0.2
 _REPUSH_MAX_S = 5.0
+T = TypeVar("T")
 
 
 class AccessOps(Guarded):
@@ -56,6 +60,7 @@ class AccessOps(Guarded):
     _repush_task: asyncio.Task[None] | None = None
     _repush_ids: frozenset[Any] = frozenset()  # actor ids of targets a push missed (_repush)
     _start_push: asyncio.Task[None] | None = None  # the push of _push_after_restart
+    _rules_lock: asyncio.Lock | None = None  # one rule change at a time (see the docstring)
 
     def _in(self, handle: Any) -> Any:
         """``handle`` presenting the broker's own token."""
@@ -103,36 +108,51 @@ class AccessOps(Guarded):
     ) -> AuthorizationRule:
         """Replace one of the rule's two keys (the other keeps working meanwhile)."""
         table = self._registry.access
-        rule = table.regenerated(key_name, self._entity_name(entity), which, key)
-        await self._change(lambda: table.put(rule))
-        return rule
+        name = self._entity_name(entity)
+
+        def regenerate() -> AuthorizationRule:  # from the rule as it is when its turn comes
+            rule = table.regenerated(key_name, name, which, key)
+            table.put(rule)
+            return rule
+
+        return await self._change(regenerate)
 
     @guarded(_MANAGE, lambda key_name, entity=None: entity)
     async def delete_authorization_rule(self, key_name: str, entity: str | None = None) -> None:
         table = self._registry.access
         name = self._entity_name(entity)
-        table.get(key_name, name)
-        await self._change(lambda: table.remove(key_name, name))
+
+        def remove() -> None:
+            table.get(key_name, name)  # raises if there is no such rule
+            table.remove(key_name, name)
+
+        await self._change(remove)
 
     async def _forget_rules(self, entity: str) -> None:
         """Drop a deleted entity's rules (and its subscriptions')."""
         table = self._registry.access
         await self._change(lambda: table.remove_entity(entity))
 
-    async def _change(self, apply: Any) -> None:
-        table = self._registry.access
-        before = table.snapshot()
-        apply()
-        if table.version == before[0]:
-            return
-        after = table.snapshot()
-        try:
-            await self._persist(("access", after))
-        except BaseException:
-            table.load(*before)
-            raise
-        self._durable_guard().load(*after)
+    async def _change(self, apply: Callable[[], T]) -> T:
+        """Apply one rule change, log it and push it; ``apply``'s result. One change at a time:
+        a failed log write rolls back this change only (see the module docstring)."""
+        if self._rules_lock is None:
+            self._rules_lock = asyncio.Lock()
+        async with self._rules_lock:
+            table = self._registry.access
+            before = table.snapshot()
+            result = apply()  # may raise: it changes nothing then
+            if table.version == before[0]:
+                return result
+            after = table.snapshot()
+            try:
+                await self._persist(("access", after))
+            except BaseException:
+                table.load(*before)
+                raise
+            self._durable_guard().load(*after)
         await self._push()
+        return result
 
     def _durable_guard(self) -> Guard:
         """The namespace's own guard: it holds the rules as of the last *logged* change (the
