@@ -131,14 +131,9 @@ class Guarded:
         only while ``_broken`` is set); a partition with a damaged log overrides it."""
 
     async def _fetch_access(self) -> tuple[int, tuple[AuthorizationRule, ...]]:
-        import ray
-
         from .namespace import namespace_actor_name  # import cycle: namespace uses this module
 
-        # A named-actor lookup blocks on the GCS: off the event loop, so other calls go on.
-        registry = await asyncio.to_thread(
-            ray.get_actor, namespace_actor_name(self._namespace), namespace="raybus"
-        )
+        registry = await named_actor(namespace_actor_name(self._namespace))
         got: tuple[int, tuple[AuthorizationRule, ...]] = await _rpc.call(
             None,
             internal(registry, self._namespace).access_rules,
@@ -186,6 +181,15 @@ class Guarded:
         guard = await self._access_guard()
         guard.check(_auth, INTERNAL, self._access_path())
         _failpoints.arm(name, mode)
+
+
+async def named_actor(name: str) -> Any:
+    """The raybus actor registered as ``name`` (``ValueError`` if there is none). Every async
+    actor looks named actors up through this: the lookup blocks on the GCS, so it runs in a
+    thread and the actor's event loop goes on serving meanwhile."""
+    import ray
+
+    return await asyncio.to_thread(ray.get_actor, name, namespace="raybus")
 
 
 M = TypeVar("M", bound=Callable[..., Awaitable[Any]])

@@ -31,7 +31,7 @@ import ray
 from .._core.access import INTERNAL, Guard
 from ..auth import AccessRights, AuthorizationRule
 from ..exceptions import MessagingEntityNotFoundError
-from .access import Guarded, guarded, internal
+from .access import Guarded, guarded, internal, named_actor
 from .coordinator import coordinator_actor_name
 
 if TYPE_CHECKING:
@@ -165,13 +165,10 @@ class AccessOps(Guarded):
         targets = [h for hs in self._handles.values() for h in hs.values()]
         targets += list(self._routers.values())
         if self._coordinator is None:
-            # Looking up a named actor blocks on the GCS: not on this actor's event loop. Not
-            # found means no transaction ran yet: the coordinator fetches the rules when it
+            # Not found means no transaction ran yet: the coordinator fetches the rules when it
             # starts, and the next push finds it.
             try:
-                self._coordinator = await asyncio.to_thread(
-                    ray.get_actor, coordinator_actor_name(self._namespace), namespace="raybus"
-                )
+                self._coordinator = await named_actor(coordinator_actor_name(self._namespace))
             except ValueError:
                 pass
         if self._coordinator is not None:

@@ -34,7 +34,7 @@ from .._core.registry import partition_actor_name
 from .._metrics import count_transaction
 from ..auth import AccessRights
 from ..exceptions import ServiceBusAuthorizationError, TransactionAbortedError
-from .access import Guarded, guarded, internal
+from .access import Guarded, guarded, internal, named_actor
 from .changelog import ChangeLog
 
 __all__ = ["CoordinatorActor", "coordinator_actor", "coordinator_actor_name"]
@@ -128,19 +128,13 @@ class CoordinatorActor(Guarded):
                     f"participant {name!r} is not a partition of {entity!r}", entity
                 )
 
-    async def _named_actor(self, name: str) -> Any:
-        """The partition actor ``name`` (``ValueError`` if there is none). Looking up a named
-        actor blocks on the GCS, so it runs off this actor's event loop: the other commits in
-        flight go on meanwhile."""
-        return await asyncio.to_thread(ray.get_actor, name, namespace="raybus")
-
     async def _actor_id(self, name: str) -> Any:
         """The actor id of partition ``name`` (None if there is none), looked up once: a
         partition restarts under the same id, a re-created entity gets a new name."""
         known = self._actor_ids.get(name)
         if known is None:
             try:
-                known = (await self._named_actor(name))._actor_id
+                known = (await named_actor(name))._actor_id
             except ValueError:
                 return None
             self._actor_ids[name] = known
@@ -200,7 +194,7 @@ class CoordinatorActor(Guarded):
         async def one(name: str, handle: Any) -> bool:
             try:
                 if handle is None:
-                    handle = await self._named_actor(name)
+                    handle = await named_actor(name)
                 await internal(handle, self._namespace).txn_commit.remote(txn_id)
                 return True
             except Exception as exc:  # restarting: it asks for the outcome, or we resend

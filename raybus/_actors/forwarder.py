@@ -40,7 +40,7 @@ from ..exceptions import (
 if TYPE_CHECKING:
     from .partition import PartitionActor
 
-from .access import internal
+from .access import internal, named_actor
 
 __all__ = ["BATCH", "MAX_HOPS", "Forwarder"]
 
@@ -149,7 +149,7 @@ class Forwarder:
 
         actor = self._actor
         registry = internal(
-            ray.get_actor(namespace_actor_name(actor._namespace), "raybus"), actor._namespace
+            await named_actor(namespace_actor_name(actor._namespace)), actor._namespace
         )
         route = await _rpc.call(dest, registry.route, dest)
         if isinstance(route, TopicRoute):

@@ -33,7 +33,7 @@ from .._models import EXPRESS_FLUSH_INTERVAL, QueueProperties
 from .._storage import DurableLog, StorageCorruptedError, StorageUnavailableError
 from ..auth import AccessRights
 from ..exceptions import ServiceBusError
-from .access import Guarded, guarded, internal
+from .access import Guarded, guarded, internal, named_actor
 
 __all__ = ["PartitionActor"]
 
@@ -523,9 +523,7 @@ class PartitionActor(Guarded):
                 if now - self._prepared_at.setdefault(txn_id, now) < TXN_INQUIRY_S:
                     continue
                 try:
-                    coordinator = ray.get_actor(
-                        coordinator_actor_name(self._namespace), namespace="raybus"
-                    )
+                    coordinator = await named_actor(coordinator_actor_name(self._namespace))
                     outcome = await internal(coordinator, self._namespace).outcome.remote(txn_id)
                 except Exception as exc:  # restarting: ask again later
                     _log.info("outcome of transaction %s unknown yet: %s", txn_id, exc)
@@ -578,7 +576,7 @@ class PartitionActor(Guarded):
                 self._namespace, self._core.entity, self._incarnation, target
             )
             try:
-                handle = ray.get_actor(name, namespace="raybus")
+                handle = await named_actor(name)
                 await internal(handle, self._namespace).adopt.remote(move_id, bundle)
             except Exception as exc:  # the target is restarting: try again later
                 _log.warning("move %s to partition %s failed: %s", move_id, target, exc)
@@ -614,7 +612,7 @@ class PartitionActor(Guarded):
     async def _learn_slots(self) -> None:
         from .namespace import namespace_actor_name
 
-        registry = ray.get_actor(namespace_actor_name(self._namespace), "raybus")
+        registry = await named_actor(namespace_actor_name(self._namespace))
         pmap = await internal(registry, self._namespace).partition_map.remote(
             self._core.entity, self._incarnation
         )
@@ -637,7 +635,7 @@ class PartitionActor(Guarded):
             try:
                 from .namespace import namespace_actor_name
 
-                registry = ray.get_actor(namespace_actor_name(self._namespace), "raybus")
+                registry = await named_actor(namespace_actor_name(self._namespace))
                 await internal(registry, self._namespace).delete_idle_queue.remote(
                     self._core.entity, self._incarnation, self._core.accessed_at
                 )

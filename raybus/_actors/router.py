@@ -45,7 +45,7 @@ from ..exceptions import (
     ServiceBusError,
     TransactionAbortedError,
 )
-from .access import Guarded, guarded, internal
+from .access import Guarded, guarded, internal, named_actor
 
 __all__ = ["RouterActor", "router_actor", "router_actor_name"]
 
@@ -131,7 +131,7 @@ class RouterActor(Guarded):
             return
         from .namespace import namespace_actor_name
 
-        registry = ray.get_actor(namespace_actor_name(self._namespace), "raybus")
+        registry = await named_actor(namespace_actor_name(self._namespace))
         version, topic, subscriptions = await internal(
             registry, self._namespace
         ).router_config.remote(self._props.name)
@@ -276,7 +276,7 @@ class RouterActor(Guarded):
     async def _refresh(self, copies: dict[str, list[Any]]) -> None:
         from .namespace import namespace_actor_name
 
-        registry = ray.get_actor(namespace_actor_name(self._namespace), "raybus")
+        registry = await named_actor(namespace_actor_name(self._namespace))
         for path in copies:
             try:
                 self._routes[path] = await internal(registry, self._namespace).route.remote(path)
