@@ -22,8 +22,8 @@ bodies); ``commit`` logs ``TXN_COMMIT`` (the commit time, the first sequence num
 duplicate detection dropped, the settings the messages were stored under; no bodies), then the
 settlements' own entries and ``TXN_END``; ``abort`` logs ``TXN_END``. Replay rebuilds the
 committed messages from the prepared share exactly as ``commit`` stored them, so every body is
-written once (profiled on a ten-subscription topic: pickling the second copy was about a tenth
-of a partition's CPU).
+written once (a topic publish to ten subscriptions, py-spy: pickling journal entries fell from
+31 % to 13 % of a partition's Python samples; bytes journaled per 1 KiB copy from 2.2 to 1.1 KiB).
 """
 
 from __future__ import annotations
