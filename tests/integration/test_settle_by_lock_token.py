@@ -111,19 +111,18 @@ def _dead_lettered_with_reason(
 # partition) and DEFERRED is given as its string value, as callers may.
 _DISPOSITIONS = [
     pytest.param(ServiceBusDisposition.COMPLETED, {}, True, _completed_is_gone, id="completed"),
-    pytest.param(
-        ServiceBusDisposition.ABANDONED,
-        {"properties_to_modify": {"why": "retry"}},
-        False,
-        _comes_again_with(delivery_count=1),
-        id="abandoned",
-    ),
-    pytest.param(
-        ServiceBusDisposition.RELEASED,
-        {"properties_to_modify": {"why": "retry"}},
-        False,
-        _comes_again_with(delivery_count=0),
-        id="released",
+    *(
+        pytest.param(
+            disposition,
+            {"properties_to_modify": {"why": "retry"}},
+            False,
+            _comes_again_with(delivery_count),
+            id=name,
+        )
+        for disposition, delivery_count, name in [
+            (ServiceBusDisposition.ABANDONED, 1, "abandoned"),
+            (ServiceBusDisposition.RELEASED, 0, "released"),
+        ]
     ),
     pytest.param("deferred", {}, True, _deferred_by_sequence_number, id="deferred"),
     pytest.param(

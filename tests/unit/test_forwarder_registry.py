@@ -56,6 +56,14 @@ class Cluster:
         return self.current
 
 
+def started(monkeypatch: pytest.MonkeyPatch) -> tuple[Cluster, forwarder._Registry]:
+    """A cluster whose namespace actor ("first") a first forwarded batch has looked up."""
+    cluster = Cluster(monkeypatch)
+    registry = forwarder._Registry("ns")
+    assert asyncio.run(registry.call("dest", "route", "dest"))[0] == "first"
+    return cluster, registry
+
+
 def test_the_namespace_actor_is_looked_up_once_for_many_batches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -70,9 +78,7 @@ def test_the_namespace_actor_is_looked_up_once_for_many_batches(
 
 
 def test_a_restarting_namespace_actor_keeps_its_handle(monkeypatch: pytest.MonkeyPatch) -> None:
-    cluster = Cluster(monkeypatch)
-    registry = forwarder._Registry("ns")
-    asyncio.run(registry.call("dest", "route", "dest"))
+    cluster, registry = started(monkeypatch)
     first = cluster.current
     first.fail = rex.ActorUnavailableError("restarting", None)
     cluster.current = FakeActor("other")  # would be found by a lookup: must not be
@@ -86,9 +92,7 @@ def test_a_restarting_namespace_actor_keeps_its_handle(monkeypatch: pytest.Monke
 def test_a_namespace_actor_gone_for_good_is_looked_up_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cluster = Cluster(monkeypatch)
-    registry = forwarder._Registry("ns")
-    asyncio.run(registry.call("dest", "route", "dest"))
+    cluster, registry = started(monkeypatch)
     cluster.current.fail = rex.ActorDiedError()
     cluster.current = FakeActor("recreated")
     # The same call answers, from the namespace created again.
