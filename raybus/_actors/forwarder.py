@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .partition import PartitionActor
 
 from .access import internal, named_actor
+from .coordinator import CoordinatorCommit
 
 __all__ = ["BATCH", "MAX_HOPS", "Forwarder"]
 
@@ -95,6 +96,7 @@ class Forwarder:
         self._actor = actor
         self._turn = 0
         self._registry = _Registry(actor._namespace)
+        self._coordinator = CoordinatorCommit(actor._namespace, actor._storage_path)
 
     async def run(self) -> None:
         while True:
@@ -152,11 +154,8 @@ class Forwarder:
         me = partition_actor_name(actor._namespace, source, actor._incarnation, actor._partition_id)
         ops = [SettleOp("complete", r.lock_token or "").to_wire() for r, _c in go]
         participants.insert(0, (me, ray.get_runtime_context().current_actor, source, [], ops, []))
-        from .coordinator import coordinator_actor
-
-        coordinator = coordinator_actor(actor._namespace, actor._storage_path)
         try:
-            commit = internal(coordinator, actor._namespace).commit
+            commit = await self._coordinator.method()
             await _rpc.call(source, commit, uuid.uuid4().hex, participants)
         except TransactionAbortedError as exc:
             if _transient(exc.cause):

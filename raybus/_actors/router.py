@@ -46,6 +46,7 @@ from ..exceptions import (
     TransactionAbortedError,
 )
 from .access import Guarded, guarded, internal, named_actor
+from .coordinator import CoordinatorCommit
 
 __all__ = ["RouterActor", "router_actor", "router_actor_name"]
 
@@ -70,7 +71,7 @@ class RouterActor(Guarded):
         self._targets: list[Target] = []
         self._routes: dict[str, Any] = {}  # subscription path -> its Route
         self._turn = 0
-        self._commit: Any = None  # the coordinator's commit method (see _coordinator_commit)
+        self._coordinator = CoordinatorCommit(namespace, storage_path)
         # One delivery in flight; the publishes arriving meanwhile go together as the next.
         self._combiner: Coalescer[list[Any], None] = Coalescer(
             self._deliver_combined, max_batch=_COMBINE_CALLS
@@ -254,19 +255,8 @@ class RouterActor(Guarded):
             if ref is None:
                 ref = refs[key] = ray.put(to_wire(recs))
             participants.append((name, route.handle(pid), path, ref, [], []))
-        commit = self._coordinator_commit()
+        commit = await self._coordinator.method()
         await _rpc.call(self._props.name, commit, uuid.uuid4().hex, participants)
-
-    def _coordinator_commit(self) -> Any:
-        """The coordinator's ``commit``, looked up once: finding a named actor (class
-        wrapping, options, a GCS round trip) cost more router CPU than the rest of a publish.
-        The coordinator restarts under the same handle (``max_restarts=-1``)."""
-        if self._commit is None:
-            from .coordinator import coordinator_actor
-
-            coordinator = coordinator_actor(self._namespace, self._storage_path)
-            self._commit = internal(coordinator, self._namespace).commit
-        return self._commit
 
     async def _refresh(self, copies: dict[str, list[Any]]) -> None:
         from .namespace import namespace_actor_name

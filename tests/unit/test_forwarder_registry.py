@@ -127,3 +127,29 @@ def test_a_missing_destination_is_the_namespaces_answer_not_a_dead_handle(
             asyncio.run(registry.call("missing", "route", "missing"))
     assert cluster.lookups == 1
     assert len(cluster.current.calls) == 2  # asked once each time: not retried
+
+
+def test_the_coordinator_is_found_once_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routers and forwarders start transactions through ``CoordinatorCommit``: the blocking
+    find-or-create runs once, in a thread (never on the actor's event loop)."""
+    import threading
+
+    from raybus._actors import coordinator
+
+    made: list[tuple[str, str | None, bool]] = []
+
+    def fake_coordinator_actor(namespace: str, storage_path: str | None = None) -> Any:
+        made.append((namespace, storage_path, threading.current_thread() is main))
+        return FakeActor("coordinator")
+
+    main = threading.main_thread()
+    monkeypatch.setattr(coordinator, "coordinator_actor", fake_coordinator_actor)
+    monkeypatch.setattr(coordinator, "internal", lambda handle, namespace: handle)
+    finder = coordinator.CoordinatorCommit("ns", "/data")
+
+    async def twice() -> tuple[Any, Any]:
+        return await finder.method(), await finder.method()
+
+    first, second = asyncio.run(twice())
+    assert made == [("ns", "/data", False)]  # once, and not on the loop's thread
+    assert first is second
