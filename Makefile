@@ -26,7 +26,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 unit: install
 	$(PY) -m pytest -q tests/unit

@@ -30,6 +30,7 @@ import importlib
 import json
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import _common
@@ -186,25 +187,37 @@ async def serve(role: str) -> None:
         if cmd["op"] != "prepare":
             emit(event="error", error=f"expected prepare, got {cmd['op']!r}")
             continue
-        steps = [("warm", asyncio.Event()), ("go", asyncio.Event())]
         run = run_senders if role == "send" else run_receivers
-        job = asyncio.ensure_future(run(cmd, steps[0][1], steps[1][1]))
         try:
-            # wait for "warm", then "go" (or the job failing while preparing or warming up)
-            while steps and not job.done():
-                nxt = asyncio.ensure_future(reader.readline())
-                await asyncio.wait({job, nxt}, return_when=asyncio.FIRST_COMPLETED)
-                if nxt.done():
-                    op, event = steps.pop(0)
-                    if json.loads(nxt.result() or b'{"op": "exit"}')["op"] != op:
-                        job.cancel()
-                        raise RuntimeError(f"expected {op}")
-                    event.set()
-                    continue
-                nxt.cancel()
-            emit(event="done", **(await job))
+            emit(event="done", **(await follow_steps(run, cmd, reader.readline)))
         except Exception:
             emit(event="error", error=traceback.format_exc(limit=-8))
+
+
+Role = Callable[[dict[str, Any], asyncio.Event, asyncio.Event], Awaitable[dict[str, Any]]]
+
+
+async def follow_steps(
+    run: Role, cmd: dict[str, Any], read_line: Callable[[], Awaitable[bytes]]
+) -> dict[str, Any]:
+    """Run one role for the prepared cell ``cmd``, letting it warm up when the ``warm``
+    command arrives and start the timed run when ``go`` does (each read by ``read_line``);
+    its result. Any other command, or the end of input, cancels the role and raises; so does
+    the role failing while it prepares or warms up (it does not wait for a command then)."""
+    steps = [("warm", asyncio.Event()), ("go", asyncio.Event())]
+    job = asyncio.ensure_future(run(cmd, steps[0][1], steps[1][1]))
+    while steps and not job.done():
+        nxt = asyncio.ensure_future(read_line())
+        await asyncio.wait({job, nxt}, return_when=asyncio.FIRST_COMPLETED)
+        if nxt.done():
+            op, event = steps.pop(0)
+            if json.loads(nxt.result() or b'{"op": "exit"}')["op"] != op:
+                job.cancel()
+                raise RuntimeError(f"expected {op}")
+            event.set()
+            continue
+        nxt.cancel()
+    return await job
 
 
 def main() -> int:

@@ -120,6 +120,29 @@ def make_admins(storage: str, unavailable: dict[str, str]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- one run
 
 
+def prepare_commands(
+    cell: dict[str, Any], system: str, target: Any, batch: int, timeout: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``prepare`` commands of a run's receiver and sender workers: one cell, one warm-up
+    count for both (the receivers wait for exactly the warm-up messages the senders send)."""
+    sources = max(1, cell["topology"].get("subscriptions", 0))
+    common = {
+        "op": "prepare",
+        "system": system,
+        "target": target,
+        "n": cell["n"],
+        "size": cell["size"],
+        "cfg": {"calls": cell["calls"], "batch": batch, "prefetch": cell["prefetch"]},
+        "timeout": timeout,
+        # Warm-up messages: at least one per sender and per competing receiver of a source.
+        "warmup": max(20, cell["senders"], -(-cell["receivers"] // sources)),
+    }
+    return (
+        {**common, "receivers": cell["receivers"], "sources": sources},
+        {**common, "senders": cell["senders"], "rate": cell.get("rate")},
+    )
+
+
 class Runner:
     """Holds the two worker processes (restarted after a failure: one may be stuck) and each
     system's entities. A system keeps its queue (or topic, actor) from one cell to the next
@@ -171,22 +194,12 @@ class Runner:
         key = self.target(system, cell["topology"])
         target = self.targets[key]
         sources = max(1, cell["topology"].get("subscriptions", 0))
-        common = {
-            "op": "prepare",
-            "system": system,
-            "target": target,
-            "n": cell["n"],
-            "size": cell["size"],
-            "cfg": {"calls": cell["calls"], "batch": batch, "prefetch": cell["prefetch"]},
-            "timeout": self.timeout,
-            # Warm-up messages: at least one per sender and per competing receiver of a source.
-            "warmup": max(20, cell["senders"], -(-cell["receivers"] // sources)),
-        }
+        rx_prepare, tx_prepare = prepare_commands(cell, system, target, batch, self.timeout)
         try:
             rx, tx = self.worker("receive"), self.worker("send")
-            rx.command(**common, receivers=cell["receivers"], sources=sources)
+            rx.command(**rx_prepare)
             rx.expect("prepared", 120)
-            tx.command(**common, senders=cell["senders"], rate=cell.get("rate"))
+            tx.command(**tx_prepare)
             tx.expect("prepared", 120)
             rx.command(op="warm")
             tx.command(op="warm")

@@ -12,10 +12,11 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["Coalescer"]
+__all__ = ["Coalescer", "deliver_apart"]
 
 G = TypeVar("G")  # one caller's request
 R = TypeVar("R")  # that caller's result
+E = TypeVar("E", bound=BaseException)  # a delivery's error
 
 Dispatch = Callable[[list[G]], Awaitable[Sequence[R | BaseException]]]
 
@@ -78,3 +79,50 @@ class Coalescer(Generic[G, R]):
                 for _, fut in pending:
                     if not fut.done():
                         fut.set_exception(asyncio.CancelledError())
+
+
+async def deliver_apart(
+    calls: Sequence[G],
+    deliver: Callable[[Sequence[G]], Awaitable[object]],
+    *,
+    refused: type[E],
+    unknown: tuple[type[E], ...],
+) -> list[E | None]:
+    """Deliver ``calls`` together, and after a refusal in halves, recursively: each call's
+    outcome (None: delivered) as if it had been delivered on its own.
+
+    Guarantees: a call is reported refused only after a delivery of that call alone was
+    refused, so one caller's bad request never fails another's that alone would be accepted
+    (even a refusal of the combination only, such as a quota the sum exceeds). An ``unknown``
+    error (the delivery may have taken effect) is reported to every call of that delivery and
+    never redelivered. Anything else that ``deliver`` raises propagates.
+
+    Cost: one delivery when all are accepted; with k refused calls among N, at most about
+    2k·log2(N) more (a call per call, as before, cost N + 1 however few were refused). When
+    the left half of a refused group is accepted, the right half is split without being
+    delivered whole first: the refusal is then its own (or the combination's, which its halves
+    settle).
+    """
+    results: list[E | None] = [None] * len(calls)
+
+    async def attempt(lo: int, hi: int, known_refused: bool) -> bool:
+        """Deliver ``calls[lo:hi]`` (split further if refused); True if all were accepted."""
+        if not known_refused or hi - lo == 1:
+            try:
+                await deliver(calls[lo:hi])
+                return True
+            except unknown as exc:
+                results[lo:hi] = [exc] * (hi - lo)
+                return False
+            except refused as exc:
+                if hi - lo == 1:
+                    results[lo] = exc
+                    return False
+        mid = (lo + hi) // 2
+        left = await attempt(lo, mid, False)
+        right = await attempt(mid, hi, left)
+        return left and right
+
+    if calls:
+        await attempt(0, len(calls), False)
+    return results

@@ -33,12 +33,22 @@ from .exceptions import (
     ServiceBusError,
 )
 
-__all__ = ["READ_RETRIES", "call", "call_sync", "translate"]
+__all__ = ["READ_RETRIES", "actor_gone", "call", "call_sync", "translate"]
 
 # Reads and receives ride out an actor restart (~1 s) by retrying this often.
 READ_RETRIES = 5
 
 _log = logging.getLogger("raybus.rpc")
+
+
+_ACTOR_GONE = "the entity was deleted (its actor is gone)"
+
+
+def actor_gone(error: BaseException) -> bool:
+    """Whether ``error`` (as ``translate`` made it) says the called actor is gone for good:
+    a handle to drop, not a verdict of the actor's (a namespace that is asked for a route it
+    does not have raises the same class)."""
+    return isinstance(error, MessagingEntityNotFoundError) and str(error).startswith(_ACTOR_GONE)
 
 
 def translate(exc: BaseException, entity: str | None) -> BaseException:
@@ -54,7 +64,7 @@ def translate(exc: BaseException, entity: str | None) -> BaseException:
         _log.error("internal error in the broker for %s: %r", entity, cause)
         return ServiceBusError(f"internal broker error: {cause!r}", entity)
     if isinstance(exc, rex.ActorDiedError):
-        return MessagingEntityNotFoundError("the entity was deleted (its actor is gone)", entity)
+        return MessagingEntityNotFoundError(_ACTOR_GONE, entity)
     if isinstance(exc, rex.RayActorError):
         return ServiceBusConnectionError(f"the broker is unreachable: {exc}", entity)
     if isinstance(exc, rex.GetTimeoutError | asyncio.TimeoutError | TimeoutError):

@@ -107,6 +107,58 @@ def internal(handle: Any, namespace: str) -> Any:
     return AuthedHandle(unwrap(handle), lambda: token)
 
 
+async def named_actor(name: str) -> Any:
+    """The raybus actor registered as ``name`` (``ValueError`` if there is none). Every async
+    actor looks named actors up through this: the lookup blocks on the GCS, so it runs in a
+    thread and the actor's event loop goes on serving meanwhile."""
+    import ray
+
+    return await asyncio.to_thread(ray.get_actor, name, namespace="raybus")
+
+
+M = TypeVar("M", bound=Callable[..., Awaitable[Any]])
+
+
+def guarded(
+    need: Requirement,
+    entity: Callable[..., str | None] | None = None,
+    *,
+    while_broken: bool = False,
+) -> Callable[[M], M]:
+    """Check ``_auth`` for ``need`` before running the method.
+
+    The entity checked is the actor's own (``_access_path``) or ``entity(*args)`` for methods of
+    namespace-wide actors (None: the namespace itself). The wrapper's signature gains the
+    keyword ``_auth`` so Ray accepts it. A method runs only while the actor can serve (see
+    ``Guarded._serving``), unless ``while_broken``: rule pushes and fail points must reach an
+    actor whose log is damaged too, so that it serves with the current rules once it reads again.
+    """
+
+    def deco(fn: M) -> M:
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        async def wrapper(self: Any, *args: Any, _auth: Any = None, **kwargs: Any) -> Any:
+            guard = self._guard
+            if guard is None or self._guard_loading is not None:
+                guard = await self._access_guard()
+            path = self._access_path() if entity is None else (entity(*args, **kwargs) or "")
+            guard.check(_auth, need, path)
+            if self._broken is not None and not while_broken:
+                await self._serving()
+            return await fn(self, *args, **kwargs)
+
+        params = [*sig.parameters.values()]
+        params.append(inspect.Parameter("_auth", inspect.Parameter.KEYWORD_ONLY, default=None))
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        # Ray reads a method's signature after ``inspect.unwrap``: hide the original so it
+        # sees the one with ``_auth``.
+        del wrapper.__wrapped__
+        return wrapper  # type: ignore[return-value]
+
+    return deco
+
+
 class Guarded:
     """Mixin for actors with guarded methods: owns the ``Guard`` and keeps its rules current.
 
@@ -166,63 +218,15 @@ class Guarded:
         assert self._guard is not None
         return self._guard
 
-    async def set_access(
-        self, version: int, rules: tuple[AuthorizationRule, ...], *, _auth: Any = None
-    ) -> None:
+    @guarded(INTERNAL, while_broken=True)
+    async def set_access(self, version: int, rules: tuple[AuthorizationRule, ...]) -> None:
         """The namespace pushing a change of rules (internal only). Idempotent, and an older
         version than the one held is ignored, so the namespace may push again freely."""
-        guard = await self._access_guard()
-        guard.check(_auth, INTERNAL, self._access_path())
         _failpoints.hit("access.before_set_access")
+        guard = await self._access_guard()  # loaded by the check: no remote call
         guard.load(version, rules)
 
-    async def arm_failpoint(self, name: str, mode: str = "exit", *, _auth: Any = None) -> None:
+    @guarded(INTERNAL, while_broken=True)
+    async def arm_failpoint(self, name: str, mode: str = "exit") -> None:
         """Arm a fail point in this actor (tests; internal only; see ``raybus._failpoints``)."""
-        guard = await self._access_guard()
-        guard.check(_auth, INTERNAL, self._access_path())
         _failpoints.arm(name, mode)
-
-
-async def named_actor(name: str) -> Any:
-    """The raybus actor registered as ``name`` (``ValueError`` if there is none). Every async
-    actor looks named actors up through this: the lookup blocks on the GCS, so it runs in a
-    thread and the actor's event loop goes on serving meanwhile."""
-    import ray
-
-    return await asyncio.to_thread(ray.get_actor, name, namespace="raybus")
-
-
-M = TypeVar("M", bound=Callable[..., Awaitable[Any]])
-
-
-def guarded(need: Requirement, entity: Callable[..., str | None] | None = None) -> Callable[[M], M]:
-    """Check ``_auth`` for ``need`` before running the method.
-
-    The entity checked is the actor's own (``_access_path``) or ``entity(*args)`` for methods of
-    namespace-wide actors (None: the namespace itself). The wrapper's signature gains the
-    keyword ``_auth`` so Ray accepts it.
-    """
-
-    def deco(fn: M) -> M:
-        sig = inspect.signature(fn)
-
-        @functools.wraps(fn)
-        async def wrapper(self: Any, *args: Any, _auth: Any = None, **kwargs: Any) -> Any:
-            guard = self._guard
-            if guard is None or self._guard_loading is not None:
-                guard = await self._access_guard()
-            path = self._access_path() if entity is None else (entity(*args, **kwargs) or "")
-            guard.check(_auth, need, path)
-            if self._broken is not None:
-                await self._serving()
-            return await fn(self, *args, **kwargs)
-
-        params = [*sig.parameters.values()]
-        params.append(inspect.Parameter("_auth", inspect.Parameter.KEYWORD_ONLY, default=None))
-        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-        # Ray reads a method's signature after ``inspect.unwrap``: hide the original so it
-        # sees the one with ``_auth``.
-        del wrapper.__wrapped__
-        return wrapper  # type: ignore[return-value]
-
-    return deco

@@ -84,12 +84,6 @@ class ChangeLog:
         if not written.cancelled() and written.exception() is not None:
             _log.warning("a change of the %s was not logged: %s", self._what, written.exception())
 
-    async def drain(self) -> None:
-        """Wait until every queued change is written and a checkpoint it made due is done
-        (the writer takes a checkpoint after answering the appends that made it due)."""
-        while self._writer is not None and not self._writer.done():
-            await asyncio.wait([self._writer])
-
     def _queue(self, change: Any) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         self._pending.append(change)

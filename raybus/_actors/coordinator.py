@@ -43,7 +43,7 @@ from ..exceptions import (
 from .access import Guarded, guarded, internal, named_actor
 from .changelog import ChangeLog
 
-__all__ = ["CoordinatorActor", "coordinator_actor", "coordinator_actor_name"]
+__all__ = ["CoordinatorActor", "CoordinatorCommit", "coordinator_actor", "coordinator_actor_name"]
 
 _log = logging.getLogger("raybus.coordinator")
 
@@ -285,3 +285,22 @@ def coordinator_actor(namespace: str, storage_path: str | None = None) -> Any:
         max_restarts=-1,
         max_concurrency=1000,
     ).remote(namespace, storage_path)
+
+
+class CoordinatorCommit:
+    """The namespace coordinator's ``commit`` for actors that start transactions (routers,
+    forwarders), found or created once per actor: ``coordinator_actor`` is a blocking GCS round
+    trip plus class wrapping, which cost more than the rest of a publish when made per call, and
+    made on an async actor's event loop it stalls every other call. It runs in a thread, once;
+    the coordinator restarts under the same handle (``max_restarts=-1``)."""
+
+    def __init__(self, namespace: str, storage_path: str | None) -> None:
+        self._namespace = namespace
+        self._storage_path = storage_path
+        self._commit: Any = None
+
+    async def method(self) -> Any:
+        if self._commit is None:
+            handle = await asyncio.to_thread(coordinator_actor, self._namespace, self._storage_path)
+            self._commit = internal(handle, self._namespace).commit
+        return self._commit

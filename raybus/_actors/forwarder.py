@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .partition import PartitionActor
 
 from .access import internal, named_actor
+from .coordinator import CoordinatorCommit
 
 __all__ = ["BATCH", "MAX_HOPS", "Forwarder"]
 
@@ -57,9 +58,35 @@ def _transient(cause: BaseException | None) -> bool:
     restarts here, so it is retried too."""
     if isinstance(cause, ServiceBusConnectionError | OperationTimeoutError | PartitionMovedError):
         return True
-    return isinstance(cause, MessagingEntityNotFoundError) and str(cause).startswith(
-        "the entity was deleted (its actor"
-    )
+    return cause is not None and _rpc.actor_gone(cause)
+
+
+class _Registry:
+    """The namespace actor, looked up once per forwarder rather than once per batch (a named
+    actor lookup is a GCS round trip). It restarts under the same handle (``max_restarts=-1``),
+    so the handle stays good through restarts; only a namespace deleted and created again has a
+    new actor: a call that finds the cached one gone for good drops it and is made once more on
+    a fresh lookup. Only for reads (``route``, ``router_config``): the call may run twice."""
+
+    def __init__(self, namespace: str) -> None:
+        self._namespace = namespace
+        self._handle: Any = None
+
+    async def call(self, entity: str, method: str, *args: Any) -> Any:
+        for fresh in (self._handle is None, True):
+            if self._handle is None:
+                from .namespace import namespace_actor_name  # import cycle: it imports us
+
+                found = await named_actor(namespace_actor_name(self._namespace))
+                self._handle = internal(found, self._namespace)
+            try:
+                return await _rpc.call(entity, getattr(self._handle, method), *args)
+            except MessagingEntityNotFoundError as exc:
+                if fresh or not _rpc.actor_gone(exc):
+                    raise
+                _log.info("the namespace actor of %s is gone; looking it up again", entity)
+                self._handle = None
+        raise AssertionError("unreachable")
 
 
 class Forwarder:
@@ -68,6 +95,8 @@ class Forwarder:
     def __init__(self, actor: PartitionActor) -> None:
         self._actor = actor
         self._turn = 0
+        self._registry = _Registry(actor._namespace)
+        self._coordinator = CoordinatorCommit(actor._namespace, actor._storage_path)
 
     async def run(self) -> None:
         while True:
@@ -125,11 +154,8 @@ class Forwarder:
         me = partition_actor_name(actor._namespace, source, actor._incarnation, actor._partition_id)
         ops = [SettleOp("complete", r.lock_token or "").to_wire() for r, _c in go]
         participants.insert(0, (me, ray.get_runtime_context().current_actor, source, [], ops, []))
-        from .coordinator import coordinator_actor
-
-        coordinator = coordinator_actor(actor._namespace, actor._storage_path)
         try:
-            commit = internal(coordinator, actor._namespace).commit
+            commit = await self._coordinator.method()
             await _rpc.call(source, commit, uuid.uuid4().hex, participants)
         except TransactionAbortedError as exc:
             if _transient(exc.cause):
@@ -145,15 +171,12 @@ class Forwarder:
 
     async def _destination(self, dest: str, copies: list[MessageRecord]) -> list[tuple[Any, ...]]:
         """The destination's shares as transaction participants."""
-        from .namespace import TopicRoute, namespace_actor_name
+        from .namespace import TopicRoute
 
         actor = self._actor
-        registry = internal(
-            await named_actor(namespace_actor_name(actor._namespace)), actor._namespace
-        )
-        route = await _rpc.call(dest, registry.route, dest)
+        route = await self._registry.call(dest, "route", dest)
         if isinstance(route, TopicRoute):
-            _version, _props, subs = await _rpc.call(dest, registry.router_config, dest)
+            _version, _props, subs = await self._registry.call(dest, "router_config", dest)
             targets = [t for t, _r in subs]
             routes = {t.path: r for t, r in subs}
             copies_by_path = plan(targets, copies)

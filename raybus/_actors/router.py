@@ -28,7 +28,7 @@ from typing import Any
 import ray
 
 from .. import _rpc
-from .._batching import Coalescer
+from .._batching import Coalescer, deliver_apart
 from .._core.access import INTERNAL
 from .._core.fanout import Target, plan
 from .._core.record import WireRecord, from_wire, to_wire
@@ -46,6 +46,7 @@ from ..exceptions import (
     TransactionAbortedError,
 )
 from .access import Guarded, guarded, internal, named_actor
+from .coordinator import CoordinatorCommit
 
 __all__ = ["RouterActor", "router_actor", "router_actor_name"]
 
@@ -70,7 +71,7 @@ class RouterActor(Guarded):
         self._targets: list[Target] = []
         self._routes: dict[str, Any] = {}  # subscription path -> its Route
         self._turn = 0
-        self._commit: Any = None  # the coordinator's commit method (see _coordinator_commit)
+        self._coordinator = CoordinatorCommit(namespace, storage_path)
         # One delivery in flight; the publishes arriving meanwhile go together as the next.
         self._combiner: Coalescer[list[Any], None] = Coalescer(
             self._deliver_combined, max_batch=_COMBINE_CALLS
@@ -168,29 +169,24 @@ class RouterActor(Guarded):
         were most of a publish's cost, paid once per client call before).
 
         A refusal (the transaction rolled back, or one partition refused: nothing stored)
-        must not fail another caller's publish that alone would have been accepted, so each
-        call is then delivered alone. An unknown outcome (``ServiceBusConnectionError``,
-        ``OperationTimeoutError``) is reported to every call of the delivery, never retried:
-        the combined transaction may have committed.
+        must not fail another caller's publish that alone would have been accepted, so the
+        calls are then delivered in halves, recursively, down to the refused calls alone
+        (``deliver_apart``: k refused calls among N cost about 2k·log2(N) more deliveries, not
+        N). An unknown outcome (``ServiceBusConnectionError``, ``OperationTimeoutError``) is
+        reported to every call of that delivery, never retried: it may have committed.
         """
-        try:
-            await self._deliver([r for call in calls for r in call])
-        except (ServiceBusConnectionError, OperationTimeoutError) as exc:
-            return [exc for _ in calls]
-        except ServiceBusError as exc:
-            if len(calls) == 1:
-                return [exc]
-            return [await self._deliver_alone(call) for call in calls]
-        self.published += sum(len(call) for call in calls)
-        return [None for _ in calls]
 
-    async def _deliver_alone(self, records: list[Any]) -> ServiceBusError | None:
-        try:
+        async def deliver(part: Sequence[list[Any]]) -> None:
+            records = [r for call in part for r in call]
             await self._deliver(records)
-        except ServiceBusError as exc:
-            return exc
-        self.published += len(records)
-        return None
+            self.published += len(records)
+
+        return await deliver_apart(
+            calls,
+            deliver,
+            refused=ServiceBusError,
+            unknown=(ServiceBusConnectionError, OperationTimeoutError),
+        )
 
     async def _deliver(self, records: list[Any]) -> None:
         copies = plan(self._targets, records)
@@ -261,19 +257,8 @@ class RouterActor(Guarded):
             # No handle: the coordinator calls the partition named through its own cached
             # one (deserialising ten handles per commit was most of its CPU).
             participants.append((name, None, path, ref, [], []))
-        commit = self._coordinator_commit()
+        commit = await self._coordinator.method()
         await _rpc.call(self._props.name, commit, uuid.uuid4().hex, participants)
-
-    def _coordinator_commit(self) -> Any:
-        """The coordinator's ``commit``, looked up once: finding a named actor (class
-        wrapping, options, a GCS round trip) cost more router CPU than the rest of a publish.
-        The coordinator restarts under the same handle (``max_restarts=-1``)."""
-        if self._commit is None:
-            from .coordinator import coordinator_actor
-
-            coordinator = coordinator_actor(self._namespace, self._storage_path)
-            self._commit = internal(coordinator, self._namespace).commit
-        return self._commit
 
     async def _refresh(self, copies: dict[str, list[Any]]) -> None:
         from .namespace import namespace_actor_name

@@ -6,6 +6,7 @@ by ``test_bad_input_catalogue.py``).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -54,72 +55,30 @@ from raybus.message import ServiceBusReceivedMessage
 
 # ----------------------------------------------------------------------------- receiving
 
-simple(
-    "receive_count_zero",
-    IAE,
-    "max_message_count",
-    lambda e: e.receivers[MAIN].receive_messages(max_message_count=0),
-)
-simple(
-    "receive_count_negative",
-    IAE,
-    "max_message_count",
-    lambda e: e.receivers[MAIN].receive_messages(max_message_count=-1),
-)
-simple(
-    "receive_count_a_str",
-    IAE,
-    "max_message_count",
-    lambda e: e.receivers[MAIN].receive_messages(max_message_count="3"),
-)
-simple(
-    "receive_count_a_bool",
-    IAE,
-    "max_message_count",
-    lambda e: e.receivers[MAIN].receive_messages(max_message_count=True),
-)
-simple(
-    "receive_wait_zero",
-    IAE,
-    "max_wait_time",
-    lambda e: e.receivers[MAIN].receive_messages(max_wait_time=0),
-)
-simple(
-    "receive_wait_negative",
-    IAE,
-    "max_wait_time",
-    lambda e: e.receivers[MAIN].receive_messages(max_wait_time=-1),
-)
-simple(
-    "receive_wait_a_str",
-    IAE,
-    "max_wait_time",
-    lambda e: e.receivers[MAIN].receive_messages(max_wait_time="x"),
-)
-simple(
-    "receiver_wait_negative",
-    IAE,
-    "max_wait_time",
-    lambda e: e.client.get_queue_receiver(MAIN, max_wait_time=-1),
-)
-simple(
-    "receiver_prefetch_negative",
-    IAE,
-    "prefetch_count",
-    lambda e: e.client.get_queue_receiver(MAIN, prefetch_count=-1),
-)
-simple(
-    "receiver_mode_unknown",
-    IAE,
-    "receive_mode",
-    lambda e: e.client.get_queue_receiver(MAIN, receive_mode="bogus"),
-)
-simple(
-    "receiver_sub_queue_unknown",
-    IAE,
-    "sub_queue",
-    lambda e: e.client.get_queue_receiver(MAIN, sub_queue="bogus"),
-)
+
+def _receive_with(option: str, value: object) -> Callable[[SimpleNamespace], object]:
+    return lambda e: e.receivers[MAIN].receive_messages(**{option: value})
+
+
+def _receiver_with(option: str, value: object) -> Callable[[SimpleNamespace], object]:
+    return lambda e: e.client.get_queue_receiver(MAIN, **{option: value})
+
+
+# (case name, how the bad option is passed, the option, its bad value); the error names it.
+for _name, _how, _option, _value in [
+    ("receive_count_zero", _receive_with, "max_message_count", 0),
+    ("receive_count_negative", _receive_with, "max_message_count", -1),
+    ("receive_count_a_str", _receive_with, "max_message_count", "3"),
+    ("receive_count_a_bool", _receive_with, "max_message_count", True),
+    ("receive_wait_zero", _receive_with, "max_wait_time", 0),
+    ("receive_wait_negative", _receive_with, "max_wait_time", -1),
+    ("receive_wait_a_str", _receive_with, "max_wait_time", "x"),
+    ("receiver_wait_negative", _receiver_with, "max_wait_time", -1),
+    ("receiver_prefetch_negative", _receiver_with, "prefetch_count", -1),
+    ("receiver_mode_unknown", _receiver_with, "receive_mode", "bogus"),
+    ("receiver_sub_queue_unknown", _receiver_with, "sub_queue", "bogus"),
+]:
+    simple(_name, IAE, _option, _how(_option, _value))
 simple(
     "peek_negative_sequence_number",
     IAE,

@@ -39,24 +39,24 @@ def _sid(prefix: str = "s") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def _session_queue(namespace: str, prefix: str, lock_s: float) -> str:
+    name = _name(prefix)
+    ServiceBusAdministrationClient(namespace).create_queue(
+        name, requires_session=True, lock_duration=timedelta(seconds=lock_s)
+    )
+    return name
+
+
 @pytest.fixture(scope="module")
 def session_queue(module_namespace: str) -> str:
     """A session-enabled queue with a comfortable lock, shared by the module."""
-    name = _name("sq")
-    ServiceBusAdministrationClient(module_namespace).create_queue(
-        name, requires_session=True, lock_duration=timedelta(seconds=LONG_LOCK_S)
-    )
-    return name
+    return _session_queue(module_namespace, "sq", LONG_LOCK_S)
 
 
 @pytest.fixture(scope="module")
 def short_lock_queue(module_namespace: str) -> str:
     """A session-enabled queue whose session locks run out after ``SHORT_LOCK_S``."""
-    name = _name("short")
-    ServiceBusAdministrationClient(module_namespace).create_queue(
-        name, requires_session=True, lock_duration=timedelta(seconds=SHORT_LOCK_S)
-    )
-    return name
+    return _session_queue(module_namespace, "short", SHORT_LOCK_S)
 
 
 @pytest.fixture(scope="module")

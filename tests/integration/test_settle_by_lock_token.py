@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -59,67 +60,39 @@ def _nothing_available(client: raybus.ServiceBusClient, name: str) -> bool:
         return not got
 
 
-def test_completed_by_lock_token_removes_the_message(
-    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+def _completed_is_gone(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, name: str, seq: int
 ) -> None:
-    name = _queue(admin)
-    token, seq = _lock_one(client, name)
-    with client.get_queue_receiver(name) as other:
-        other.settle_message_by_lock_token(
-            token, ServiceBusDisposition.COMPLETED, sequence_number=seq
-        )
-        assert other.peek_messages(5) == []
+    with client.get_queue_receiver(name) as receiver:
+        assert receiver.peek_messages(5) == []
     assert admin.get_queue_runtime_properties(name).active_message_count == 0
 
 
-@pytest.mark.parametrize(
-    ("disposition", "delivery_count"),
-    [(ServiceBusDisposition.ABANDONED, 1), (ServiceBusDisposition.RELEASED, 0)],
-)
-def test_abandoned_or_released_by_lock_token_comes_again(
-    admin: ServiceBusAdministrationClient,
-    client: raybus.ServiceBusClient,
-    disposition: ServiceBusDisposition,
-    delivery_count: int,
-) -> None:
-    name = _queue(admin)
-    token, _seq = _lock_one(client, name)
-    with client.get_queue_receiver(name, max_wait_time=5) as receiver:
-        # No sequence number: the queue has one partition.
-        receiver.settle_message_by_lock_token(
-            token, disposition, properties_to_modify={"why": "retry"}
-        )
-        (again,) = receiver.receive_messages()
-        assert again.delivery_count == delivery_count
-        assert again.application_properties == {"why": "retry"}
-        receiver.complete_message(again)
+def _comes_again_with(delivery_count: int) -> Callable[..., None]:
+    def check(
+        admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, name: str, seq: int
+    ) -> None:
+        with client.get_queue_receiver(name, max_wait_time=5) as receiver:
+            (again,) = receiver.receive_messages()
+            assert again.delivery_count == delivery_count
+            assert again.application_properties == {"why": "retry"}
+            receiver.complete_message(again)
+
+    return check
 
 
-def test_deferred_by_lock_token_is_received_by_sequence_number(
-    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+def _deferred_by_sequence_number(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, name: str, seq: int
 ) -> None:
-    name = _queue(admin)
-    token, seq = _lock_one(client, name)
-    with client.get_queue_receiver(name, max_wait_time=5) as receiver:
-        receiver.settle_message_by_lock_token(token, "deferred", sequence_number=seq)
-        assert _nothing_available(client, name)
+    assert _nothing_available(client, name)
+    with client.get_queue_receiver(name) as receiver:
         (deferred,) = receiver.receive_deferred_messages([seq])
         receiver.complete_message(deferred)
 
 
-def test_dead_lettered_by_lock_token_carries_reason_and_description(
-    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+def _dead_lettered_with_reason(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, name: str, seq: int
 ) -> None:
-    name = _queue(admin)
-    token, seq = _lock_one(client, name)
-    with client.get_queue_receiver(name) as receiver:
-        receiver.settle_message_by_lock_token(
-            token,
-            ServiceBusDisposition.DEAD_LETTERED,
-            sequence_number=seq,
-            dead_letter_reason="bad",
-            dead_letter_error_description="unparseable",
-        )
     dlq = client.get_queue_receiver(name, sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5)
     with dlq:
         (dead,) = dlq.receive_messages()
@@ -131,6 +104,53 @@ def test_dead_lettered_by_lock_token_carries_reason_and_description(
         assert dead.lock_token is not None
         dlq.settle_message_by_lock_token(dead.lock_token, ServiceBusDisposition.COMPLETED)
     assert admin.get_queue_runtime_properties(name).dead_letter_message_count == 0
+
+
+# One row per disposition: (disposition as passed, settle options, whether the sequence number is
+# passed, the check of its effect). ABANDONED/RELEASED pass no sequence number (the queue has one
+# partition) and DEFERRED is given as its string value, as callers may.
+_DISPOSITIONS = [
+    pytest.param(ServiceBusDisposition.COMPLETED, {}, True, _completed_is_gone, id="completed"),
+    *(
+        pytest.param(
+            disposition,
+            {"properties_to_modify": {"why": "retry"}},
+            False,
+            _comes_again_with(delivery_count),
+            id=name,
+        )
+        for disposition, delivery_count, name in [
+            (ServiceBusDisposition.ABANDONED, 1, "abandoned"),
+            (ServiceBusDisposition.RELEASED, 0, "released"),
+        ]
+    ),
+    pytest.param("deferred", {}, True, _deferred_by_sequence_number, id="deferred"),
+    pytest.param(
+        ServiceBusDisposition.DEAD_LETTERED,
+        {"dead_letter_reason": "bad", "dead_letter_error_description": "unparseable"},
+        True,
+        _dead_lettered_with_reason,
+        id="dead_lettered",
+    ),
+]
+
+
+@pytest.mark.parametrize(("disposition", "options", "with_seq", "effect"), _DISPOSITIONS)
+def test_settled_by_lock_token_from_another_receiver_has_the_dispositions_effect(
+    admin: ServiceBusAdministrationClient,
+    client: raybus.ServiceBusClient,
+    disposition: ServiceBusDisposition | str,
+    options: dict[str, Any],
+    with_seq: bool,
+    effect: Callable[..., None],
+) -> None:
+    name = _queue(admin)
+    token, seq = _lock_one(client, name)
+    if with_seq:
+        options = {**options, "sequence_number": seq}
+    with client.get_queue_receiver(name) as other:
+        other.settle_message_by_lock_token(token, disposition, **options)
+    effect(admin, client, name, seq)
 
 
 @pytest.mark.parametrize(

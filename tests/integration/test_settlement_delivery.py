@@ -208,14 +208,24 @@ async def test_aio_settlement_with_little_lock_time_left_waits_and_raises_lock_l
         await receiver.complete_message(again)
 
 
-def test_sync_refused_fast_settlement_is_raised_by_close_and_the_message_stays(
-    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
-) -> None:
+def _completed_after_its_lock_was_lost(
+    client: raybus.ServiceBusClient, queue: str
+) -> tuple[raybus.ServiceBusReceiver, raybus.ServiceBusReceivedMessage]:
+    """A receiver whose fast (not awaited) complete of its one message the broker will refuse:
+    the lock was lost meanwhile, which put the message back in the queue. The complete itself
+    returns without error."""
     _send(client, queue, "x")
     receiver = client.get_queue_receiver(queue, max_wait_time=5)
     (msg,) = receiver.receive_messages()
     run(_lose_lock(receiver._aio, msg))
-    receiver.complete_message(msg)  # returns without error
+    receiver.complete_message(msg)
+    return receiver, msg
+
+
+def test_sync_refused_fast_settlement_is_raised_by_close_and_the_message_stays(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
+) -> None:
+    receiver, msg = _completed_after_its_lock_was_lost(client, queue)
     with pytest.raises(SettlementFailedError) as info:
         receiver.close()
     assert [f[0] for f in info.value.failures] == [msg.sequence_number]
@@ -225,11 +235,7 @@ def test_sync_refused_fast_settlement_is_raised_by_close_and_the_message_stays(
 def test_sync_refused_fast_settlement_is_raised_by_the_next_receive_which_gives_back_its_messages(
     admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
 ) -> None:
-    _send(client, queue, "x")
-    receiver = client.get_queue_receiver(queue, max_wait_time=5)
-    (msg,) = receiver.receive_messages()
-    run(_lose_lock(receiver._aio, msg))  # the lost lock put msg back in the queue
-    receiver.complete_message(msg)  # returns without error
+    receiver, msg = _completed_after_its_lock_was_lost(client, queue)
     with pytest.raises(SettlementFailedError) as info:
         receiver.receive_messages(max_wait_time=2)  # this call received msg again ...
     assert [f[0] for f in info.value.failures] == [msg.sequence_number]

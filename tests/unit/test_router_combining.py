@@ -97,3 +97,24 @@ async def test_an_unknown_outcome_is_reported_to_every_call_and_never_redelivere
     assert a is None and b is error and c is error
     assert len(router.deliveries) == 2  # the combined one was not repeated call by call
     assert router.published == 2
+
+
+async def test_one_refused_call_among_many_costs_log_n_deliveries_not_one_per_call() -> None:
+    names = [f"p{i}-" for i in range(17)]  # the first alone, then 16 combined
+
+    def refuse(recs: list[MessageRecord]) -> ServiceBusError | None:
+        if any(r.message_id == "p9-0" for r in recs):
+            return ServiceBusQuotaExceededError("full", "t")
+        return None
+
+    router = _Router(refuse)
+
+    outcomes = await _while_busy(router, names)
+
+    assert [i for i, o in enumerate(outcomes) if o is not None] == [9]
+    assert isinstance(outcomes[9], ServiceBusQuotaExceededError)
+    assert ["p9-0", "p9-1"] in router.deliveries  # refused alone, not for its company
+    assert router.published == 2 * 16
+    # The first call, the combined 16, then at most two halves per level down to p9 (log2 16 = 4);
+    # one call at a time cost 1 + 1 + 16.
+    assert len(router.deliveries) <= 2 + 2 * 4

@@ -146,11 +146,10 @@ def test_settling_a_sessions_messages_in_a_transaction(sq):
     assert sorted(all_ids(sq)) == ["a1", "a2", "a3"]
 
 
-@pytest.mark.parametrize("how", ["lock expires", "released"])
-def test_a_session_lock_ending_while_prepared_leaves_pinned_messages_locked_until_commit(
-    sq, clock, how
-):
-    sq.send([rec(f"a{i}", session_id="a") for i in range(3)])
+def _prepared_then_session_lock_ends(sq, clock, how: str, n: int) -> list[MessageRecord]:
+    """Session "a" holds ``n`` messages; transaction "t" prepares completing the first; then
+    the session lock ends (``how``: it expires, or the receiver releases the session)."""
+    sq.send([rec(f"a{i}", session_id="a") for i in range(n)])
     token, _ = sq.accept_session("a")
     got = sq.receive(EVERYTHING, session=("a", token))
     prepare(sq, "t", settles=[op(COMPLETE, got[0].lock_token)])
@@ -159,6 +158,14 @@ def test_a_session_lock_ending_while_prepared_leaves_pinned_messages_locked_unti
         sq.tick()
     else:
         assert sq.release_session("a", token)
+    return got
+
+
+@pytest.mark.parametrize("how", ["lock expires", "released"])
+def test_a_session_lock_ending_while_prepared_leaves_pinned_messages_locked_until_commit(
+    sq, clock, how
+):
+    got = _prepared_then_session_lock_ends(sq, clock, how, 3)
     assert stored(sq, "a0").lock_token == got[0].lock_token  # pinned: still locked
     assert stored(sq, "a1").lock_token is None  # the others are released as usual
     assert stored(sq, "a2").lock_token is None
@@ -177,15 +184,7 @@ def test_a_session_lock_ending_while_prepared_leaves_pinned_messages_locked_unti
 def test_a_session_lock_ending_while_prepared_then_abort_lets_the_pinned_message_go(sq, clock, how):
     """After abort the lock runs its normal course: it ended with the session lock, so the
     message must be delivered again (not stay locked for ever)."""
-    sq.send([rec(f"a{i}", session_id="a") for i in range(2)])
-    token, _ = sq.accept_session("a")
-    got = sq.receive(EVERYTHING, session=("a", token))
-    prepare(sq, "t", settles=[op(COMPLETE, got[0].lock_token)])
-    if how == "lock expires":
-        clock.advance(LOCK + 1)
-        sq.tick()
-    else:
-        assert sq.release_session("a", token)
+    got = _prepared_then_session_lock_ends(sq, clock, how, 2)
     assert stored(sq, "a0").lock_token == got[0].lock_token
     assert txn.abort(sq, "t")
     clock.advance(LOCK + 1)  # long enough for any lock it could still have

@@ -1,0 +1,155 @@
+"""The forwarder's cached namespace actor, without Ray: looked up once, not once per batch;
+kept through restarts; dropped and looked up again once it is gone for good (a namespace deleted
+and created again)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import ray.exceptions as rex
+
+from raybus._actors import forwarder
+from raybus.exceptions import MessagingEntityNotFoundError, ServiceBusConnectionError
+
+
+class FakeMethod:
+    def __init__(self, actor: FakeActor, name: str) -> None:
+        self._actor, self._name = actor, name
+
+    def remote(self, *args: Any) -> Any:
+        return self._actor.answer(self._name, args)
+
+
+class FakeActor:
+    """A namespace actor: answers ``route`` with its own name, or fails as told."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.fail: BaseException | None = None
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def __getattr__(self, method: str) -> FakeMethod:
+        return FakeMethod(self, method)
+
+    async def answer(self, method: str, args: tuple[Any, ...]) -> Any:
+        self.calls.append((method, args))
+        if self.fail is not None:
+            raise self.fail
+        if args == ("missing",):
+            raise MessagingEntityNotFoundError("no such entity", "missing")
+        return (self.name, method, args)
+
+
+class Cluster:
+    """The GCS's named actors: counts lookups; ``current`` is what a lookup finds now."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.current = FakeActor("first")
+        self.lookups = 0
+        monkeypatch.setattr(forwarder, "named_actor", self.named_actor)
+        monkeypatch.setattr(forwarder, "internal", lambda handle, _ns: handle)
+
+    async def named_actor(self, name: str) -> FakeActor:
+        self.lookups += 1
+        return self.current
+
+
+def started(monkeypatch: pytest.MonkeyPatch) -> tuple[Cluster, forwarder._Registry]:
+    """A cluster whose namespace actor ("first") a first forwarded batch has looked up."""
+    cluster = Cluster(monkeypatch)
+    registry = forwarder._Registry("ns")
+    assert asyncio.run(registry.call("dest", "route", "dest"))[0] == "first"
+    return cluster, registry
+
+
+def test_the_namespace_actor_is_looked_up_once_for_many_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = Cluster(monkeypatch)
+    registry = forwarder._Registry("ns")
+
+    async def batches() -> list[Any]:
+        return [await registry.call("dest", "route", "dest") for _ in range(5)]
+
+    assert asyncio.run(batches()) == [("first", "route", ("dest",))] * 5
+    assert cluster.lookups == 1
+
+
+def test_a_restarting_namespace_actor_keeps_its_handle(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, registry = started(monkeypatch)
+    first = cluster.current
+    first.fail = rex.ActorUnavailableError("restarting", None)
+    cluster.current = FakeActor("other")  # would be found by a lookup: must not be
+    with pytest.raises(ServiceBusConnectionError):
+        asyncio.run(registry.call("dest", "route", "dest"))
+    first.fail = None
+    assert asyncio.run(registry.call("dest", "route", "dest"))[0] == "first"
+    assert cluster.lookups == 1
+
+
+def test_a_namespace_actor_gone_for_good_is_looked_up_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster, registry = started(monkeypatch)
+    cluster.current.fail = rex.ActorDiedError()
+    cluster.current = FakeActor("recreated")
+    # The same call answers, from the namespace created again.
+    assert asyncio.run(registry.call("dest", "router_config", "dest")) == (
+        "recreated",
+        "router_config",
+        ("dest",),
+    )
+    assert cluster.lookups == 2
+    assert asyncio.run(registry.call("dest", "route", "dest"))[0] == "recreated"
+    assert cluster.lookups == 2
+
+
+def test_a_fresh_handle_that_is_gone_is_not_looked_up_in_a_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = Cluster(monkeypatch)
+    cluster.current.fail = rex.ActorDiedError()
+    registry = forwarder._Registry("ns")
+    with pytest.raises(MessagingEntityNotFoundError):
+        asyncio.run(registry.call("dest", "route", "dest"))
+    assert cluster.lookups == 1
+
+
+def test_a_missing_destination_is_the_namespaces_answer_not_a_dead_handle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = Cluster(monkeypatch)
+    registry = forwarder._Registry("ns")
+    for _ in range(2):
+        with pytest.raises(MessagingEntityNotFoundError, match="no such entity"):
+            asyncio.run(registry.call("missing", "route", "missing"))
+    assert cluster.lookups == 1
+    assert len(cluster.current.calls) == 2  # asked once each time: not retried
+
+
+def test_the_coordinator_is_found_once_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routers and forwarders start transactions through ``CoordinatorCommit``: the blocking
+    find-or-create runs once, in a thread (never on the actor's event loop)."""
+    import threading
+
+    from raybus._actors import coordinator
+
+    made: list[tuple[str, str | None, bool]] = []
+
+    def fake_coordinator_actor(namespace: str, storage_path: str | None = None) -> Any:
+        made.append((namespace, storage_path, threading.current_thread() is main))
+        return FakeActor("coordinator")
+
+    main = threading.main_thread()
+    monkeypatch.setattr(coordinator, "coordinator_actor", fake_coordinator_actor)
+    monkeypatch.setattr(coordinator, "internal", lambda handle, namespace: handle)
+    finder = coordinator.CoordinatorCommit("ns", "/data")
+
+    async def twice() -> tuple[Any, Any]:
+        return await finder.method(), await finder.method()
+
+    first, second = asyncio.run(twice())
+    assert made == [("ns", "/data", False)]  # once, and not on the loop's thread
+    assert first is second
