@@ -24,16 +24,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray.exceptions import ActorDiedError
 
 from .. import _failpoints, _rpc
 from .._core.access import INTERNAL
 from .._core.registry import partition_actor_name
 from .._metrics import count_transaction
 from ..auth import AccessRights
-from ..exceptions import ServiceBusAuthorizationError, TransactionAbortedError
+from ..exceptions import (
+    MessagingEntityNotFoundError,
+    ServiceBusAuthorizationError,
+    TransactionAbortedError,
+)
 from .access import Guarded, guarded, internal, named_actor
 from .changelog import ChangeLog
 
@@ -42,9 +48,23 @@ __all__ = ["CoordinatorActor", "CoordinatorCommit", "coordinator_actor", "coordi
 _log = logging.getLogger("raybus.coordinator")
 
 # One participant's share as the client sends it:
-# (partition actor name, handle, entity, sends as wire rows — or an object ref to them, passed
-# on untouched and resolved by the participant —, settle ops as wire tuples, renews)
+# (partition actor name, handle or None, entity, sends as wire rows — or an object ref to them,
+# passed on untouched and resolved by the participant —, settle ops as wire tuples, renews).
+# The coordinator calls the partition of that name through its own cached handle; a handle
+# sent along only has to be that partition's (None saves deserialising it: the router's).
 Participant = tuple[str, Any, str, list[Any], list[Any], list[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Partition:
+    """A participant partition as the coordinator calls it: looked up by name once, its
+    methods bound to the internal token once (profiled per commit: deserialising every
+    participant's handle, wrapping it and its methods were most of the coordinator's CPU)."""
+
+    actor_id: Any
+    prepare: Any
+    commit: Any
+    abort: Any
 
 
 def coordinator_actor_name(namespace: str) -> str:
@@ -62,7 +82,9 @@ class CoordinatorActor(Guarded):
         self._resume: asyncio.Task[None] | None = None
         self.committed = 0
         self.aborted = 0
-        self._actor_ids: dict[str, Any] = {}  # partition name -> its actor id (checked)
+        # Partition name -> its handle's methods. A partition restarts under the same actor
+        # id; an entity re-created gets new names; a partition gone for good is dropped.
+        self._partitions: dict[str, _Partition] = {}
         if storage_path is not None:
             # Only undone decisions matter: a checkpoint of them every 1,000 changes.
             self._log = ChangeLog(
@@ -92,7 +114,7 @@ class CoordinatorActor(Guarded):
         """Re-send the decisions logged before a restart until every participant applied."""
         while self._decided:
             for txn_id, names in list(self._decided.items()):
-                await self._tell_commit(txn_id, names, [None] * len(names))
+                await self._tell_commit(txn_id, names, None)
             await asyncio.sleep(1.0)
 
     async def ping(self) -> str:
@@ -111,8 +133,10 @@ class CoordinatorActor(Guarded):
 
     async def _authorize(self, auth: Any, participants: list[Participant]) -> None:
         """The caller's token must allow each share: Send for its sends, Listen for its
-        settlements and renewals, on the entity it names — and the handle must really be that
-        entity's partition (a forged list must not reach another entity)."""
+        settlements and renewals, on the entity it names — and the name must be a partition
+        of that entity (not of an entity below it, such as a topic's subscription), and a
+        handle sent along must be that partition's (a forged list must not reach another
+        entity). The broker's own token (the router's) skips the checks: one comparison."""
         guard = await self._access_guard()
         if guard.open or guard.is_internal(auth):
             return
@@ -122,23 +146,36 @@ class CoordinatorActor(Guarded):
             if ops or renews:
                 guard.check(auth, AccessRights.LISTEN, entity)
             prefix = partition_actor_name(self._namespace, entity, 0, 0).rsplit("/", 2)[0] + "/"
-            known = await self._actor_id(name) if name.startswith(prefix) else None
-            if known is None or known != getattr(handle, "_actor_id", None):
+            rest = name[len(prefix) :].split("/") if name.startswith(prefix) else []
+            known = None
+            if len(rest) == 2 and all(part.isdigit() for part in rest):
+                known = await self._partition(name)
+            if known is None or (
+                handle is not None and known.actor_id != getattr(handle, "_actor_id", None)
+            ):
                 raise ServiceBusAuthorizationError(
                     f"participant {name!r} is not a partition of {entity!r}", entity
                 )
 
-    async def _actor_id(self, name: str) -> Any:
-        """The actor id of partition ``name`` (None if there is none), looked up once: a
-        partition restarts under the same id, a re-created entity gets a new name."""
-        known = self._actor_ids.get(name)
+    async def _partition(self, name: str) -> _Partition | None:
+        """Partition ``name`` as this coordinator calls it (None if there is none)."""
+        known = self._partitions.get(name)
         if known is None:
             try:
-                known = (await named_actor(name))._actor_id
+                handle = await named_actor(name)
             except ValueError:
                 return None
-            self._actor_ids[name] = known
+            authed = internal(handle, self._namespace)
+            known = _Partition(
+                handle._actor_id, authed.txn_prepare, authed.txn_commit, authed.txn_abort
+            )
+            self._partitions[name] = known
         return known
+
+    def _gone(self, name: str, error: object) -> None:
+        """Forget a partition whose actor died for good (its name may get a new actor)."""
+        if isinstance(error, ActorDiedError):
+            self._partitions.pop(name, None)
 
     async def commit(
         self, txn_id: str, participants: list[Participant], *, _auth: Any = None
@@ -146,19 +183,27 @@ class CoordinatorActor(Guarded):
         """Commit the transaction atomically, or raise ``TransactionAbortedError``."""
         self._start_resume()
         await self._authorize(_auth, participants)
-        participants = [
-            (n, internal(h, self._namespace), e, s, o, r) for n, h, e, s, o, r in participants
-        ]
         if txn_id in self._inflight or txn_id in self._decided:
             raise TransactionAbortedError(
                 "this transaction is already being committed", None, txn_id, "duplicate"
             )
-        self._inflight.add(txn_id)
         names = [p[0] for p in participants]
-        handles = [p[1] for p in participants]
+        found = [await self._partition(n) for n in names]
+        handles = [h for h in found if h is not None]
+        if len(handles) < len(found):  # nothing prepared yet: nothing to undo
+            entity = participants[found.index(None)][2]
+            gone = MessagingEntityNotFoundError("the entity was deleted", entity)
+            reason = f"{type(gone).__name__}: {gone}"
+            raise TransactionAbortedError(
+                f"the transaction was rolled back: {reason}", entity, txn_id, reason, gone
+            )
+        self._inflight.add(txn_id)
         try:
             results = await asyncio.gather(
-                *(h.txn_prepare.remote(txn_id, s, o, r) for _n, h, _e, s, o, r in participants),
+                *(
+                    h.prepare.remote(txn_id, s, o, r)
+                    for h, (_n, _h, _e, s, o, r) in zip(handles, participants, strict=True)
+                ),
                 return_exceptions=True,
             )
             failed = [
@@ -167,8 +212,10 @@ class CoordinatorActor(Guarded):
                 if isinstance(res, BaseException)
             ]
             if failed:
+                for name, res in zip(names, results, strict=True):
+                    self._gone(name, res)
                 await asyncio.gather(
-                    *(h.txn_abort.remote(txn_id) for h in handles), return_exceptions=True
+                    *(h.abort.remote(txn_id) for h in handles), return_exceptions=True
                 )
                 self.aborted += 1
                 count_transaction(self._namespace, "aborted")
@@ -188,20 +235,26 @@ class CoordinatorActor(Guarded):
         count_transaction(self._namespace, "committed")
         await self._tell_commit(txn_id, names, handles)
 
-    async def _tell_commit(self, txn_id: str, names: list[str], handles: list[Any]) -> None:
+    async def _tell_commit(
+        self, txn_id: str, names: list[str], handles: list[_Partition] | None
+    ) -> None:
         """Tell every participant to commit; log the transaction done once all applied it."""
 
-        async def one(name: str, handle: Any) -> bool:
+        async def one(name: str, handle: _Partition | None) -> bool:
             try:
                 if handle is None:
-                    handle = await named_actor(name)
-                await internal(handle, self._namespace).txn_commit.remote(txn_id)
+                    handle = await self._partition(name)
+                    if handle is None:
+                        raise ValueError(f"no actor named {name!r}")
+                await handle.commit.remote(txn_id)
                 return True
             except Exception as exc:  # restarting: it asks for the outcome, or we resend
+                self._gone(name, exc)
                 _log.info("commit of %s on %s not confirmed yet: %s", txn_id, name, exc)
                 return False
 
-        done = await asyncio.gather(*(one(n, h) for n, h in zip(names, handles, strict=True)))
+        found = handles if handles is not None else [None] * len(names)
+        done = await asyncio.gather(*(one(n, h) for n, h in zip(names, found, strict=True)))
         if all(done):
             # Not waited for: the caller needs only the participants' answers. Lost in a
             # crash, the decision is replayed and told again; they ignore a transaction

@@ -254,7 +254,9 @@ class RouterActor(Guarded):
             ref = refs.get(key)
             if ref is None:
                 ref = refs[key] = ray.put(to_wire(recs))
-            participants.append((name, route.handle(pid), path, ref, [], []))
+            # No handle: the coordinator calls the partition named through its own cached
+            # one (deserialising ten handles per commit was most of its CPU).
+            participants.append((name, None, path, ref, [], []))
         commit = await self._coordinator.method()
         await _rpc.call(self._props.name, commit, uuid.uuid4().hex, participants)
 

@@ -6,6 +6,15 @@ order rebuilds the messages, the dead-letter sub-queue, the duplicate-detection 
 sequence number. Every entry is idempotent (replaying it twice gives the same state), so a
 checkpoint taken while entries are in flight, followed by those entries, is still exact.
 
+A transaction's sends are journaled once, in its ``TXN_PREPARE`` entry: ``TXN_COMMIT`` names
+only which of them were stored under which numbers, and replay rebuilds those messages from the
+prepared share with ``raybus._core.record.stamp_accepted``, as the partition did (a committed
+share of 1 KiB messages journals about one copy of the bodies, not two). A ``TXN_COMMIT`` whose
+transaction is not prepared in the replayed state is a no-op: it can only follow a checkpoint
+taken after the commit, which holds the messages (or their later fate) already. Logs written
+before ``TXN_COMMIT`` existed have ``PUT`` and ``DEDUP`` entries at commit instead; they replay
+as before.
+
 Locks are not journaled: after a restart every message that was locked is available again,
 and its delivery count is not charged for the crash.
 """
@@ -19,7 +28,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from .record import ACTIVE, MessageRecord, _to_wire
+from .record import ACTIVE, MessageRecord, _to_wire, stamp_accepted
+from .slots import partition_key, slot_of
 
 __all__ = [
     "ADOPTED",
@@ -36,6 +46,7 @@ __all__ = [
     "SESSION",
     "SLOTS",
     "SUB_DLQ",
+    "TXN_COMMIT",
     "TXN_END",
     "TXN_PREPARE",
     "UPD",
@@ -65,6 +76,11 @@ OUTBOX = 12  # payload: (move id, target partition id, raybus._core.migration.Bu
 OUTBOX_DONE = 13  # payload: the move id the target has applied
 TXN_PREPARE = 14  # payload: (transaction id, its share; see raybus._core.transactions)
 TXN_END = 15  # payload: the transaction id (committed or aborted: its effects are logged)
+# payload: (transaction id, commit time, first sequence number, messages stored, indices of
+# the prepared sends dropped as duplicates, default time to live, session queue flag,
+# duplicate detection flag): the share's sends minus the dropped ones got consecutive numbers
+# from the first; the settings are those at commit (the entity's may change later).
+TXN_COMMIT = 16
 
 # stores
 MAIN, SUB_DLQ = 0, 1
@@ -184,6 +200,8 @@ def replay(entries: Iterable[Entry], state: ReplayedState | None = None) -> Repl
         elif op == TXN_PREPARE:
             txn_id, share = payload
             st.prepared[txn_id] = share
+        elif op == TXN_COMMIT:
+            _replay_commit(st, payload)
         elif op == TXN_END:
             st.prepared.pop(payload, None)
         elif op == SESSION:
@@ -193,3 +211,25 @@ def replay(entries: Iterable[Entry], state: ReplayedState | None = None) -> Repl
             else:
                 st.sessions[session_id] = (data, updated)
     return st
+
+
+def _replay_commit(st: ReplayedState, payload: tuple[Any, ...]) -> None:
+    """Store a committed share's sends (see ``TXN_COMMIT``) as ``PUT`` and ``DEDUP`` entries
+    would have: the same records, numbers and duplicate-detection ids."""
+    txn_id, now, first, count, dropped, default_ttl, session_queue, dedup = payload
+    st.next_seq = max(st.next_seq, first + count)
+    share = st.prepared.pop(txn_id, None)
+    if share is None:
+        return  # replayed onto a checkpoint taken after the commit: it holds the messages
+    skip = set(dropped)
+    seq = first
+    for i, row in enumerate(share[0]):
+        if i in skip:
+            continue
+        rec = MessageRecord(*row)
+        stamp_accepted(rec, seq, now, default_ttl, session_queue)
+        st.main[seq] = rec
+        if dedup and rec.message_id is not None:
+            st.dedup[rec.message_id] = (now, seq)
+            st.dedup_slots[rec.message_id] = slot_of(partition_key(rec, True) or rec.message_id)
+        seq += 1

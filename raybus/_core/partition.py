@@ -43,12 +43,13 @@ from .partition_sessions import SessionOps
 from .partition_snapshots import SnapshotOps
 from .record import (
     ACTIVE,
-    ARRIVE_DEAD_LETTERED,
     DEFERRED,
     SCHEDULED,
+    SESSION_ID_IS_NULL,
     MessageRecord,
     check_application_properties,
     snapshot,
+    stamp_accepted,
 )
 from .sessions import SessionTable
 from .slots import partition_key, slot_of
@@ -60,6 +61,7 @@ __all__ = [
     "DEAD_LETTER",
     "DEFER",
     "RELEASE",
+    "SESSION_ID_IS_NULL",
     "Partition",
     "PartitionCounts",
     "SettleOp",
@@ -76,7 +78,6 @@ _SETTLE_KINDS = frozenset((COMPLETE, ABANDON, DEAD_LETTER, DEFER, RELEASE))
 
 MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
 TTL_EXPIRED = "TTLExpiredException"
-SESSION_ID_IS_NULL = "Session ID is null"
 SEQUENCE_BITS = 48  # the partition id lives above these
 
 
@@ -224,55 +225,43 @@ class Partition(SessionOps, SnapshotOps):
             )
         return fresh, is_fresh
 
-    def _store_fresh(self, fresh: Sequence[MessageRecord], now: float) -> None:
-        """Store validated messages (never raises): numbers in order, journal entries."""
+    def _store_fresh(
+        self, fresh: Sequence[MessageRecord], now: float, *, journaled: bool = True
+    ) -> None:
+        """Store validated messages (never raises): numbers in order, journal entries.
+
+        ``journaled=False``: the caller has journaled the messages and their duplicate-
+        detection ids in one entry already (a transaction's commit, ``TXN_COMMIT``, which
+        replay expands with ``stamp_accepted`` as here); dead-lettering still journals its
+        ``MOVE``, after that entry."""
         props = self._props
         dedup = props.requires_duplicate_detection
         default_ttl = props.default_ttl_s
+        session_queue = self._sessions is not None
+        log = journaled and self._journal is not None
         self.stats["sent"] += len(fresh)
         for rec in fresh:
-            dead = None
-            if rec.state == ARRIVE_DEAD_LETTERED:
-                dead = (rec.dead_letter_reason, rec.dead_letter_error_description)
             seq = self._take_seq()
-            rec.sequence_number = rec.enqueued_sequence_number = seq
-            rec.delivery_count = 0
-            rec.lock_token = None
-            rec.locked_until = 0.0
-            rec.dead_letter_reason = rec.dead_letter_error_description = None
-            # dead_letter_source stays: only a forwarded dead letter arrives with one.
-            ttl = default_ttl if rec.time_to_live is None else min(rec.time_to_live, default_ttl)
-            rec.time_to_live = ttl
+            dead = stamp_accepted(rec, seq, now, default_ttl, session_queue)
             self._main.messages[seq] = rec
             self._size += rec.size
-            at = rec.scheduled_enqueue_time
-            if dead is not None or (self._sessions is not None and rec.session_id is None):
-                rec.state, rec.enqueued_time, rec.expires_at = ACTIVE, now, float("inf")
+            if log:
                 self._record(journal.PUT, self._main, seq, journal.put_payload(rec))
-                if dead is None:
-                    dead = (
-                        SESSION_ID_IS_NULL,
-                        "The queue requires sessions and the message has no session id.",
-                    )
+            if dead is not None:
                 self._dead_letter(rec, *dead)
-            elif at is not None and at > now:
-                rec.state = SCHEDULED
-                rec.enqueued_time = at
-                rec.expires_at = at + ttl
+            elif rec.state == SCHEDULED:
                 self._scheduled_count += 1
-                heapq.heappush(self._schedule_heap, (at, seq))
-                self._record(journal.PUT, self._main, seq, journal.put_payload(rec))
+                heapq.heappush(self._schedule_heap, (rec.enqueued_time, seq))
             else:
-                rec.enqueued_time = now
                 self._make_active(rec, now)
-                self._record(journal.PUT, self._main, seq, journal.put_payload(rec))
             if dedup and rec.message_id is not None:
                 self._dedup[rec.message_id] = (now, seq)
                 # The slot of the message's key (not of its id): the id moves with that slot
                 # if the partition count changes, even from a single partition.
                 slot = slot_of(partition_key(rec, True) or rec.message_id)
                 self._dedup_slots[rec.message_id] = slot
-                self._record(journal.DEDUP, self._main, seq, (rec.message_id, now, slot))
+                if log:
+                    self._record(journal.DEDUP, self._main, seq, (rec.message_id, now, slot))
 
     def _check_owned(self, records: Sequence[MessageRecord]) -> None:
         """Refuse a batch holding a message this partition no longer serves."""

