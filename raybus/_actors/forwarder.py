@@ -21,8 +21,6 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import ray
-
 from .. import _rpc
 from .._core.fanout import plan
 from .._core.record import MessageRecord, snapshot, to_wire
@@ -153,7 +151,7 @@ class Forwarder:
             return len(go)
         me = partition_actor_name(actor._namespace, source, actor._incarnation, actor._partition_id)
         ops = [SettleOp("complete", r.lock_token or "").to_wire() for r, _c in go]
-        participants.insert(0, (me, ray.get_runtime_context().current_actor, source, [], ops, []))
+        participants.insert(0, (me, None, source, [], ops, []))
         try:
             commit = await self._coordinator.method()
             await _rpc.call(source, commit, uuid.uuid4().hex, participants)
@@ -193,7 +191,7 @@ class Forwarder:
             for pid, idxs in r.pmap.place(recs, dedup, lambda s=spread: s).items():
                 name = partition_actor_name(actor._namespace, path, r.incarnation, pid)
                 share = [recs[i] for i in idxs]
-                out.append((name, r.handle(pid), path, to_wire(share), [], []))
+                out.append((name, None, path, to_wire(share), [], []))
         return out
 
     async def _refuse(

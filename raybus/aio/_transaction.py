@@ -30,7 +30,6 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from .. import _rpc
-from .._actors.access import unwrap
 from .._actors.namespace import Route, TopicRoute
 from .._connection import Connection
 from .._core.fanout import plan
@@ -58,10 +57,10 @@ _MOVED_RETRIES = 5
 
 
 class _Share:
-    __slots__ = ("entity", "handle", "name", "ops", "renews", "sends")
+    __slots__ = ("entity", "name", "ops", "renews", "sends")
 
-    def __init__(self, name: str, handle: Any, entity: str) -> None:
-        self.name, self.handle, self.entity = name, handle, entity
+    def __init__(self, name: str, entity: str) -> None:
+        self.name, self.entity = name, entity
         self.sends: list[MessageRecord] = []
         self.ops: list[SettleOp] = []
         self.renews: list[str] = []
@@ -103,8 +102,7 @@ class ServiceBusTransaction:
         )
         share = self._shares.get(name)
         if share is None:
-            handle = route.handle(pid)
-            share = self._shares[name] = _Share(name, handle, route.properties.name)
+            share = self._shares[name] = _Share(name, route.properties.name)
         return share
 
     async def add_send(self, sender: ServiceBusSender, records: list[MessageRecord]) -> None:
@@ -131,7 +129,7 @@ class ServiceBusTransaction:
 
     async def _place_sends(self, refresh: bool) -> dict[str, _Share]:
         """The shares with this transaction's sends placed by the current partition maps."""
-        shares = {n: _Share(s.name, s.handle, s.entity) for n, s in self._shares.items()}
+        shares = {n: _Share(s.name, s.entity) for n, s in self._shares.items()}
         for name, s in self._shares.items():
             shares[name].ops, shares[name].renews = s.ops, s.renews
         for sender, records in self._sent:
@@ -157,8 +155,7 @@ class ServiceBusTransaction:
                     )
                     share = shares.get(name)
                     if share is None:
-                        handle = target.handle(pid)
-                        share = shares[name] = _Share(name, handle, target.properties.name)
+                        share = shares[name] = _Share(name, target.properties.name)
                     share.sends.extend(recs[i] for i in idxs)
         return shares
 
@@ -184,7 +181,7 @@ class ServiceBusTransaction:
                 participants = [
                     (
                         s.name,
-                        unwrap(s.handle),  # the coordinator calls it with its own token
+                        None,  # the coordinator calls the partition named, by its own handle
                         s.entity,
                         to_wire(s.sends),
                         [op.to_wire() for op in s.ops],
