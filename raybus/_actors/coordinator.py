@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,8 @@ from .changelog import ChangeLog
 __all__ = ["CoordinatorActor", "CoordinatorCommit", "coordinator_actor", "coordinator_actor_name"]
 
 _log = logging.getLogger("raybus.coordinator")
+# Partitions whose handles the coordinator keeps (one more is a GCS lookup, in a thread).
+PARTITION_CACHE = 4096
 
 # One participant's share as the client sends it:
 # (partition actor name, handle or None, entity, sends as wire rows — or an object ref to them,
@@ -83,8 +86,10 @@ class CoordinatorActor(Guarded):
         self.committed = 0
         self.aborted = 0
         # Partition name -> its handle's methods. A partition restarts under the same actor
-        # id; an entity re-created gets new names; a partition gone for good is dropped.
-        self._partitions: dict[str, _Partition] = {}
+        # id; an entity re-created gets new names; a partition gone for good is dropped. The
+        # least recently used beyond PARTITION_CACHE are dropped too: a deleted entity's names
+        # would otherwise stay for as long as the coordinator lives.
+        self._partitions: OrderedDict[str, _Partition] = OrderedDict()
         if storage_path is not None:
             # Only undone decisions matter: a checkpoint of them every 1,000 changes.
             self._log = ChangeLog(
@@ -160,7 +165,9 @@ class CoordinatorActor(Guarded):
     async def _partition(self, name: str) -> _Partition | None:
         """Partition ``name`` as this coordinator calls it (None if there is none)."""
         known = self._partitions.get(name)
-        if known is None:
+        if known is not None:
+            self._partitions.move_to_end(name)
+        else:
             try:
                 handle = await named_actor(name)
             except ValueError:
@@ -170,6 +177,8 @@ class CoordinatorActor(Guarded):
                 handle._actor_id, authed.txn_prepare, authed.txn_commit, authed.txn_abort
             )
             self._partitions[name] = known
+            if len(self._partitions) > PARTITION_CACHE:
+                self._partitions.popitem(last=False)
         return known
 
     def _gone(self, name: str, error: object) -> None:

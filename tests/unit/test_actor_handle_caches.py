@@ -1,6 +1,7 @@
-"""The forwarder's cached namespace actor, without Ray: looked up once, not once per batch;
-kept through restarts; dropped and looked up again once it is gone for good (a namespace deleted
-and created again)."""
+"""Cached actor handles, without Ray. The forwarder's namespace actor: looked up once, not once
+per batch; kept through restarts; dropped and looked up again once it is gone for good (a
+namespace deleted and created again). The coordinator, as routers and forwarders find it: once,
+off the event loop. The coordinator's partitions: a bounded, least-recently-used cache."""
 
 from __future__ import annotations
 
@@ -153,3 +154,37 @@ def test_the_coordinator_is_found_once_off_the_event_loop(monkeypatch: pytest.Mo
     first, second = asyncio.run(twice())
     assert made == [("ns", "/data", False)]  # once, and not on the loop's thread
     assert first is second
+
+
+def test_the_coordinator_keeps_the_most_recently_used_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The coordinator's partition handles are an LRU cache: a name used again stays, the
+    least recently used goes past the bound (a deleted entity's names do not stay forever),
+    and a name dropped is simply looked up again."""
+    from raybus._actors import coordinator
+
+    looked_up: list[str] = []
+
+    async def fake_named_actor(name: str) -> Any:
+        looked_up.append(name)
+        actor = FakeActor(name)
+        actor._actor_id = name  # type: ignore[attr-defined]
+        return actor
+
+    monkeypatch.setattr(coordinator, "named_actor", fake_named_actor)
+    monkeypatch.setattr(coordinator, "internal", lambda handle, namespace: handle)
+    monkeypatch.setattr(coordinator, "PARTITION_CACHE", 2)
+    actor = coordinator.CoordinatorActor.__new__(coordinator.CoordinatorActor)
+    actor._namespace = "ns"
+    actor._partitions = coordinator.OrderedDict()
+
+    async def use(*names: str) -> None:
+        for name in names:
+            found = await actor._partition(name)
+            assert found is not None and found.actor_id == name
+
+    asyncio.run(use("a", "b", "a", "c"))  # "b" is the least recently used when "c" comes
+    assert list(actor._partitions) == ["a", "c"]
+    asyncio.run(use("b"))
+    assert looked_up == ["a", "b", "c", "b"]
