@@ -130,6 +130,9 @@ def _rate_cell(s: Mapping[str, Any] | None) -> str:
         return f"not run ({s['skipped']})"
     if s["msgs_per_s"] is None:
         return "FAILED"
+    if s.get("failed_rounds"):
+        ran = s["rounds"] - s["failed_rounds"]
+        return f"{_num(s['msgs_per_s'])} ({ran} of {s['rounds']} rounds)"
     return _num(s["msgs_per_s"])
 
 

@@ -75,7 +75,9 @@ def cell_key(cell: Mapping[str, Any]) -> tuple[str, int, str]:
 
 def summarise(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One summary per (scenario, size, calls, system): the median msgs/s over rounds (failed
-    rounds excluded, but counted), the latency of the median round, and every error."""
+    or skipped rounds excluded, but counted), the latency of the median round, and every
+    error. ``skipped`` is set only when no round ran: a cell whose last round the time budget
+    cut still reports the rounds that ran."""
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for r in runs:
         groups.setdefault((*cell_key(r), r["system"]), []).append(r)
@@ -97,7 +99,9 @@ def summarise(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "latency": None if mid is None else mid.get("latency"),
                 "achieved_rate": None if mid is None else mid.get("achieved_rate"),
                 "errors": [r["error"] for r in rs if not r.get("ok") and r.get("error")],
-                "skipped": next((r["skipped"] for r in rs if r.get("skipped")), None),
+                "skipped": None
+                if ok
+                else next((r["skipped"] for r in rs if r.get("skipped")), None),
             }
         )
     return out

@@ -254,3 +254,11 @@ def test_variants_table_compares_each_raybus_mode_with_rabbitmq_in_the_same_sett
         "",
     ]
     assert _report.variants_table(summary[:1]) == "(no variants run)"
+
+
+def test_a_rate_from_fewer_rounds_than_planned_says_so() -> None:
+    assert _report._rate_cell({"msgs_per_s": 200.0, "rounds": 3, "failed_rounds": 1}) == (
+        "200 (2 of 3 rounds)"
+    )
+    assert _report._rate_cell({"msgs_per_s": 1500.0, "rounds": 3, "failed_rounds": 0}) == "1,500"
+    assert _report._rate_cell({"msgs_per_s": None, "rounds": 3, "failed_rounds": 3}) == "FAILED"

@@ -105,6 +105,18 @@ def test_summary_takes_the_median_round_and_keeps_failures() -> None:
     assert rmq["failed_rounds"] == 1 and rmq["errors"] == ["boom"]
 
 
+def test_a_cell_the_budget_cut_short_reports_the_rounds_that_ran() -> None:
+    """A round skipped for the time budget does not hide the rounds that ran (the cell was
+    shown as not run although two of its three rounds had run)."""
+    budget = {"ok": False, "skipped": "time budget of 1020 s used up"}
+    runs = [_run("raybus", 100.0, 0), _run("raybus", 300.0, 1), _run("raybus", None, 2, **budget)]
+    (s,) = _stats.summarise(runs)
+    assert s["msgs_per_s"] == 200.0 and s["skipped"] is None
+    assert (s["rounds"], s["failed_rounds"]) == (3, 1)
+    (none,) = _stats.summarise([_run("actor", None, 0, **budget)])
+    assert none["msgs_per_s"] is None and none["skipped"] == budget["skipped"]
+
+
 def test_summary_of_only_failed_rounds_has_no_rate() -> None:
     (s,) = _stats.summarise([_run("actor", None)])
     assert s["msgs_per_s"] is None and s["mb_per_s"] is None and s["latency"] is None
