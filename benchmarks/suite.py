@@ -241,7 +241,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, help="repetitions of every cell (medians reported)")
     p.add_argument("--batch", type=int, default=100, help="messages per batched call")
     p.add_argument("--timeout", type=float, help="seconds per run")
-    p.add_argument("--budget", type=float, help="seconds after which no new run starts")
+    p.add_argument(
+        "--budget",
+        type=float,
+        help="seconds after which no new run starts (default: the profile's, per its rounds)",
+    )
     p.add_argument("--no-rabbitmq", action="store_true", help="leave RabbitMQ out")
     p.add_argument(
         "--out", type=Path, default=HERE / "results", help="directory for JSON/Markdown/PNG"
@@ -261,7 +265,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     prof = PROFILES[args.profile]
     args.rounds = args.rounds or prof["rounds"]
     args.timeout = args.timeout or prof["timeout"]
-    args.budget = args.budget or prof["budget_s"]
+    # A profile's budget is for its own number of rounds: more rounds get proportionally more.
+    args.budget = args.budget or prof["budget_s"] * args.rounds / prof["rounds"]
     try:
         args.scenario_list = args.scenarios.split(",") if args.scenarios else None
         args.size_list = [int(x) for x in args.sizes.split(",")] if args.sizes else None

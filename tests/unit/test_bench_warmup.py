@@ -211,3 +211,11 @@ def test_a_command_out_of_order_stops_the_role(events: list[str]) -> None:
     with pytest.raises(RuntimeError, match="expected warm"):
         asyncio.run(_worker.follow_steps(_worker.run_senders, tx_cmd, go_first))
     assert broker.log == []  # nothing sent
+
+
+def test_more_rounds_get_a_proportionally_larger_time_budget() -> None:
+    """Three rounds of the full profile within one round's budget cut the last cells short."""
+    one, three = suite.parse_args([]), suite.parse_args(["--rounds", "3"])
+    assert three.budget == 3 * one.budget and three.rounds == 3
+    assert suite.parse_args(["--rounds", "3", "--budget", "50"]).budget == 50
+    assert suite.parse_args(["--quick"]).budget < one.budget
