@@ -193,8 +193,8 @@ class Runner:
         admin = self.admins[SYSTEMS[system]["peer"]]
         key = self.target(system, cell["topology"])
         target = self.targets[key]
-        sources = max(1, cell["topology"].get("subscriptions", 0))
         rx_prepare, tx_prepare = prepare_commands(cell, system, target, batch, self.timeout)
+        sources = rx_prepare["sources"]
         try:
             rx, tx = self.worker("receive"), self.worker("send")
             rx.command(**rx_prepare)

@@ -50,12 +50,12 @@ _log = logging.getLogger("raybus.coordinator")
 # Partitions whose handles the coordinator keeps (one more is a GCS lookup, in a thread).
 PARTITION_CACHE = 4096
 
-# One participant's share as the client sends it:
-# (partition actor name, handle or None, entity, sends as wire rows — or an object ref to them,
-# passed on untouched and resolved by the participant —, settle ops as wire tuples, renews).
-# The coordinator calls the partition of that name through its own cached handle; a handle
-# sent along only has to be that partition's (None saves deserialising it: the router's).
-Participant = tuple[str, Any, str, list[Any], list[Any], list[str]]
+# One participant's share as the client sends it: (partition actor name, entity, sends as wire
+# rows — or an object ref to them, passed on untouched and resolved by the participant —, settle
+# ops as wire tuples, renews). No handle: the coordinator calls the partition of that name
+# through its own cached one (deserialising every participant's handle per commit was most of
+# its CPU), so a sender cannot point a share at another actor than the one it names.
+Participant = tuple[str, str, list[Any], list[Any], list[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,6 @@ class _Partition:
     methods bound to the internal token once (profiled per commit: deserialising every
     participant's handle, wrapping it and its methods were most of the coordinator's CPU)."""
 
-    actor_id: Any
     prepare: Any
     commit: Any
     abort: Any
@@ -139,13 +138,13 @@ class CoordinatorActor(Guarded):
     async def _authorize(self, auth: Any, participants: list[Participant]) -> None:
         """The caller's token must allow each share: Send for its sends, Listen for its
         settlements and renewals, on the entity it names — and the name must be a partition
-        of that entity (not of an entity below it, such as a topic's subscription), and a
-        handle sent along must be that partition's (a forged list must not reach another
-        entity). The broker's own token (the router's) skips the checks: one comparison."""
+        of that entity (not of an entity below it, such as a topic's subscription): a forged
+        list must not reach another entity. The broker's own token (the router's) skips the
+        checks: one comparison."""
         guard = await self._access_guard()
         if guard.open or guard.is_internal(auth):
             return
-        for name, handle, entity, sends, ops, renews in participants:
+        for name, entity, sends, ops, renews in participants:
             if sends:
                 guard.check(auth, AccessRights.SEND, entity)
             if ops or renews:
@@ -155,9 +154,7 @@ class CoordinatorActor(Guarded):
             known = None
             if len(rest) == 2 and all(part.isdigit() for part in rest):
                 known = await self._partition(name)
-            if known is None or (
-                handle is not None and known.actor_id != getattr(handle, "_actor_id", None)
-            ):
+            if known is None:
                 raise ServiceBusAuthorizationError(
                     f"participant {name!r} is not a partition of {entity!r}", entity
                 )
@@ -173,9 +170,7 @@ class CoordinatorActor(Guarded):
             except ValueError:
                 return None
             authed = internal(handle, self._namespace)
-            known = _Partition(
-                handle._actor_id, authed.txn_prepare, authed.txn_commit, authed.txn_abort
-            )
+            known = _Partition(authed.txn_prepare, authed.txn_commit, authed.txn_abort)
             self._partitions[name] = known
             if len(self._partitions) > PARTITION_CACHE:
                 self._partitions.popitem(last=False)
@@ -197,10 +192,10 @@ class CoordinatorActor(Guarded):
                 "this transaction is already being committed", None, txn_id, "duplicate"
             )
         names = [p[0] for p in participants]
-        found = [await self._partition(n) for n in names]
+        found = await asyncio.gather(*(self._partition(n) for n in names))
         handles = [h for h in found if h is not None]
         if len(handles) < len(found):  # nothing prepared yet: nothing to undo
-            entity = participants[found.index(None)][2]
+            entity = participants[found.index(None)][1]
             gone = MessagingEntityNotFoundError("the entity was deleted", entity)
             reason = f"{type(gone).__name__}: {gone}"
             raise TransactionAbortedError(
@@ -211,12 +206,12 @@ class CoordinatorActor(Guarded):
             results = await asyncio.gather(
                 *(
                     h.prepare.remote(txn_id, s, o, r)
-                    for h, (_n, _h, _e, s, o, r) in zip(handles, participants, strict=True)
+                    for h, (_n, _e, s, o, r) in zip(handles, participants, strict=True)
                 ),
                 return_exceptions=True,
             )
             failed = [
-                (p[2], res)
+                (p[1], res)
                 for p, res in zip(participants, results, strict=True)
                 if isinstance(res, BaseException)
             ]

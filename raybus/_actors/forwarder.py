@@ -151,7 +151,7 @@ class Forwarder:
             return len(go)
         me = partition_actor_name(actor._namespace, source, actor._incarnation, actor._partition_id)
         ops = [SettleOp("complete", r.lock_token or "").to_wire() for r, _c in go]
-        participants.insert(0, (me, None, source, [], ops, []))
+        participants.insert(0, (me, source, [], ops, []))
         try:
             commit = await self._coordinator.method()
             await _rpc.call(source, commit, uuid.uuid4().hex, participants)
@@ -191,7 +191,7 @@ class Forwarder:
             for pid, idxs in r.pmap.place(recs, dedup, lambda s=spread: s).items():
                 name = partition_actor_name(actor._namespace, path, r.incarnation, pid)
                 share = [recs[i] for i in idxs]
-                out.append((name, None, path, to_wire(share), [], []))
+                out.append((name, path, to_wire(share), [], []))
         return out
 
     async def _refuse(

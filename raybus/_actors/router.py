@@ -254,9 +254,7 @@ class RouterActor(Guarded):
             ref = refs.get(key)
             if ref is None:
                 ref = refs[key] = ray.put(to_wire(recs))
-            # No handle: the coordinator calls the partition named through its own cached
-            # one (deserialising ten handles per commit was most of its CPU).
-            participants.append((name, None, path, ref, [], []))
+            participants.append((name, path, ref, [], []))
         commit = await self._coordinator.method()
         await _rpc.call(self._props.name, commit, uuid.uuid4().hex, participants)
 

@@ -181,7 +181,6 @@ class ServiceBusTransaction:
                 participants = [
                     (
                         s.name,
-                        None,  # the coordinator calls the partition named, by its own handle
                         s.entity,
                         to_wire(s.sends),
                         [op.to_wire() for op in s.ops],

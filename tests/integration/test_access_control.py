@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import ray
@@ -309,8 +308,7 @@ def test_the_coordinator_takes_only_partitions_of_the_entity_each_share_names(
 ) -> None:
     """A client commits its own participant list: each name must be a partition of the
     entity it names (not another entity's, not a topic's subscription under the topic's
-    name), and a handle sent along must be that partition's. A share without a handle goes
-    to the partition named."""
+    name). Shares carry no handle: the coordinator calls the partition named."""
     from raybus._core.record import MessageRecord, encoded_size
 
     closed.create_topic("t")
@@ -321,34 +319,30 @@ def test_the_coordinator_takes_only_partitions_of_the_entity_each_share_names(
         client.get_queue_sender("other").send_messages(ServiceBusMessage("plain"))
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
 
-    def partition_of(entity: str) -> tuple[str, Any]:
+    def partition_of(entity: str) -> str:
         (name,) = [n for n in names if n.startswith(f"raybus/{namespace}/queue/{entity}/")]
-        return name, ray.get_actor(name, namespace="raybus")
+        return name
 
-    q_name, q_handle = partition_of("q")
-    other_name, other = partition_of("other")
-    sub_name, sub = partition_of("t/subscriptions/s")
+    q_name = partition_of("q")
+    other_name = partition_of("other")
+    sub_name = partition_of("t/subscriptions/s")
     record = MessageRecord(body=b"forged")
     encoded_size(record)
     sends = to_wire([record])
     forged = {
-        "another entity's partition": (other_name, other, "q"),
-        "a handle of another partition": (q_name, other, "q"),
-        "a subscription under its topic's name": (sub_name, sub, "t"),
-        "a subscription without a handle": (sub_name, None, "t"),
+        "another entity's partition": (other_name, "q"),
+        "a subscription under its topic's name": (sub_name, "t"),
+        "a name that is no partition": (q_name + "/0", "q"),
     }
     aclient = aio.ServiceBusClient(
         namespace, credential=SharedAccessKeyCredential("app", app.primary_key)
     )
     coordinator = aclient._conn.coordinator
-    for i, (what, (name, handle, entity)) in enumerate(forged.items()):
+    for i, (what, (name, entity)) in enumerate(forged.items()):
         with pytest.raises(ray.exceptions.RayTaskError) as info:
-            ray.get(
-                coordinator.commit.remote(f"forged{i}", [(name, handle, entity, sends, [], [])])
-            )
+            ray.get(coordinator.commit.remote(f"forged{i}", [(name, entity, sends, [], [])]))
         assert isinstance(info.value.cause, ServiceBusAuthorizationError), what
     assert active(closed, "other") == 1
     assert closed.get_subscription_runtime_properties("t", "s").active_message_count == 1
-    for i, handle in enumerate((q_handle, None)):
-        ray.get(coordinator.commit.remote(f"fine{i}", [(q_name, handle, "q", sends, [], [])]))
-    assert active(closed, "q") == 2
+    ray.get(coordinator.commit.remote("fine", [(q_name, "q", sends, [], [])]))
+    assert active(closed, "q") == 1

@@ -182,9 +182,50 @@ def test_the_coordinator_keeps_the_most_recently_used_partitions(
     async def use(*names: str) -> None:
         for name in names:
             found = await actor._partition(name)
-            assert found is not None and found.actor_id == name
+            assert found is not None and found.commit._actor.name == name
 
     asyncio.run(use("a", "b", "a", "c"))  # "b" is the least recently used when "c" comes
     assert list(actor._partitions) == ["a", "c"]
     asyncio.run(use("b"))
     assert looked_up == ["a", "b", "c", "b"]
+
+
+def test_the_coordinator_drops_a_partition_that_died_for_good_and_keeps_a_restarting_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A commit that finds a participant's actor dead for good (its entity deleted; the name
+    may get a new actor) drops it from the cache, so the next use looks it up again; one that
+    is only unreachable (restarting under the same handle) stays cached. Neither is confirmed,
+    so the decision stays to be re-sent."""
+    from raybus._actors import coordinator
+
+    actors: dict[str, FakeActor] = {}
+    looked_up: list[str] = []
+
+    async def fake_named_actor(name: str) -> Any:
+        looked_up.append(name)
+        return actors.setdefault(name, FakeActor(name))
+
+    monkeypatch.setattr(coordinator, "named_actor", fake_named_actor)
+    monkeypatch.setattr(coordinator, "internal", lambda handle, namespace: handle)
+    actor = coordinator.CoordinatorActor.__new__(coordinator.CoordinatorActor)
+    actor._namespace = "ns"
+    actor._partitions = coordinator.OrderedDict()
+    actor._decided = {"txn": ["dead", "restarting", "fine"]}
+    actor._log = None
+    actor._resume = None
+
+    async def commit_once() -> None:
+        handles = [await actor._partition(n) for n in actor._decided["txn"]]
+        actors["dead"].fail = rex.ActorDiedError()
+        actors["restarting"].fail = rex.RayActorError()
+        await actor._tell_commit("txn", actor._decided["txn"], handles)  # type: ignore[arg-type]
+        if actor._resume is not None:
+            actor._resume.cancel()
+
+    asyncio.run(commit_once())
+    assert list(actor._partitions) == ["restarting", "fine"]
+    assert "txn" in actor._decided  # not confirmed by all: re-sent later
+    assert [m for m, _ in actors["fine"].calls] == ["txn_commit"]
+    asyncio.run(actor._partition("dead"))
+    assert looked_up == ["dead", "restarting", "fine", "dead"]
