@@ -80,16 +80,22 @@ async def call(
     *args: Any,
     timeout: float | None = None,
     retries: int = 0,
+    returns: int = 1,
 ) -> Any:
     """Call ``method.remote(*args)`` and await its result, translating failures.
 
     If this raises ``ServiceBusConnectionError`` or ``OperationTimeoutError`` the call may have
     taken effect. ``retries`` repeats the call that many times after a
     ``ServiceBusConnectionError`` (an actor restarting), backing off 0.25 s, 0.5 s, ... up to
-    2 s: only for calls whose repetition is harmless (reads, receives).
+    2 s: only for calls whose repetition is harmless (reads, receives). ``returns`` > 1 calls
+    a method that returns that many values (``num_returns``) and gives them as a list.
     """
     for attempt in range(retries + 1):
         try:
+            if returns > 1:
+                refs = method.options(num_returns=returns).remote(*args)
+                both = asyncio.gather(*(asyncio.wrap_future(r.future()) for r in refs))
+                return list(await asyncio.wait_for(both, timeout))
             ref = method.remote(*args)
             if timeout is None:
                 return await ref
@@ -109,10 +115,15 @@ def call_sync(
     *args: Any,
     timeout: float | None = None,
     retries: int = 0,
+    returns: int = 1,
 ) -> Any:
-    """The blocking twin of ``call`` (same retry rule), for the sync API's direct paths."""
+    """The blocking twin of ``call`` (same retry and ``returns`` rules), for the sync API's
+    direct paths."""
     for attempt in range(retries + 1):
         try:
+            if returns > 1:
+                refs = method.options(num_returns=returns).remote(*args)
+                return ray.get(refs, timeout=timeout)
             return ray.get(method.remote(*args), timeout=timeout)
         except (rex.RayError, TimeoutError) as exc:
             error = translate(exc, entity)

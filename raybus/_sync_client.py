@@ -113,9 +113,11 @@ class ServiceBusReceiver:
             return ready
         handed_before = inner._handed
         while True:
-            rows = inner.call_blocking("receive", *inner._receive_args(fetch, deadline))
-            if rows is None:
+            args = inner._receive_args(fetch, deadline)
+            result = inner.call_blocking("receive", *args)
+            if result is None:
                 return run(inner.receive_messages(max_message_count, max_wait_time))
+            rows = inner._rows(result, args)
             if rows or _past(deadline):
                 break
         # Settlements sent before this call ran alongside it; report a refusal now, giving

@@ -63,6 +63,9 @@ class _AuthedMethod:
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         return self._method.remote(*args, _auth=self._token(), **kwargs)
 
+    def options(self, **options: Any) -> _AuthedMethod:
+        return _AuthedMethod(self._method.options(**options), self._token)
+
     @property
     def _method_name(self) -> str:
         return str(getattr(self._method, "_method_name", self._method))

@@ -28,6 +28,7 @@ from .._core.committer import Committer
 from .._core.partition import Partition, PartitionCounts, SettleOp
 from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
 from .._core.registry import partition_storage_dirs
+from .._core.wire import join_groups, split_rows
 from .._metrics import EXPORT_INTERVAL_S, PartitionMetrics
 from .._models import EXPRESS_FLUSH_INTERVAL, QueueProperties
 from .._storage import DurableLog, StorageCorruptedError, StorageUnavailableError
@@ -204,12 +205,14 @@ class PartitionActor(Guarded):
 
     @guarded(SEND)
     async def send_groups(
-        self, groups: Sequence[Sequence[WireRecord]]
+        self, layout: list[int], *pieces: list[WireRecord]
     ) -> list[list[int] | ServiceBusError]:
         """Accept each group atomically (one caller's batch each); a result or error per group.
 
-        Records travel as tuples (``raybus._core.record.to_wire``), as in every method here.
+        Records travel as tuples (``raybus._core.record.to_wire``), as in every method here;
+        the groups arrive as their lengths and their rows in pieces (``raybus._core.wire``).
         """
+        groups = join_groups(layout, pieces)
         self._kick()
         started = time.perf_counter()
         if self._ask_slots:
@@ -287,9 +290,12 @@ class PartitionActor(Guarded):
         dead_letter: bool,
         delete: bool,
         session: tuple[str, str] | None = None,
-    ) -> list[WireRecord]:
+        pieces: int = 1,
+    ) -> list[WireRecord] | tuple[list[WireRecord], ...]:
         """Up to ``max_count`` messages (of the accepted ``session``, on a session-enabled
-        queue); waits up to ``wait_s`` for the first one.
+        queue); waits up to ``wait_s`` for the first one. With ``pieces`` > 1 the caller
+        asked for that many return values (``num_returns``): the rows in pieces
+        (``raybus._core.wire``).
 
         Returns as soon as any message is available (never polls): senders, settlements and
         the core's deadlines (scheduled activations, lock expiries) wake the waiters.
@@ -311,7 +317,7 @@ class PartitionActor(Guarded):
                     await self._commit.durable_since(mark)
                 else:
                     await self._commit.durable(after_inflight=delete)
-                return rows
+                return tuple(split_rows(rows, pieces)) if pieces > 1 else rows
             await self._wait_change(deadline)
 
     @guarded(LISTEN)

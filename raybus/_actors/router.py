@@ -33,6 +33,7 @@ from .._core.access import INTERNAL
 from .._core.fanout import Target, plan
 from .._core.record import WireRecord, from_wire, to_wire
 from .._core.registry import partition_actor_name
+from .._core.wire import join_groups, split_groups
 from .._topic_models import TopicProperties
 from ..auth import AccessRights
 from ..exceptions import (
@@ -139,9 +140,13 @@ class RouterActor(Guarded):
         self._configure(version, topic, subscriptions)
 
     @guarded(AccessRights.SEND)
-    async def publish(self, groups: list[list[WireRecord]]) -> list[ServiceBusError | None]:
+    async def publish(
+        self, layout: list[int], *pieces: list[WireRecord]
+    ) -> list[ServiceBusError | None]:
         """Deliver each group's copies; ``None`` or the error per group (one error for all
-        the groups of the call when delivery itself failed)."""
+        the groups of the call when delivery itself failed). The groups arrive as their
+        lengths and their rows in pieces (``raybus._core.wire``)."""
+        groups = join_groups(layout, pieces)
         await self._ensure_configured()
         results: list[ServiceBusError | None] = []
         records = []
@@ -237,7 +242,7 @@ class RouterActor(Guarded):
             (((path, pid), recs),) = shares.items()
             handle = self._routes[path].handle(pid)
             sender = internal(handle, self._namespace).send_groups
-            (result,) = await _rpc.call(path, sender, [to_wire(recs)])
+            (result,) = await _rpc.call(path, sender, *split_groups([to_wire(recs)]))
             if isinstance(result, BaseException):
                 raise result
             return

@@ -34,6 +34,7 @@ __all__ = [
     "snapshot",
     "stamp_accepted",
     "to_wire",
+    "wire_size",
 ]
 
 # ServiceBusMessageState values (see raybus.enums).
@@ -107,6 +108,17 @@ class MessageRecord:
 WireRecord = tuple[Any, ...]
 _WIRE_FIELDS = tuple(f.name for f in fields(MessageRecord))
 _to_wire = operator.attrgetter(*_WIRE_FIELDS)
+
+
+_SIZE_AT = _WIRE_FIELDS.index("size")
+# What a row costs on the wire beyond its message's encoded size: the tuple, the broker's
+# fields (numbers, times, a lock token) and pickling's framing (measured about 150 bytes).
+_ROW_ALLOWANCE = 192
+
+
+def wire_size(row: WireRecord) -> int:
+    """About how many bytes ``row`` takes in a remote call (``raybus._core.wire``)."""
+    return int(row[_SIZE_AT]) + _ROW_ALLOWANCE
 
 
 def to_wire(records: Iterable[MessageRecord]) -> list[WireRecord]:

@@ -25,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
+from itertools import chain
 from typing import Any
 
 from .. import _rpc
@@ -32,7 +33,8 @@ from .._actors.namespace import Route, TopicRoute
 from .._clock import from_timestamp
 from .._connection import Connection, SettleResults
 from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
-from .._core.record import WireRecord, from_wire
+from .._core.record import WireRecord, from_wire, wire_size
+from .._core.wire import pieces_for
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import (
     InvalidArgumentError,
@@ -61,6 +63,12 @@ def _retries(method_name: str) -> int:
     """Receives and peeks ride out a partition restart; settlements are not repeated (a
     repeated one would fail on the new lock table anyway)."""
     return _rpc.READ_RETRIES if method_name in ("receive", "peek") else 0
+
+
+def _returns(method_name: str, args: tuple[Any, ...]) -> int:
+    """How many values the call returns: a receive's last argument asks for its messages in
+    that many pieces (``_receive_args``)."""
+    return int(args[-1]) if method_name == "receive" else 1
 
 
 def lock_token_of(message: Any) -> str:
@@ -159,6 +167,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         self._dead_letter = self.sub_queue is ServiceBusSubQueue.DEAD_LETTER
         self._delete = self.receive_mode is ServiceBusReceiveMode.RECEIVE_AND_DELETE
         self._buffer: deque[ServiceBusReceivedMessage] = deque()
+        self._row_bytes = 0.0  # the wire size of a row the last receive returned, on average
         self._peek_cursor = 0
         self._peek_cursors: dict[int, int] = {}  # per partition, on a partitioned queue
         self._turn = 0
@@ -215,6 +224,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
                 *args,
                 timeout=timeout,
                 retries=_retries(method_name),
+                returns=_returns(method_name, args),
             )
         except MessagingEntityNotFoundError:
             if partition == 0:
@@ -274,17 +284,14 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         if self.session is not None:
             _sid, _token, pid = await self.session.ensure()
             while True:
-                rows = await self._call(
-                    "receive",
-                    *self._receive_args(fetch, deadline),
-                    *self._session_args(),
-                    partition=pid,
-                )
+                args = self._receive_args(fetch, deadline, *self._session_args())
+                rows = self._rows(await self._call("receive", *args, partition=pid), args)
                 if rows or _past(deadline):
                     break
         elif route.single:
             while True:
-                rows = await self._call("receive", *self._receive_args(fetch, deadline))
+                args = self._receive_args(fetch, deadline)
+                rows = self._rows(await self._call("receive", *args), args)
                 if rows or _past(deadline):
                     break
         else:
@@ -293,10 +300,8 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         return result
 
     async def _receive_from(self, pid: int, count: int, wait_s: float) -> list[WireRecord]:
-        rows: list[WireRecord] = await self._call(
-            "receive", count, wait_s, self._dead_letter, self._delete, partition=pid
-        )
-        return rows
+        args = self._receive_args(count, None, None, wait_s=wait_s)
+        return self._rows(await self._call("receive", *args, partition=pid), args)
 
     async def _release_rows(self, rows: list[WireRecord]) -> None:
         """Give back messages received by a call that must raise instead."""
@@ -326,9 +331,29 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         deadline = None if wait is None else time.monotonic() + wait
         return self._from_buffer(count), count, max(count, self.prefetch_count), deadline
 
-    def _receive_args(self, fetch: int, deadline: float | None) -> tuple[Any, ...]:
-        slice_s = _WAIT_SLICE_S if deadline is None else max(0.0, deadline - time.monotonic())
-        return (fetch, min(slice_s, _WAIT_SLICE_S), self._dead_letter, self._delete)
+    def _receive_args(
+        self,
+        fetch: int,
+        deadline: float | None,
+        session: tuple[str, str] | None = None,
+        *,
+        wait_s: float | None = None,
+    ) -> tuple[Any, ...]:
+        """The arguments of a partition's ``receive``. The last one is the number of pieces
+        the messages come back in (``raybus._core.wire``), from the size of the rows the last
+        receive returned: a result Ray can carry inside the call is much cheaper."""
+        if wait_s is None:
+            slice_s = _WAIT_SLICE_S if deadline is None else max(0.0, deadline - time.monotonic())
+            wait_s = min(slice_s, _WAIT_SLICE_S)
+        pieces = pieces_for(int(fetch * self._row_bytes))
+        return (fetch, wait_s, self._dead_letter, self._delete, session, pieces)
+
+    def _rows(self, result: Any, args: tuple[Any, ...]) -> list[WireRecord]:
+        """The rows of a ``receive`` made with ``args`` (joined if they came in pieces)."""
+        rows: list[WireRecord] = list(chain.from_iterable(result)) if args[-1] > 1 else result
+        if rows:
+            self._row_bytes = sum(map(wire_size, rows)) / len(rows)
+        return rows
 
     def _release_ops(self, rows: list[WireRecord]) -> list[tuple[Any, ...]]:
         """Ops that give back messages received by a call that must raise instead."""
@@ -367,6 +392,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
                 getattr(route.partitions[0], method_name),
                 *args,
                 retries=_retries(method_name),
+                returns=_returns(method_name, args),
             )
         except MessagingEntityNotFoundError:
             self._conn.forget(self.entity_path)

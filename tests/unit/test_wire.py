@@ -1,0 +1,91 @@
+"""Records crossing a call in pieces small enough for Ray to carry inline (raybus._core.wire)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from raybus._core.record import MessageRecord, to_wire, wire_size
+from raybus._core.wire import (
+    INLINE_BYTES,
+    MAX_PIECES,
+    join_groups,
+    pieces_for,
+    split_groups,
+    split_rows,
+)
+
+RAY_INLINE_LIMIT = 100 * 1024  # Ray's default max_direct_call_object_size
+
+
+def rows(n: int, body: int = 1024, start: int = 0) -> list[tuple[object, ...]]:
+    return to_wire(
+        MessageRecord(body=bytes([i % 251]) * body, size=body + 24, message_id=f"m{i}")
+        for i in range(start, start + n)
+    )
+
+
+def test_a_hundred_1kib_messages_cross_in_pieces_each_under_rays_inline_limit() -> None:
+    layout, *pieces = split_groups([rows(100)])
+    assert layout == [100]
+    assert len(pieces) == 2
+    for piece in pieces:
+        assert len(pickle.dumps(piece, protocol=5)) < RAY_INLINE_LIMIT
+    assert join_groups(layout, pieces) == [rows(100)]
+
+
+def test_small_calls_stay_one_piece() -> None:
+    layout, *pieces = split_groups([rows(3, 100), rows(2, 100, start=3)])
+    assert layout == [3, 2] and len(pieces) == 1
+    assert join_groups(layout, pieces) == [rows(3, 100), rows(2, 100, start=3)]
+
+
+def test_the_estimate_covers_what_pickle_writes() -> None:
+    got = rows(200, 300)
+    estimated = sum(map(wire_size, got))
+    assert len(pickle.dumps(got, protocol=5)) <= estimated
+
+
+def test_piece_count_is_bounded() -> None:
+    assert pieces_for(0) == 1
+    assert pieces_for(INLINE_BYTES) == 1
+    assert pieces_for(INLINE_BYTES + 1) == 2
+    assert pieces_for(100 * INLINE_BYTES) == MAX_PIECES
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=5000), max_size=80),
+    pieces=st.integers(min_value=1, max_value=MAX_PIECES),
+)
+def test_split_rows_keeps_every_row_in_order_in_about_equal_pieces(
+    sizes: list[int], pieces: int
+) -> None:
+    got = to_wire(MessageRecord(message_id=f"m{i}", size=s) for i, s in enumerate(sizes))
+    out = split_rows(got, pieces)
+    assert len(out) == pieces
+    assert [r for piece in out for r in piece] == got
+    share = sum(map(wire_size, got)) / pieces
+    biggest = max(map(wire_size, got), default=0)
+    for piece in out:  # a piece is its share, give or take the row on each border
+        assert sum(map(wire_size, piece)) <= share + biggest
+
+
+@given(st.lists(st.integers(min_value=0, max_value=40), max_size=12))
+def test_groups_round_trip(lengths: list[int]) -> None:
+    groups, start = [], 0
+    for n in lengths:
+        groups.append(rows(n, 2000, start))
+        start += n
+    layout, *pieces = split_groups(groups)
+    assert join_groups(layout, pieces) == groups
+
+
+@pytest.mark.parametrize(
+    ("layout", "carried"), [([2], 3), ([3], 2), ([1, -1, 2], 2)], ids=["more", "fewer", "negative"]
+)
+def test_a_layout_that_does_not_match_the_rows_is_refused(layout: list[int], carried: int) -> None:
+    with pytest.raises(ValueError, match="records"):
+        join_groups(layout, [rows(carried)])
