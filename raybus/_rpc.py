@@ -33,7 +33,7 @@ from .exceptions import (
     ServiceBusError,
 )
 
-__all__ = ["READ_RETRIES", "actor_gone", "call", "call_sync", "translate"]
+__all__ = ["READ_RETRIES", "ActorGoneError", "actor_gone", "call", "call_sync", "translate"]
 
 # Reads and receives ride out an actor restart (~1 s) by retrying this often.
 READ_RETRIES = 5
@@ -41,14 +41,18 @@ READ_RETRIES = 5
 _log = logging.getLogger("raybus.rpc")
 
 
-_ACTOR_GONE = "the entity was deleted (its actor is gone)"
+class ActorGoneError(MessagingEntityNotFoundError):
+    """The called actor died for good (``translate`` of Ray's ``ActorDiedError``).
+
+    To a user it is ``MessagingEntityNotFoundError``, as any deleted entity; inside raybus it
+    tells a handle to drop (and look up again) from an actor's own "not found" answer, such as
+    a namespace asked for a route it does not have. Pickles as its base class does (its
+    arguments), so it keeps its type when an actor passes it on to its caller."""
 
 
 def actor_gone(error: BaseException) -> bool:
-    """Whether ``error`` (as ``translate`` made it) says the called actor is gone for good:
-    a handle to drop, not a verdict of the actor's (a namespace that is asked for a route it
-    does not have raises the same class)."""
-    return isinstance(error, MessagingEntityNotFoundError) and str(error).startswith(_ACTOR_GONE)
+    """Whether ``error`` (as ``translate`` made it) says the called actor is gone for good."""
+    return isinstance(error, ActorGoneError)
 
 
 def translate(exc: BaseException, entity: str | None) -> BaseException:
@@ -64,7 +68,7 @@ def translate(exc: BaseException, entity: str | None) -> BaseException:
         _log.error("internal error in the broker for %s: %r", entity, cause)
         return ServiceBusError(f"internal broker error: {cause!r}", entity)
     if isinstance(exc, rex.ActorDiedError):
-        return MessagingEntityNotFoundError(_ACTOR_GONE, entity)
+        return ActorGoneError("the entity was deleted (its actor is gone)", entity)
     if isinstance(exc, rex.RayActorError):
         return ServiceBusConnectionError(f"the broker is unreachable: {exc}", entity)
     if isinstance(exc, rex.GetTimeoutError | asyncio.TimeoutError | TimeoutError):

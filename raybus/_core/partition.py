@@ -47,6 +47,7 @@ from .record import (
     SCHEDULED,
     SESSION_ID_IS_NULL,
     MessageRecord,
+    active_expiry,
     check_application_properties,
     snapshot,
     stamp_accepted,
@@ -703,7 +704,7 @@ class Partition(SessionOps, SnapshotOps):
 
     def _make_active(self, rec: MessageRecord, now: float) -> None:
         rec.state = ACTIVE
-        rec.expires_at = rec.enqueued_time + (rec.time_to_live or float("inf"))
+        rec.expires_at = active_expiry(rec)
         self._push_available(self._main, rec)
         if rec.expires_at != float("inf"):
             heapq.heappush(self._ttl_heap, (rec.expires_at, rec.sequence_number))

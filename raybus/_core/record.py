@@ -27,6 +27,7 @@ __all__ = [
     "MAX_PROPERTY_SIZE",
     "SCHEDULED",
     "MessageRecord",
+    "active_expiry",
     "check_application_properties",
     "check_body",
     "encoded_size",
@@ -170,8 +171,14 @@ def stamp_accepted(
         rec.state, rec.enqueued_time, rec.expires_at = SCHEDULED, at, at + ttl
     else:
         rec.state, rec.enqueued_time = ACTIVE, now
-        rec.expires_at = now + (ttl or float("inf"))
+        rec.expires_at = active_expiry(rec)
     return None
+
+
+def active_expiry(rec: MessageRecord) -> float:
+    """When an active message expires: its enqueue time plus its time to live (``inf`` for
+    none). The one rule for a message accepted now and a scheduled one becoming active."""
+    return rec.enqueued_time + (rec.time_to_live or float("inf"))
 
 
 def _value_size(value: Any, where: str, *, nested: bool) -> int:

@@ -82,7 +82,9 @@ def test_a_large_list_that_breaks_a_limit_is_refused_whole(
     admin.create_queue("small", max_message_size_in_kilobytes=1024)
     messages = [ServiceBusMessage(b) for b in bodies("x")]
     messages[-1] = ServiceBusMessage(b"y" * (1024 * 1024 + 1))
-    with client.get_queue_sender("small") as sender:
-        with pytest.raises(raybus.exceptions.MessageSizeExceededError):
-            sender.send_messages(messages)
+    with (
+        client.get_queue_sender("small") as sender,
+        pytest.raises(raybus.exceptions.MessageSizeExceededError),
+    ):
+        sender.send_messages(messages)
     assert admin.get_queue_runtime_properties("small").total_message_count == 0

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
 
 import pytest
 from ray import exceptions as rex
 
-from raybus._rpc import translate
+from raybus._rpc import actor_gone, translate
 from raybus.exceptions import (
     MessageLockLostError,
     MessagingEntityNotFoundError,
@@ -63,3 +64,16 @@ def test_timeouts_are_operation_timeouts_with_unknown_outcome(timeout: Exception
 def test_unexpected_broker_crash_is_an_internal_service_bus_error() -> None:
     out = translate(rex.RayTaskError("send", "tb", KeyError("boom")), "q")
     assert type(out) is ServiceBusError and "boom" in str(out)
+
+
+def test_an_actor_gone_is_told_from_an_actors_own_not_found_by_type_even_pickled() -> None:
+    gone = translate(rex.ActorDiedError(), "q")
+    assert actor_gone(gone)
+    again = pickle.loads(pickle.dumps(gone))
+    assert actor_gone(again) and again.entity == "q" and str(again) == str(gone)
+    # The namespace's own answer for a route it does not have, whatever its words.
+    own = MessagingEntityNotFoundError("the entity was deleted (its actor is gone)", "q")
+    assert not actor_gone(own)
+    assert not actor_gone(translate(rex.RayTaskError("route", "tb", own), "q"))
+    # An actor that saw its callee die passes the same meaning on.
+    assert actor_gone(translate(rex.RayTaskError("route", "tb", gone), "q"))
