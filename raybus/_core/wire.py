@@ -10,9 +10,10 @@ that is the common case, not a corner.
 
 Records therefore travel in pieces of at most about ``INLINE_BYTES`` each, one positional
 argument (or one return value) per piece, each small enough to stay inline. Splitting stops
-paying past about 400 KiB a call (the object store's fixed cost is then smaller than the
-copies through the call's message), so a call never has more than ``MAX_PIECES`` pieces:
-beyond that the pieces simply grow and Ray moves them through the object store as before.
+paying past about 400 KiB a call (measured: 400 KiB as five inline pieces 0.92 ms, as one
+object 1.20 ms; the object store's cost is mostly per object, so several pieces each too big
+to stay inline would cost several times one). A call of more than ``MAX_PIECES`` pieces'
+worth therefore goes as ONE piece, through the object store, as it did before.
 
 Sizes are estimates: a row's encoded message size (``MessageRecord.size``, computed once at
 the sender) plus a fixed allowance for the tuple and the broker's fields. A piece that turns
@@ -41,8 +42,10 @@ MAX_PIECES = 6
 
 
 def pieces_for(total_bytes: int) -> int:
-    """How many pieces ``total_bytes`` of rows cross in (1 .. ``MAX_PIECES``)."""
-    return max(1, min(MAX_PIECES, -(-total_bytes // INLINE_BYTES)))
+    """How many pieces ``total_bytes`` of rows cross in: enough for each to stay inline, or
+    one (through the object store) when that would take more than ``MAX_PIECES``."""
+    n = -(-total_bytes // INLINE_BYTES)
+    return n if 1 < n <= MAX_PIECES else 1
 
 
 def split_rows(rows: Sequence[WireRecord], pieces: int) -> list[list[WireRecord]]:

@@ -53,7 +53,10 @@ def test_piece_count_is_bounded() -> None:
     assert pieces_for(0) == 1
     assert pieces_for(INLINE_BYTES) == 1
     assert pieces_for(INLINE_BYTES + 1) == 2
-    assert pieces_for(100 * INLINE_BYTES) == MAX_PIECES
+    assert pieces_for(MAX_PIECES * INLINE_BYTES) == MAX_PIECES
+    # Past that, one object through the object store: not several that each go there.
+    assert pieces_for(MAX_PIECES * INLINE_BYTES + 1) == 1
+    assert pieces_for(100 * INLINE_BYTES) == 1
 
 
 @given(
