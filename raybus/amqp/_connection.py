@@ -151,11 +151,17 @@ class AmqpConnection:
         the SDK never settled would pile up on a long-lived connection, so every 1024th call
         drops those whose lock ended a minute ago or more."""
         self.locks[lock_token] = (link, message)
+        self.gateway.lock_index.remember(lock_token, message.sequence_number)
         self._held += 1
         if self._held % 1024 == 0:
             stale = time.time() - 60.0
             for token in [t for t, (_l, m) in self.locks.items() if _lock_ended(m, stale)]:
                 del self.locks[token]
+
+    def release(self, lock_token: str) -> None:
+        """Forget a lock once its message is settled (here or through ``$management``)."""
+        self.locks.pop(lock_token, None)
+        self.gateway.lock_index.forget(lock_token)
 
     def write(self, data: bytes) -> None:
         if not self._closed:

@@ -462,7 +462,7 @@ class EntityReceiver(OutgoingLink):
         reply: Described = state
         try:
             await settle(self.receiver, msg, outcome, confirm=self.gateway.confirm_settlements)
-            self.conn.locks.pop(token, None)
+            self.conn.release(token)
         except (ServiceBusError, ValueError) as exc:
             reply = described_list("rejected", error=error(condition_of(exc), str(exc)))
         if name == "rejected" and reply is state:
@@ -503,14 +503,7 @@ async def settle(
     always goes by lock token.
     """
     if confirm or outcome.disposition is ServiceBusDisposition.RELEASED:
-        await receiver.settle_message_by_lock_token(
-            message.lock_token or "",
-            outcome.disposition,
-            sequence_number=message.sequence_number,
-            properties_to_modify=outcome.properties,
-            dead_letter_reason=outcome.reason,
-            dead_letter_error_description=outcome.description,
-        )
+        await settle_by_token(receiver, message.lock_token or "", message.sequence_number, outcome)
     elif outcome.disposition is ServiceBusDisposition.COMPLETED:
         await receiver.complete_message(message)
     elif outcome.disposition is ServiceBusDisposition.ABANDONED:
@@ -521,6 +514,20 @@ async def settle(
         await receiver.dead_letter_message(
             message, outcome.reason, outcome.description, outcome.properties
         )
+
+
+async def settle_by_token(
+    receiver: ServiceBusReceiver, lock_token: str, sequence_number: int | None, outcome: Outcome
+) -> None:
+    """Apply ``outcome`` by lock token and wait for the partition's answer."""
+    await receiver.settle_message_by_lock_token(
+        lock_token,
+        outcome.disposition,
+        sequence_number=sequence_number,
+        properties_to_modify=outcome.properties,
+        dead_letter_reason=outcome.reason,
+        dead_letter_error_description=outcome.description,
+    )
 
 
 class EntitySender(IncomingLink):

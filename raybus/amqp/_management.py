@@ -17,9 +17,11 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..aio import EntityInfo
 from ..auth import parse_sas_token
 from ..enums import ServiceBusDisposition, ServiceBusReceiveMode
 from ..exceptions import (
@@ -31,7 +33,8 @@ from ..exceptions import (
 )
 from ._codec import Array, Described, Int, Symbol, Timestamp, ULong, encode
 from ._errors import condition_of, status_of
-from ._links import EntityReceiver, IncomingLink, Outcome, ReplyLink, settle
+from ._links import EntityReceiver, IncomingLink, Outcome, ReplyLink, settle, settle_by_token
+from ._locks import by_token
 from ._message import Sections, from_received, to_raybus
 
 __all__ = ["CbsRequests", "ManagementRequests"]
@@ -237,28 +240,43 @@ class ManagementRequests(IncomingLink):
             return 204, None
         return 200, {"messages": [{"message": from_received(m, locked=False)} for m in peeked]}
 
-    def _locked(self, tokens: Any) -> list[tuple[Any, Any]]:
+    async def _locked(self, tokens: Any) -> list[_Lock]:
+        """The locks the request names: those this connection delivered (settled through the
+        receiver that received them), then any other of this entity's (see ``_locks``)."""
         items = tokens.items if isinstance(tokens, Array) else tokens
         if not isinstance(items, list | tuple):
             raise InvalidArgumentError("lock-tokens must be an array of uuids", None, "lock-tokens")
-        out = []
+        out: list[_Lock] = []
+        info: EntityInfo | None = None
         for t in items:
             token = str(t.value if isinstance(t, Described) else t)
             held = self.conn.locks.get(token)
-            if held is None:
+            if held is not None:
+                link, msg = held
+                out.append(_Lock(token, link.receiver, msg.sequence_number, (), msg))
+                continue
+            if info is None:
+                address = self.gateway.parse_address(self.address)
+                client = await self.gateway.client_for(self.conn, address.entity)
+                info = await client.resolve_entity(address.entity)
+            if info.requires_session:
+                # The session's lock owner settles its messages (Service Bus ties them to
+                # the link that accepted the session), and this connection holds none.
                 raise MessageLockLostError(
-                    f"lock token {token} is not held by this connection (it expired, was "
-                    "settled, or was received on another connection)",
+                    f"lock token {token} is not held by this connection: a session's messages "
+                    "are settled and renewed by the receiver holding the session",
                     self.address,
                     token,
                 )
-            out.append(held)
+            receiver = await self.gateway.management_receiver(self.conn, self.address)
+            seq = self.gateway.lock_index.sequence_number(token)
+            out.append(_Lock(token, receiver, seq, info.partition_ids, None))
         return out
 
     async def _op_renew_lock(self, args: dict[str, Any], app: dict[str, Any]) -> tuple[int, Any]:
         expirations = []
-        for link, msg in self._locked(args.get("lock-tokens")):
-            until = await link.receiver.renew_message_lock(msg)
+        for lock in await self._locked(args.get("lock-tokens")):
+            until = await lock.renew()
             expirations.append(Timestamp(round(until.timestamp() * 1000)))
         return 200, {"expirations": Array(0x83, tuple(expirations))}
 
@@ -283,9 +301,9 @@ class ManagementRequests(IncomingLink):
             None if reason is None or not dead_letter else str(reason),
             None if description is None or not dead_letter else str(description),
         )
-        for link, msg in self._locked(args.get("lock-tokens")):
-            await settle(link.receiver, msg, outcome, confirm=self.gateway.confirm_settlements)
-            self.conn.locks.pop(msg.lock_token or "", None)
+        for lock in await self._locked(args.get("lock-tokens")):
+            await lock.settle(outcome, confirm=self.gateway.confirm_settlements)
+            self.conn.release(lock.token)
         return 200, {}
 
     async def _op_receive_by_sequence_number(
@@ -389,6 +407,42 @@ class ManagementRequests(IncomingLink):
         if not page:
             return 204, None
         return 200, {"sessions-ids": Array(0xB1, tuple(page))}
+
+
+@dataclass(frozen=True)
+class _Lock:
+    """One lock a request names: ``message`` when this connection delivered it, else the
+    entity's receiver, the sequence number if the gateway knows it, and the partitions to ask
+    when it does not."""
+
+    token: str
+    receiver: Any
+    sequence_number: int | None
+    partition_ids: tuple[int, ...]
+    message: Any
+
+    async def renew(self) -> datetime:
+        if self.message is not None:
+            until: datetime = await self.receiver.renew_message_lock(self.message)
+            return until
+
+        async def renew_in(seq: int | None) -> datetime:
+            until: datetime = await self.receiver.renew_message_lock_by_lock_token(
+                self.token, sequence_number=seq
+            )
+            return until
+
+        return await by_token(renew_in, self.sequence_number, self.partition_ids)
+
+    async def settle(self, outcome: Outcome, *, confirm: bool) -> None:
+        if self.message is not None:
+            await settle(self.receiver, self.message, outcome, confirm=confirm)
+            return
+
+        async def settle_in(seq: int | None) -> None:
+            await settle_by_token(self.receiver, self.token, seq, outcome)
+
+        await by_token(settle_in, self.sequence_number, self.partition_ids)
 
 
 class _Held:
