@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import amqp_gateway_fixtures
 import pytest
-from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus import ServiceBusClient as SdkClient
+from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.exceptions import MessageLockLostError
 
 import raybus
@@ -144,9 +144,8 @@ def test_a_token_of_another_entity_is_lock_lost(
     admin.create_queue(first)
     admin.create_queue(second)
     (msg,) = _deferred(sdk, first, ["mine"])
-    with other_sdk.get_queue_receiver(second) as wrong:
-        with pytest.raises(MessageLockLostError):
-            wrong.complete_message(msg)
+    with other_sdk.get_queue_receiver(second) as wrong, pytest.raises(MessageLockLostError):
+        wrong.complete_message(msg)
     with other_sdk.get_queue_receiver(first) as right:
         right.complete_message(copy.copy(msg))  # (the SDK marked ``msg`` settled)
 
@@ -159,9 +158,7 @@ def test_partitioned_queue_tokens_from_another_gateway_renew_and_settle(
     queue = f"amqp-lt-{uuid.uuid4().hex[:8]}"
     admin.create_queue(queue, partition_count=2)
     with sdk.get_queue_sender(queue) as sender:
-        sender.send_messages(
-            [ServiceBusMessage(f"m{i}", partition_key=f"k{i}") for i in range(6)]
-        )
+        sender.send_messages([ServiceBusMessage(f"m{i}", partition_key=f"k{i}") for i in range(6)])
     with sdk.get_queue_receiver(queue, max_wait_time=2) as receiver:
         got = amqp_gateway_fixtures.receive_n(receiver, 6)
         assert len({m.sequence_number >> 48 for m in got}) == 2  # both partitions
@@ -208,8 +205,10 @@ def test_a_session_message_settles_only_through_the_session_owner(
         (msg,) = amqp_gateway_fixtures.receive_n(owner, 1)
         owner.defer_message(msg)
         (deferred,) = owner.receive_deferred_messages([msg.sequence_number])
-        with other_sdk.get_queue_receiver(queue, session_id="s2", max_wait_time=2) as other:
-            with pytest.raises(MessageLockLostError):
-                other.complete_message(copy.copy(deferred))
+        with (
+            other_sdk.get_queue_receiver(queue, session_id="s2", max_wait_time=2) as other,
+            pytest.raises(MessageLockLostError),
+        ):
+            other.complete_message(copy.copy(deferred))
         owner.complete_message(deferred)
         assert owner.peek_messages(5, sequence_number=1) == []
