@@ -141,6 +141,9 @@ class AmqpConnection:
         # Lock token -> (link that delivered it, raybus message), for $management operations.
         self.locks: dict[str, tuple[Any, Any]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
+        from ._transactions import Transactions  # (it imports the links, which import this)
+
+        self.transactions = Transactions()  # declared through a coordinator link
         self._held = 0
         self._closed = False
 
@@ -377,6 +380,7 @@ class AmqpConnection:
         closing = [link.closing for link in links if link.closing is not None]
         if closing:
             await asyncio.wait(closing, timeout=10)
+        await self.transactions.close()
         with contextlib.suppress(Exception):
             self.writer.close()
             await self.writer.wait_closed()

@@ -33,7 +33,15 @@ from ..exceptions import (
 )
 from ._codec import Array, Described, Int, Symbol, Timestamp, ULong, encode
 from ._errors import condition_of, status_of
-from ._links import EntityReceiver, IncomingLink, Outcome, ReplyLink, settle, settle_by_token
+from ._links import (
+    Delivery,
+    EntityReceiver,
+    IncomingLink,
+    Outcome,
+    ReplyLink,
+    settle,
+    settle_by_token,
+)
 from ._locks import by_token
 from ._message import Sections, from_received, to_raybus
 
@@ -99,10 +107,8 @@ def _reply_link(link: IncomingLink, address: str) -> ReplyLink | None:
 class CbsRequests(IncomingLink):
     """``put-token`` requests on ``$cbs``."""
 
-    def on_message(
-        self, delivery_id: Any, message_format: int, payload: bytes, settled: bool
-    ) -> None:
-        req = Sections(payload)
+    def on_message(self, delivery: Delivery) -> None:
+        req = Sections(delivery.payload)
         app = {str(k): v for k, v in req.app_properties.items()}
         message_id = req.properties.get("message_id")
         status, text = 202, "Accepted"
@@ -122,8 +128,8 @@ class CbsRequests(IncomingLink):
             self.conn.tokens[str(app.get("name") or parsed.resource)] = token
         except ServiceBusError as exc:
             status, text = status_of(exc), str(exc)
-        if not settled:
-            self.settle(delivery_id, Described(ULong(0x24), []))
+        if not delivery.settled:
+            self.settle(delivery.id, Described(ULong(0x24), []))
         reply = _reply_link(self, "$cbs")
         if reply is not None:
             reply.reply(_response(message_id, status, text, status_key="status-code"))
@@ -132,12 +138,10 @@ class CbsRequests(IncomingLink):
 class ManagementRequests(IncomingLink):
     """Requests on ``<entity>/$management``; each runs as its own task."""
 
-    def on_message(
-        self, delivery_id: Any, message_format: int, payload: bytes, settled: bool
-    ) -> None:
-        if not settled:
-            self.settle(delivery_id, Described(ULong(0x24), []))
-        self.conn.spawn(self._serve(payload))
+    def on_message(self, delivery: Delivery) -> None:
+        if not delivery.settled:
+            self.settle(delivery.id, Described(ULong(0x24), []))
+        self.conn.spawn(self._serve(delivery.payload))
 
     async def _serve(self, payload: bytes) -> None:
         req = Sections(payload)
