@@ -33,6 +33,7 @@ from ..exceptions import (
 )
 from ._codec import Array, Described, Int, Symbol, Timestamp, ULong, encode
 from ._errors import condition_of, status_of
+from ._frames import transactional
 from ._links import (
     Delivery,
     EntityReceiver,
@@ -94,6 +95,28 @@ def _sequence_numbers(args: dict[str, Any]) -> list[int]:
     return [int(s) for s in items]
 
 
+def _disposition_outcome(args: dict[str, Any]) -> Outcome:
+    """The settlement an ``update-disposition`` request asks for."""
+    kind = _DISPOSITIONS.get(str(args.get("disposition-status")))
+    if kind is None:
+        raise InvalidArgumentError(
+            f"unknown disposition-status {args.get('disposition-status')!r}",
+            None,
+            "disposition-status",
+        )
+    props = args.get("properties-to-modify")
+    props = {str(k): v for k, v in props.items()} if isinstance(props, dict) else None
+    reason = args.get("deadletter-reason")
+    description = args.get("deadletter-description")
+    dead_letter = kind is ServiceBusDisposition.DEAD_LETTERED
+    return Outcome(
+        kind,
+        props,
+        None if reason is None or not dead_letter else str(reason),
+        None if description is None or not dead_letter else str(description),
+    )
+
+
 def _reply_link(link: IncomingLink, address: str) -> ReplyLink | None:
     """The connection's outgoing link for ``address`` (this session's first)."""
     sessions = [link.session, *link.conn.sessions.values()]
@@ -141,9 +164,13 @@ class ManagementRequests(IncomingLink):
     def on_message(self, delivery: Delivery) -> None:
         if not delivery.settled:
             self.settle(delivery.id, Described(ULong(0x24), []))
-        self.conn.spawn(self._serve(delivery.payload))
+        in_txn = transactional(delivery.state)
+        txn_id = None if in_txn is None else in_txn[0]
+        work = self.conn.spawn(self._serve(delivery.payload, txn_id))
+        if txn_id is not None:
+            self.conn.transactions.track(work)  # a discharge after this frame waits for it
 
-    async def _serve(self, payload: bytes) -> None:
+    async def _serve(self, payload: bytes, txn_id: Any = None) -> None:
         req = Sections(payload)
         props = req.properties
         app = {str(k): v for k, v in req.app_properties.items()}
@@ -154,7 +181,10 @@ class ManagementRequests(IncomingLink):
             if not isinstance(body, dict):
                 raise InvalidArgumentError("a management request body must be a map", None, "body")
             args = {str(k): v for k, v in body.items()}
-            status, result = await self._run(operation, args, app)
+            if txn_id is None:
+                status, result = await self._run(operation, args, app)
+            else:
+                status, result = await self._run_in(txn_id, operation, args)
             text = "OK" if status == 200 else "No Content"
             response = _response(props.get("message_id"), status, text, result)
         except (ServiceBusError, ValueError, TypeError) as exc:  # TypeError: ill-typed fields
@@ -189,6 +219,36 @@ class ManagementRequests(IncomingLink):
                 if same and name is None:
                     return link
         return None
+
+    async def _run_in(self, txn_id: Any, op: str, args: dict[str, Any]) -> tuple[int, Any]:
+        """A request inside a transaction (its transfer's ``transactional-state``). Of the
+        operations, raybus's transactions take settlements: ``update-disposition`` of locks
+        this connection delivered (it holds their messages) joins; anything else is refused,
+        which dooms the transaction."""
+        txn = self.conn.transactions.get(txn_id, self.address)
+        try:
+            if op != _PREFIX + "update-disposition":
+                raise InvalidArgumentError(
+                    f"{op!r} cannot run inside a transaction (update-disposition can)",
+                    self.address,
+                    "operation",
+                )
+            outcome = _disposition_outcome(args)
+            address = self.gateway.parse_address(self.address)
+            client = await self.gateway.client_for(self.conn, address.entity)
+            for lock in await self._locked(args.get("lock-tokens")):
+                if lock.message is None:
+                    raise InvalidArgumentError(
+                        f"lock token {lock.token} was not delivered on this connection: only "
+                        "the connection's own locks can be settled inside a transaction",
+                        self.address,
+                        "lock-tokens",
+                    )
+                await txn.settle(client, lock.receiver, lock.message, outcome)
+        except (ServiceBusError, ValueError) as exc:
+            txn.failure = txn.failure or exc
+            raise
+        return 200, {}
 
     async def _run(self, op: str, args: dict[str, Any], app: dict[str, Any]) -> tuple[int, Any]:
         if not op.startswith(_PREFIX):
@@ -287,24 +347,7 @@ class ManagementRequests(IncomingLink):
     async def _op_update_disposition(
         self, args: dict[str, Any], app: dict[str, Any]
     ) -> tuple[int, Any]:
-        kind = _DISPOSITIONS.get(str(args.get("disposition-status")))
-        if kind is None:
-            raise InvalidArgumentError(
-                f"unknown disposition-status {args.get('disposition-status')!r}",
-                None,
-                "disposition-status",
-            )
-        props = args.get("properties-to-modify")
-        props = {str(k): v for k, v in props.items()} if isinstance(props, dict) else None
-        reason = args.get("deadletter-reason")
-        description = args.get("deadletter-description")
-        dead_letter = kind is ServiceBusDisposition.DEAD_LETTERED
-        outcome = Outcome(
-            kind,
-            props,
-            None if reason is None or not dead_letter else str(reason),
-            None if description is None or not dead_letter else str(description),
-        )
+        outcome = _disposition_outcome(args)
         for lock in await self._locked(args.get("lock-tokens")):
             await lock.settle(outcome, confirm=self.gateway.confirm_settlements)
             self.conn.release(lock.token)

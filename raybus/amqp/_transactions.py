@@ -24,7 +24,9 @@ first). An operation that could not join (a bad outcome, an oversize message, a 
 over 100 messages) is answered ``rejected`` at once and makes the transaction
 rollback-only: its commit is refused with ``amqp:transaction:rollback`` and nothing of it
 takes effect. A transaction the connection leaves undischarged is rolled back (nothing of it
-was sent to the broker). Not covered: ``$management`` requests inside a transaction.
+was sent to the broker). A ``$management`` request whose transfer carries a
+``transactional-state`` joins too when it is an ``update-disposition`` of locks the connection
+delivered (``_management.ManagementRequests._run_in``); other requests are refused in one.
 """
 
 from __future__ import annotations

@@ -11,12 +11,13 @@ returns what the client saw; it fails the test if the script does not finish in 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import cproton
-from proton import Described, Message, ulong
+from proton import UNDESCRIBED, Array, Data, Described, Message, ulong
 from proton.handlers import MessagingHandler, TransactionHandler
 from proton.reactor import Container
 
@@ -37,6 +38,7 @@ class TxnRun:
     lock_tokens: list[str] = field(default_factory=list)
     received_answers: list[int | None] = field(default_factory=list)
     sent_answers: list[int | None] = field(default_factory=list)
+    management_status: int | None = None  # the answer to ``via_management``'s request
     result: str = "not discharged"  # committed, aborted, commit failed, declare failed
     condition: str | None = None
 
@@ -59,6 +61,19 @@ def _answer(delivery: Any) -> int | None:
     return int(state) if state else None
 
 
+def _complete_request(source: str | None, lock_tokens: list[str]) -> Message:
+    """A ``$management`` ``update-disposition`` request completing ``lock_tokens``."""
+    return Message(
+        id=str(uuid.uuid4()),
+        reply_to=f"{source}/$management",
+        properties={"operation": "com.microsoft:update-disposition"},
+        body={
+            "disposition-status": "completed",
+            "lock-tokens": Array(UNDESCRIBED, Data.UUID, *(uuid.UUID(t) for t in lock_tokens)),
+        },
+    )
+
+
 class _Script(MessagingHandler, TransactionHandler):  # type: ignore[misc]
     def __init__(
         self,
@@ -71,11 +86,15 @@ class _Script(MessagingHandler, TransactionHandler):  # type: ignore[misc]
         commit: bool,
         txn_id: bytes | None,
         before_discharge: Callable[[TxnRun], None] | None,
+        via_management: bool | list[str],
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False, auto_settle=False)
         self.url, self.source, self.count, self.outcome = url, source, count, outcome
         self.target, self.bodies, self.commit = target, list(bodies), commit
         self.txn_id, self.before_discharge = txn_id, before_discharge
+        self.via_management = via_management
+        self.mgmt_sender: Any = None
+        self.mgmt_receiver: Any = None
         self.run = TxnRun()
         self.txn: Any = None
         self.sender: Any = None
@@ -91,6 +110,11 @@ class _Script(MessagingHandler, TransactionHandler):  # type: ignore[misc]
             self.receiver = container.create_receiver(self.conn, self.source)
         if self.target is not None:
             self.sender = container.create_sender(self.conn, self.target)
+        if self.via_management:
+            node = f"{self.source}/$management"
+            self.mgmt_sender = container.create_sender(self.conn, node)
+            self.mgmt_receiver = container.create_receiver(self.conn, node)
+            self.mgmt_receiver.flow(1)
         container.declare_transaction(self.conn, handler=self)
 
     def on_transaction_declared(self, event: Any) -> None:
@@ -103,6 +127,11 @@ class _Script(MessagingHandler, TransactionHandler):  # type: ignore[misc]
         self._end("declare failed", event.delivery)
 
     def on_message(self, event: Any) -> None:
+        if self.mgmt_receiver is not None and event.receiver.name == self.mgmt_receiver.name:
+            props = event.message.properties or {}
+            self.run.management_status = props.get("statusCode")
+            self._maybe_discharge()
+            return
         self.deliveries.append(event.delivery)
         body = event.message.body
         self.run.received.append(bytes(body) if isinstance(body, memoryview) else body)
@@ -120,11 +149,16 @@ class _Script(MessagingHandler, TransactionHandler):  # type: ignore[misc]
             and not self.acted
             and len(self.deliveries) == self.count
             and (not self.bodies or (self.sender is not None and self.sender.credit > 0))
+            and (not self.via_management or self.mgmt_sender.credit > 0)
         )
         if not ready:
             return
         self.acted = True
-        for delivery in self.deliveries:
+        if self.via_management:
+            tokens = self.via_management if isinstance(self.via_management, list) else None
+            request = _complete_request(self.source, tokens or self.run.lock_tokens)
+            self.txn.send(self.mgmt_sender, request)
+        for delivery in [] if self.via_management else self.deliveries:
             if self.txn_id is not None:  # a transaction this connection never declared
                 delivery.local.data = [self.txn_id, Described(ulong(self.outcome), [])]
                 delivery.update(TRANSACTIONAL_STATE)
@@ -136,12 +170,14 @@ class _Script(MessagingHandler, TransactionHandler):  # type: ignore[misc]
             self.txn.send(self.sender, Message(body=body))
         if self.before_discharge is not None:
             self.before_discharge(self.run)
-        self.expected_answers = len(self.deliveries) + len(self.bodies)
+        self.expected_answers = len(self.bodies) + (
+            1 if self.via_management else len(self.deliveries)
+        )
         self._maybe_discharge()
 
     def on_settled(self, event: Any) -> None:
         delivery = event.delivery
-        if delivery.link.is_receiver:
+        if self.receiver is not None and delivery.link.name == self.receiver.name:
             self.run.received_answers.append(_answer(delivery))
         elif self.sender is not None and delivery.link.name == self.sender.name:
             self.run.sent_answers.append(_answer(delivery))
@@ -149,6 +185,7 @@ class _Script(MessagingHandler, TransactionHandler):  # type: ignore[misc]
 
     def _maybe_discharge(self) -> None:
         answered = len(self.run.received_answers) + len(self.run.sent_answers)
+        answered += self.run.management_status is not None
         if self.acted and answered >= self.expected_answers and self.run.result == "not discharged":
             self.run.result = "discharging"
             if self.commit:
@@ -183,13 +220,17 @@ def run_transaction(
     commit: bool = True,
     txn_id: bytes | None = None,
     before_discharge: Callable[[TxnRun], None] | None = None,
+    via_management: bool | list[str] = False,
     timeout: float = 30.0,
 ) -> TxnRun:
     """Declare a transaction on a new connection to the gateway on ``port``; receive ``count``
     messages from ``receive_from`` (peek-lock) and settle each with ``outcome`` inside it;
     send ``bodies`` to ``send_to`` inside it; once the gateway has answered all of those,
     commit (or abort); then close. ``txn_id`` settles in a transaction never declared.
-    ``before_discharge`` runs (on the client's thread) after the operations are sent."""
+    ``before_discharge`` runs (on the client's thread) after the operations are sent.
+    ``via_management``: complete the received messages with one ``$management``
+    ``update-disposition`` request sent inside the transaction, instead of dispositions (a
+    list: complete these lock tokens instead of the received messages')."""
     script = _Script(
         f"amqp://127.0.0.1:{port}",
         receive_from,
@@ -200,6 +241,7 @@ def run_transaction(
         commit,
         txn_id,
         before_discharge,
+        via_management,
     )
     container = Container(script)
     thread = threading.Thread(target=container.run, daemon=True)

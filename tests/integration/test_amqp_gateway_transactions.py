@@ -40,8 +40,8 @@ def _peek(client: raybus.ServiceBusClient, queue: str, sub_queue: object = None)
 
 
 def _move(gateway: GatewayHandle, source: str, target: str, body: str, **script: Any) -> TxnRun:
-    """Receive one message from ``source`` and complete it, and send ``body`` to ``target``,
-    in one transaction."""
+    """Receive one message from ``source`` and settle it (complete, unless ``script`` says
+    otherwise), and send ``body`` to ``target``, in one transaction."""
     return run_transaction(
         gateway.port, receive_from=source, count=1, send_to=target, bodies=[body], **script
     )
@@ -148,3 +148,37 @@ def test_a_send_only_transaction_is_invisible_until_committed(
         assert [str(m) for m in got] == ["a", "b"]  # in the transaction's order
         for m in got:
             r.complete_message(m)
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "rollback"])
+def test_update_disposition_on_management_joins_the_transaction(
+    gateway: GatewayHandle,
+    client: raybus.ServiceBusClient,
+    pooled_queue: str,
+    target: str,
+    commit: bool,
+) -> None:
+    """The .NET SDK settles deferred messages this way: a ``$management`` request whose
+    transfer carries the transaction."""
+    _send(client, pooled_queue, "by-token")
+    run = _move(gateway, pooled_queue, target, "with-it", commit=commit, via_management=True)
+    assert run.management_status == 200
+    assert run.result == ("committed" if commit else "aborted")
+    assert _peek(client, pooled_queue) == ([] if commit else ["by-token"])
+    assert _peek(client, target) == (["with-it"] if commit else [])
+
+
+def test_a_management_request_that_cannot_join_dooms_the_transaction(
+    gateway: GatewayHandle, client: raybus.ServiceBusClient, pooled_queue: str, target: str
+) -> None:
+    """Inside a transaction only the connection's own locks can be settled by token (it
+    holds their messages): another token is refused, and the commit with it."""
+    _send(client, pooled_queue, "mine")
+    run = _move(gateway, pooled_queue, target, "not-sent", via_management=[str(uuid.uuid4())])
+    assert run.management_status == 400  # com.microsoft:argument-error
+    assert run.result == "commit failed" and run.condition == "amqp:transaction:rollback"
+    assert _peek(client, target) == []
+    with client.get_queue_receiver(pooled_queue) as r:  # untouched, still locked by the run
+        (token,) = run.lock_tokens
+        r.settle_message_by_lock_token(token, raybus.ServiceBusDisposition.COMPLETED)
+    assert _peek(client, pooled_queue) == []
