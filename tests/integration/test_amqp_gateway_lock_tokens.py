@@ -212,3 +212,20 @@ def test_a_session_message_settles_only_through_the_session_owner(
             other.complete_message(copy.copy(deferred))
         owner.complete_message(deferred)
         assert owner.peek_messages(5, sequence_number=1) == []
+
+
+def test_a_lock_outlives_the_receiver_link_that_delivered_it(
+    sdk: SdkClient, pooled_queue: str, client: raybus.ServiceBusClient
+) -> None:
+    """The SDK's receiver closed (its link detached; the message it handed out stays locked),
+    and another receiver of the same client renews the lock by its token."""
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        sender.send_messages(ServiceBusMessage("outlive"))
+    with sdk.get_queue_receiver(pooled_queue, max_wait_time=2) as first:
+        (msg,) = amqp_gateway_fixtures.receive_n(first, 1)
+    with sdk.get_queue_receiver(pooled_queue) as second:
+        before = msg.locked_until_utc
+        assert second.renew_message_lock(msg) > before
+    with client.get_queue_receiver(pooled_queue) as r:  # still locked under its token
+        r.settle_message_by_lock_token(str(msg.lock_token), raybus.ServiceBusDisposition.COMPLETED)
+    assert _left(client, pooled_queue) == []
