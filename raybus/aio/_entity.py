@@ -41,6 +41,11 @@ class EntityInfo:
     """Whether receivers must name a session (always False for a topic)."""
     lock_duration: timedelta | None
     """How long a receive locks a message (None for a topic, which is not received from)."""
+    partition_ids: tuple[int, ...] = (0,)
+    """The ids of the entity's partitions (empty for a topic). A message's sequence number
+    names its partition in its top 16 bits; a caller holding only a lock token (a gateway
+    serving a protocol that sends no sequence number) can ask each of these partitions,
+    since at most one holds the lock."""
 
 
 async def resolve_entity(conn: Connection, entity_path: str) -> EntityInfo:
@@ -53,7 +58,7 @@ async def resolve_entity(conn: Connection, entity_path: str) -> EntityInfo:
     props = route.properties
     size = int(props.max_message_size)
     if isinstance(route, TopicRoute):
-        return EntityInfo(props.name, "topic", size, False, None)
+        return EntityInfo(props.name, "topic", size, False, None, ())
     kind: EntityKind = "subscription" if is_subscription(props.name) else "queue"
     return EntityInfo(
         props.name,
@@ -61,4 +66,5 @@ async def resolve_entity(conn: Connection, entity_path: str) -> EntityInfo:
         size,
         bool(props.requires_session),
         timedelta(seconds=props.lock_duration_s),
+        tuple(route.pmap.partition_ids),
     )

@@ -141,6 +141,9 @@ class AmqpConnection:
         # Lock token -> (link that delivered it, raybus message), for $management operations.
         self.locks: dict[str, tuple[Any, Any]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
+        from ._transactions import Transactions  # (it imports the links, which import this)
+
+        self.transactions = Transactions()  # declared through a coordinator link
         self._held = 0
         self._closed = False
 
@@ -151,11 +154,17 @@ class AmqpConnection:
         the SDK never settled would pile up on a long-lived connection, so every 1024th call
         drops those whose lock ended a minute ago or more."""
         self.locks[lock_token] = (link, message)
+        self.gateway.lock_index.remember(lock_token, message.sequence_number)
         self._held += 1
         if self._held % 1024 == 0:
             stale = time.time() - 60.0
             for token in [t for t, (_l, m) in self.locks.items() if _lock_ended(m, stale)]:
                 del self.locks[token]
+
+    def release(self, lock_token: str) -> None:
+        """Forget a lock once its message is settled (here or through ``$management``)."""
+        self.locks.pop(lock_token, None)
+        self.gateway.lock_index.forget(lock_token)
 
     def write(self, data: bytes) -> None:
         if not self._closed:
@@ -371,6 +380,7 @@ class AmqpConnection:
         closing = [link.closing for link in links if link.closing is not None]
         if closing:
             await asyncio.wait(closing, timeout=10)
+        await self.transactions.close()
         with contextlib.suppress(Exception):
             self.writer.close()
             await self.writer.wait_closed()

@@ -6,11 +6,21 @@ from __future__ import annotations
 from .. import exceptions as ex
 from ._codec import DecodeError
 
-__all__ = ["condition_of", "status_of"]
+__all__ = ["TransactionUnknownError", "condition_of", "status_of"]
+
+
+class TransactionUnknownError(ex.InvalidArgumentError):
+    """A transactional operation or discharge named a transaction id this connection has not
+    declared (or has already discharged). Declare a transaction first."""
+
 
 # Most specific first: subclasses (SettlementFailedError < MessageLockLostError) come before
 # their bases.
 _CONDITIONS: tuple[tuple[type[BaseException], str, int], ...] = (
+    (TransactionUnknownError, "amqp:transaction:unknown-id", 400),
+    (ex.TransactionTimeoutError, "amqp:transaction:timeout", 408),
+    (ex.TransactionAbortedError, "amqp:transaction:rollback", 409),
+    (ex.TransactionSizeExceededError, "amqp:resource-limit-exceeded", 403),
     (ex.ServiceBusAuthenticationError, "amqp:unauthorized-access", 401),
     (ex.ServiceBusAuthorizationError, "amqp:unauthorized-access", 401),
     (ex.MessagingEntityNotFoundError, "amqp:not-found", 404),

@@ -136,6 +136,12 @@ _FIELDS: dict[int, tuple[str, tuple[str, ...]]] = {
     0x25: ("rejected", ("error",)),
     0x26: ("released", ()),
     0x27: ("modified", ("delivery_failed", "undeliverable_here", "message_annotations")),
+    # Transactions (AMQP 1.0 part 4): the coordinator target and its control messages.
+    0x30: ("coordinator", ("capabilities",)),
+    0x31: ("declare", ("global_id",)),
+    0x32: ("discharge", ("txn_id", "fail")),
+    0x33: ("declared", ("txn_id",)),
+    0x34: ("transactional_state", ("txn_id", "outcome")),
     0x28: (
         "source",
         (
@@ -225,6 +231,24 @@ def described_list(kind: str, /, **fields: Any) -> Described:
     while values and values[-1] is None:
         values.pop()
     return Described(ULong(code), values)
+
+
+def is_coordinator(terminus: Any) -> bool:
+    """Whether a link's target is the transaction ``coordinator``."""
+    return isinstance(terminus, Described) and descriptor_code(terminus.descriptor) == 0x30
+
+
+def transactional(state: Any) -> tuple[Any, Any] | None:
+    """``(txn-id, outcome)`` of a ``transactional-state``; None for any other state."""
+    if not isinstance(state, Described) or descriptor_code(state.descriptor) != 0x34:
+        return None
+    perf = as_performative(state)
+    return perf.get("txn_id"), perf.get("outcome")
+
+
+def transactional_answer(txn_id: Any, outcome: Described) -> Described:
+    """The ``transactional-state`` answering a transactional operation."""
+    return described_list("transactional_state", txn_id=txn_id, outcome=outcome)
 
 
 def performative(kind: str, /, **fields: Any) -> bytes:

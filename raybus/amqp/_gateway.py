@@ -29,6 +29,7 @@ from ..auth import SasTokenCredential, covers, parse_sas_token, resource_path
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError, ServiceBusError
 from ._connection import AmqpConnection
+from ._locks import LockIndex
 
 __all__ = ["Address", "Gateway", "GatewayHandle", "start_gateway"]
 
@@ -111,6 +112,9 @@ class Gateway:
         # Per connection: receivers and senders that $management requests not tied to a
         # receiver link use (peek on a plain receiver, schedule on a sender).
         self._mgmt: dict[tuple[str, str, Any], Any] = {}
+        # Every lock token delivered, on any connection, with its message's sequence number:
+        # $management requests from another connection name the token only (``_locks``).
+        self.lock_index = LockIndex()
 
     parse_address = staticmethod(parse_address)
 

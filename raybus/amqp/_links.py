@@ -20,18 +20,26 @@ import contextlib
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..enums import NEXT_AVAILABLE_SESSION, ServiceBusDisposition, ServiceBusReceiveMode
 from ..exceptions import ServiceBusError, SettlementFailedError
 from ._codec import DecodeError, Described, Symbol, UInt, ULong
 from ._connection import ProtocolError, lock_tag
 from ._errors import condition_of
-from ._frames import Performative, as_performative, described_list, error
+from ._frames import (
+    Performative,
+    as_performative,
+    described_list,
+    error,
+    is_coordinator,
+    transactional,
+    transactional_answer,
+)
 from ._message import BATCH_FORMAT, from_received, split_batch, to_raybus
 
 if TYPE_CHECKING:
-    from ..aio import ServiceBusReceiver, ServiceBusSender
+    from ..aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
     from ..message import ServiceBusReceivedMessage
     from ._connection import Session
 
@@ -47,6 +55,16 @@ SESSION_FILTER = Symbol("com.microsoft:session-filter")
 _DOTNET_EPOCH_TICKS = 621355968000000000
 
 
+class Delivery(NamedTuple):
+    """A whole delivery from the peer (its transfer frames joined)."""
+
+    id: Any  # the delivery-id (None when the peer sent it settled and did not number it)
+    message_format: int
+    payload: bytes
+    settled: bool
+    state: Any  # the transfer's: a ``transactional-state`` when sent inside a transaction
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How the peer settled a delivery, in raybus's terms (``settle`` applies it)."""
@@ -58,7 +76,7 @@ class Outcome:
 
 
 def _terminus(value: Any, kind: str) -> Performative | None:
-    if value is None:
+    if value is None or is_coordinator(value):  # (a Coordinator link: _transactions)
         return None
     return as_performative(value, kind)
 
@@ -212,15 +230,17 @@ class IncomingLink(Link):
         if perf.get("aborted"):
             return
         self.on_message(
-            first.get("delivery_id"),
-            int(first.get("message_format", 0)),
-            data,
-            bool(first.get("settled") or perf.get("settled")),
+            Delivery(
+                first.get("delivery_id"),
+                int(first.get("message_format", 0)),
+                data,
+                bool(first.get("settled") or perf.get("settled")),
+                first.get("state"),
+            )
         )
 
-    def on_message(
-        self, delivery_id: Any, message_format: int, payload: bytes, settled: bool
-    ) -> None:
+    def on_message(self, delivery: Delivery) -> None:
+        """A whole delivery from the peer."""
         raise NotImplementedError
 
     def settle(self, delivery_id: Any, state: Described) -> None:
@@ -309,6 +329,37 @@ def _outcome_name(state: Any) -> str | None:
         return as_performative(state).name
     except DecodeError:
         return None
+
+
+def outcome_of(state: Any) -> Outcome | None:
+    """The raybus settlement an AMQP outcome asks for; None for no outcome (or an unknown one)."""
+    name = _outcome_name(state)
+    fields = as_performative(state).fields if name else {}
+    if name == "accepted":
+        return Outcome(ServiceBusDisposition.COMPLETED)
+    if name == "modified":
+        props = fields.get("message_annotations") or None
+        props = {str(k): v for k, v in props.items()} if isinstance(props, dict) else None
+        undeliverable = fields.get("undeliverable_here")
+        return Outcome(
+            ServiceBusDisposition.DEFERRED if undeliverable else ServiceBusDisposition.ABANDONED,
+            props,
+        )
+    if name == "rejected":
+        info: Any = {}
+        err = fields.get("error")
+        if isinstance(err, Described):
+            info = as_performative(err).get("info", {}) or {}
+        info = {str(k): v for k, v in info.items()} if isinstance(info, dict) else {}
+        return Outcome(
+            ServiceBusDisposition.DEAD_LETTERED,
+            None,
+            info.get("DeadLetterReason"),
+            info.get("DeadLetterErrorDescription"),
+        )
+    if name == "released":
+        return Outcome(ServiceBusDisposition.RELEASED)
+    return None
 
 
 class EntityReceiver(OutgoingLink):
@@ -423,49 +474,49 @@ class EntityReceiver(OutgoingLink):
         msg = self.unsettled.pop(delivery_id, None)
         if msg is None:
             return
+        in_txn = transactional(state)
+        if in_txn is not None:
+            work = self.conn.spawn(self._apply_in(in_txn, delivery_id, msg, settled))
+            self.conn.transactions.track(work)  # a discharge after this frame waits for it
+            return
         self.conn.spawn(self._apply(delivery_id, msg, state, settled))
+
+    async def _apply_in(
+        self,
+        in_txn: tuple[Any, Any],
+        delivery_id: int,
+        msg: ServiceBusReceivedMessage,
+        settled: bool,
+    ) -> None:
+        """Apply a ``transactional-state``'s outcome inside its transaction (``_transactions``)."""
+        txn_id, state = in_txn
+        reply: Described
+        try:
+            txn = self.conn.transactions.get(txn_id, self.address)
+            entity = self.gateway.parse_address(self.address).entity
+            client = await self.gateway.client_for(self.conn, entity)
+            await txn.settle(client, self.receiver, msg, outcome_of(state))
+            reply = transactional_answer(txn_id, state)
+        except (ServiceBusError, ValueError) as exc:
+            reply = described_list("rejected", error=error(condition_of(exc), str(exc)))
+        if not settled and not self.is_detached:
+            self.session.send(
+                "disposition", role=False, first=UInt(delivery_id), settled=True, state=reply
+            )
 
     async def _apply(
         self, delivery_id: int, msg: ServiceBusReceivedMessage, state: Any, settled: bool
     ) -> None:
-        name = _outcome_name(state)
-        token = msg.lock_token or ""
-        fields = as_performative(state).fields if name else {}
-        if name == "accepted":
-            outcome = Outcome(ServiceBusDisposition.COMPLETED)
-        elif name == "modified":
-            props = fields.get("message_annotations") or None
-            props = {str(k): v for k, v in props.items()} if isinstance(props, dict) else None
-            undeliverable = fields.get("undeliverable_here")
-            outcome = Outcome(
-                ServiceBusDisposition.DEFERRED
-                if undeliverable
-                else ServiceBusDisposition.ABANDONED,
-                props,
-            )
-        elif name == "rejected":
-            info: Any = {}
-            err = fields.get("error")
-            if isinstance(err, Described):
-                info = as_performative(err).get("info", {}) or {}
-            info = {str(k): v for k, v in info.items()} if isinstance(info, dict) else {}
-            outcome = Outcome(
-                ServiceBusDisposition.DEAD_LETTERED,
-                None,
-                info.get("DeadLetterReason"),
-                info.get("DeadLetterErrorDescription"),
-            )
-        elif name == "released":
-            outcome = Outcome(ServiceBusDisposition.RELEASED)
-        else:
+        outcome = outcome_of(state)
+        if outcome is None:
             return  # settled with no outcome: the lock runs out and the message comes again
         reply: Described = state
         try:
             await settle(self.receiver, msg, outcome, confirm=self.gateway.confirm_settlements)
-            self.conn.locks.pop(token, None)
+            self.conn.release(msg.lock_token or "")
         except (ServiceBusError, ValueError) as exc:
             reply = described_list("rejected", error=error(condition_of(exc), str(exc)))
-        if name == "rejected" and reply is state:
+        if _outcome_name(state) == "rejected" and reply is state:
             reply = described_list("rejected")  # the SDK reads any error as a failure
         if not settled and not self.is_detached:
             self.session.send(
@@ -503,14 +554,7 @@ async def settle(
     always goes by lock token.
     """
     if confirm or outcome.disposition is ServiceBusDisposition.RELEASED:
-        await receiver.settle_message_by_lock_token(
-            message.lock_token or "",
-            outcome.disposition,
-            sequence_number=message.sequence_number,
-            properties_to_modify=outcome.properties,
-            dead_letter_reason=outcome.reason,
-            dead_letter_error_description=outcome.description,
-        )
+        await settle_by_token(receiver, message.lock_token or "", message.sequence_number, outcome)
     elif outcome.disposition is ServiceBusDisposition.COMPLETED:
         await receiver.complete_message(message)
     elif outcome.disposition is ServiceBusDisposition.ABANDONED:
@@ -523,6 +567,23 @@ async def settle(
         )
 
 
+async def settle_by_token(
+    receiver: ServiceBusReceiver, lock_token: str, sequence_number: int | None, outcome: Outcome
+) -> None:
+    """Apply ``outcome`` by lock token and wait for the partition's answer."""
+    await receiver.settle_message_by_lock_token(
+        lock_token,
+        outcome.disposition,
+        sequence_number=sequence_number,
+        properties_to_modify=outcome.properties,
+        dead_letter_reason=outcome.reason,
+        dead_letter_error_description=outcome.description,
+    )
+
+
+_Transfer = tuple[Delivery, Any, "asyncio.Future[None] | None"]
+
+
 class EntitySender(IncomingLink):
     """Messages from the peer into a queue or topic."""
 
@@ -530,50 +591,76 @@ class EntitySender(IncomingLink):
 
     def __init__(self, session: Session, attach: Performative) -> None:
         super().__init__(session, attach)
-        self._queue: asyncio.Queue[tuple[Any, int, bytes, bool]] = asyncio.Queue()
+        # (the delivery, its txn-id or None, done once handled)
+        self._queue: asyncio.Queue[_Transfer] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
+        self._client: ServiceBusClient | None = None
 
     async def setup(self) -> None:
         address = self.gateway.parse_address(self.address)
         if address.subscription is not None or address.sub_queue is not None:
             raise DecodeError(f"cannot send to {self.address!r}: send to a queue or topic")
-        client = await self.gateway.client_for(self.conn, address.entity)
-        self.sender = client.get_queue_sender(address.entity)
-        self.max_message_size = await self.gateway.check_entity(client, address)
+        self._client = await self.gateway.client_for(self.conn, address.entity)
+        self.sender = self._client.get_queue_sender(address.entity)
+        self.max_message_size = await self.gateway.check_entity(self._client, address)
 
     def started(self) -> None:
         super().started()
         self._worker = self.conn.spawn(self._work())
 
-    def on_message(
-        self, delivery_id: Any, message_format: int, payload: bytes, settled: bool
-    ) -> None:
-        self._queue.put_nowait((delivery_id, message_format, payload, settled))
+    def on_message(self, delivery: Delivery) -> None:
+        in_txn = transactional(delivery.state)
+        if in_txn is None:
+            self._queue.put_nowait((delivery, None, None))
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.conn.transactions.track(done)  # a discharge after this frame waits for it
+        self._queue.put_nowait((delivery, in_txn[0], done))
 
     async def _work(self) -> None:
         while not self.is_detached:
-            delivery_id, fmt, payload, settled = await self._queue.get()
+            delivery, txn_id, done = await self._queue.get()
             state: Described
             try:
-                parts = split_batch(payload) if fmt == BATCH_FORMAT else [payload]
-                await self.sender.send_messages([to_raybus(p) for p in parts])
-                state = described_list("accepted")
+                payload = delivery.payload
+                parts = (
+                    split_batch(payload) if delivery.message_format == BATCH_FORMAT else [payload]
+                )
+                messages = [to_raybus(p) for p in parts]
+                if txn_id is None:
+                    await self.sender.send_messages(messages)
+                    state = described_list("accepted")
+                else:
+                    txn = self.conn.transactions.get(txn_id, self.address)
+                    assert self._client is not None  # set up before any transfer
+                    await txn.send(self._client, self.sender, messages)
+                    state = transactional_answer(txn_id, described_list("accepted"))
             except (ServiceBusError, ValueError) as exc:  # DecodeError is a ValueError
                 state = described_list("rejected", error=error(condition_of(exc), str(exc)))
-            if not settled:
-                self.settle(delivery_id, state)
+            finally:
+                if done is not None and not done.done():
+                    done.set_result(None)
+            if not delivery.settled:
+                self.settle(delivery.id, state)
 
     async def cleanup(self) -> None:
         if self._worker is not None:
             self._worker.cancel()
+        while not self._queue.empty():  # never handled: a discharge must not wait for them
+            done = self._queue.get_nowait()[-1]
+            if done is not None and not done.done():
+                done.set_result(None)
 
 
 def make_link(session: Session, attach: Performative) -> Link:
     """The link class for an attach, by the peer's role and the node address."""
     from ._management import CbsRequests, ManagementRequests
+    from ._transactions import Coordinator
 
     peer_is_receiver = bool(attach.get("role"))
     term = attach.get("source" if peer_is_receiver else "target")
+    if not peer_is_receiver and is_coordinator(term):
+        return Coordinator(session, attach)
     address = "" if term is None else str(as_performative(term).get("address", ""))
     special = address == "$cbs" or address.endswith("$management")
     if peer_is_receiver:

@@ -17,9 +17,11 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..aio import EntityInfo
 from ..auth import parse_sas_token
 from ..enums import ServiceBusDisposition, ServiceBusReceiveMode
 from ..exceptions import (
@@ -31,7 +33,17 @@ from ..exceptions import (
 )
 from ._codec import Array, Described, Int, Symbol, Timestamp, ULong, encode
 from ._errors import condition_of, status_of
-from ._links import EntityReceiver, IncomingLink, Outcome, ReplyLink, settle
+from ._frames import transactional
+from ._links import (
+    Delivery,
+    EntityReceiver,
+    IncomingLink,
+    Outcome,
+    ReplyLink,
+    settle,
+    settle_by_token,
+)
+from ._locks import by_token
 from ._message import Sections, from_received, to_raybus
 
 __all__ = ["CbsRequests", "ManagementRequests"]
@@ -83,6 +95,28 @@ def _sequence_numbers(args: dict[str, Any]) -> list[int]:
     return [int(s) for s in items]
 
 
+def _disposition_outcome(args: dict[str, Any]) -> Outcome:
+    """The settlement an ``update-disposition`` request asks for."""
+    kind = _DISPOSITIONS.get(str(args.get("disposition-status")))
+    if kind is None:
+        raise InvalidArgumentError(
+            f"unknown disposition-status {args.get('disposition-status')!r}",
+            None,
+            "disposition-status",
+        )
+    props = args.get("properties-to-modify")
+    props = {str(k): v for k, v in props.items()} if isinstance(props, dict) else None
+    reason = args.get("deadletter-reason")
+    description = args.get("deadletter-description")
+    dead_letter = kind is ServiceBusDisposition.DEAD_LETTERED
+    return Outcome(
+        kind,
+        props,
+        None if reason is None or not dead_letter else str(reason),
+        None if description is None or not dead_letter else str(description),
+    )
+
+
 def _reply_link(link: IncomingLink, address: str) -> ReplyLink | None:
     """The connection's outgoing link for ``address`` (this session's first)."""
     sessions = [link.session, *link.conn.sessions.values()]
@@ -96,10 +130,8 @@ def _reply_link(link: IncomingLink, address: str) -> ReplyLink | None:
 class CbsRequests(IncomingLink):
     """``put-token`` requests on ``$cbs``."""
 
-    def on_message(
-        self, delivery_id: Any, message_format: int, payload: bytes, settled: bool
-    ) -> None:
-        req = Sections(payload)
+    def on_message(self, delivery: Delivery) -> None:
+        req = Sections(delivery.payload)
         app = {str(k): v for k, v in req.app_properties.items()}
         message_id = req.properties.get("message_id")
         status, text = 202, "Accepted"
@@ -119,8 +151,8 @@ class CbsRequests(IncomingLink):
             self.conn.tokens[str(app.get("name") or parsed.resource)] = token
         except ServiceBusError as exc:
             status, text = status_of(exc), str(exc)
-        if not settled:
-            self.settle(delivery_id, Described(ULong(0x24), []))
+        if not delivery.settled:
+            self.settle(delivery.id, Described(ULong(0x24), []))
         reply = _reply_link(self, "$cbs")
         if reply is not None:
             reply.reply(_response(message_id, status, text, status_key="status-code"))
@@ -129,14 +161,16 @@ class CbsRequests(IncomingLink):
 class ManagementRequests(IncomingLink):
     """Requests on ``<entity>/$management``; each runs as its own task."""
 
-    def on_message(
-        self, delivery_id: Any, message_format: int, payload: bytes, settled: bool
-    ) -> None:
-        if not settled:
-            self.settle(delivery_id, Described(ULong(0x24), []))
-        self.conn.spawn(self._serve(payload))
+    def on_message(self, delivery: Delivery) -> None:
+        if not delivery.settled:
+            self.settle(delivery.id, Described(ULong(0x24), []))
+        in_txn = transactional(delivery.state)
+        txn_id = None if in_txn is None else in_txn[0]
+        work = self.conn.spawn(self._serve(delivery.payload, txn_id))
+        if txn_id is not None:
+            self.conn.transactions.track(work)  # a discharge after this frame waits for it
 
-    async def _serve(self, payload: bytes) -> None:
+    async def _serve(self, payload: bytes, txn_id: Any = None) -> None:
         req = Sections(payload)
         props = req.properties
         app = {str(k): v for k, v in req.app_properties.items()}
@@ -147,7 +181,10 @@ class ManagementRequests(IncomingLink):
             if not isinstance(body, dict):
                 raise InvalidArgumentError("a management request body must be a map", None, "body")
             args = {str(k): v for k, v in body.items()}
-            status, result = await self._run(operation, args, app)
+            if txn_id is None:
+                status, result = await self._run(operation, args, app)
+            else:
+                status, result = await self._run_in(txn_id, operation, args)
             text = "OK" if status == 200 else "No Content"
             response = _response(props.get("message_id"), status, text, result)
         except (ServiceBusError, ValueError, TypeError) as exc:  # TypeError: ill-typed fields
@@ -182,6 +219,36 @@ class ManagementRequests(IncomingLink):
                 if same and name is None:
                     return link
         return None
+
+    async def _run_in(self, txn_id: Any, op: str, args: dict[str, Any]) -> tuple[int, Any]:
+        """A request inside a transaction (its transfer's ``transactional-state``). Of the
+        operations, raybus's transactions take settlements: ``update-disposition`` of locks
+        this connection delivered (it holds their messages) joins; anything else is refused,
+        which dooms the transaction."""
+        txn = self.conn.transactions.get(txn_id, self.address)
+        try:
+            if op != _PREFIX + "update-disposition":
+                raise InvalidArgumentError(
+                    f"{op!r} cannot run inside a transaction (update-disposition can)",
+                    self.address,
+                    "operation",
+                )
+            outcome = _disposition_outcome(args)
+            address = self.gateway.parse_address(self.address)
+            client = await self.gateway.client_for(self.conn, address.entity)
+            for lock in await self._locked(args.get("lock-tokens")):
+                if lock.message is None:
+                    raise InvalidArgumentError(
+                        f"lock token {lock.token} was not delivered on this connection: only "
+                        "the connection's own locks can be settled inside a transaction",
+                        self.address,
+                        "lock-tokens",
+                    )
+                await txn.settle(client, lock.receiver, lock.message, outcome)
+        except (ServiceBusError, ValueError) as exc:
+            txn.failure = txn.failure or exc
+            raise
+        return 200, {}
 
     async def _run(self, op: str, args: dict[str, Any], app: dict[str, Any]) -> tuple[int, Any]:
         if not op.startswith(_PREFIX):
@@ -237,55 +304,53 @@ class ManagementRequests(IncomingLink):
             return 204, None
         return 200, {"messages": [{"message": from_received(m, locked=False)} for m in peeked]}
 
-    def _locked(self, tokens: Any) -> list[tuple[Any, Any]]:
+    async def _locked(self, tokens: Any) -> list[_Lock]:
+        """The locks the request names: those this connection delivered (settled through the
+        receiver that received them), then any other of this entity's (see ``_locks``)."""
         items = tokens.items if isinstance(tokens, Array) else tokens
         if not isinstance(items, list | tuple):
             raise InvalidArgumentError("lock-tokens must be an array of uuids", None, "lock-tokens")
-        out = []
+        out: list[_Lock] = []
+        info: EntityInfo | None = None
         for t in items:
             token = str(t.value if isinstance(t, Described) else t)
             held = self.conn.locks.get(token)
-            if held is None:
+            if held is not None:
+                link, msg = held
+                out.append(_Lock(token, link.receiver, msg.sequence_number, (), msg))
+                continue
+            if info is None:
+                address = self.gateway.parse_address(self.address)
+                client = await self.gateway.client_for(self.conn, address.entity)
+                info = await client.resolve_entity(address.entity)
+            if info.requires_session:
+                # The session's lock owner settles its messages (Service Bus ties them to
+                # the link that accepted the session), and this connection holds none.
                 raise MessageLockLostError(
-                    f"lock token {token} is not held by this connection (it expired, was "
-                    "settled, or was received on another connection)",
+                    f"lock token {token} is not held by this connection: a session's messages "
+                    "are settled and renewed by the receiver holding the session",
                     self.address,
                     token,
                 )
-            out.append(held)
+            receiver = await self.gateway.management_receiver(self.conn, self.address)
+            seq = self.gateway.lock_index.sequence_number(token)
+            out.append(_Lock(token, receiver, seq, info.partition_ids, None))
         return out
 
     async def _op_renew_lock(self, args: dict[str, Any], app: dict[str, Any]) -> tuple[int, Any]:
         expirations = []
-        for link, msg in self._locked(args.get("lock-tokens")):
-            until = await link.receiver.renew_message_lock(msg)
+        for lock in await self._locked(args.get("lock-tokens")):
+            until = await lock.renew()
             expirations.append(Timestamp(round(until.timestamp() * 1000)))
         return 200, {"expirations": Array(0x83, tuple(expirations))}
 
     async def _op_update_disposition(
         self, args: dict[str, Any], app: dict[str, Any]
     ) -> tuple[int, Any]:
-        kind = _DISPOSITIONS.get(str(args.get("disposition-status")))
-        if kind is None:
-            raise InvalidArgumentError(
-                f"unknown disposition-status {args.get('disposition-status')!r}",
-                None,
-                "disposition-status",
-            )
-        props = args.get("properties-to-modify")
-        props = {str(k): v for k, v in props.items()} if isinstance(props, dict) else None
-        reason = args.get("deadletter-reason")
-        description = args.get("deadletter-description")
-        dead_letter = kind is ServiceBusDisposition.DEAD_LETTERED
-        outcome = Outcome(
-            kind,
-            props,
-            None if reason is None or not dead_letter else str(reason),
-            None if description is None or not dead_letter else str(description),
-        )
-        for link, msg in self._locked(args.get("lock-tokens")):
-            await settle(link.receiver, msg, outcome, confirm=self.gateway.confirm_settlements)
-            self.conn.locks.pop(msg.lock_token or "", None)
+        outcome = _disposition_outcome(args)
+        for lock in await self._locked(args.get("lock-tokens")):
+            await lock.settle(outcome, confirm=self.gateway.confirm_settlements)
+            self.conn.release(lock.token)
         return 200, {}
 
     async def _op_receive_by_sequence_number(
@@ -389,6 +454,42 @@ class ManagementRequests(IncomingLink):
         if not page:
             return 204, None
         return 200, {"sessions-ids": Array(0xB1, tuple(page))}
+
+
+@dataclass(frozen=True)
+class _Lock:
+    """One lock a request names: ``message`` when this connection delivered it, else the
+    entity's receiver, the sequence number if the gateway knows it, and the partitions to ask
+    when it does not."""
+
+    token: str
+    receiver: Any
+    sequence_number: int | None
+    partition_ids: tuple[int, ...]
+    message: Any
+
+    async def renew(self) -> datetime:
+        if self.message is not None:
+            until: datetime = await self.receiver.renew_message_lock(self.message)
+            return until
+
+        async def renew_in(seq: int | None) -> datetime:
+            until: datetime = await self.receiver.renew_message_lock_by_lock_token(
+                self.token, sequence_number=seq
+            )
+            return until
+
+        return await by_token(renew_in, self.sequence_number, self.partition_ids)
+
+    async def settle(self, outcome: Outcome, *, confirm: bool) -> None:
+        if self.message is not None:
+            await settle(self.receiver, self.message, outcome, confirm=confirm)
+            return
+
+        async def settle_in(seq: int | None) -> None:
+            await settle_by_token(self.receiver, self.token, seq, outcome)
+
+        await by_token(settle_in, self.sequence_number, self.partition_ids)
 
 
 class _Held:

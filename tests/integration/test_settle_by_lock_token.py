@@ -332,13 +332,15 @@ def test_resolve_entity_describes_queues_topics_and_subscriptions(
     assert (info.entity_path, info.kind, info.requires_session) == (name, "queue", True)
     assert info.lock_duration == timedelta(seconds=7)
     assert info.max_message_size_in_bytes == 256 * 1024
+    assert info.partition_ids == (0,)
+    assert client.resolve_entity(_queue(admin, partition_count=3)).partition_ids == (0, 1, 2)
     topic = f"t-{uuid.uuid4().hex[:8]}"
     admin.create_topic(topic, max_message_size_in_kilobytes=1024)
     try:
         admin.create_subscription(topic, "s")
         tinfo = client.resolve_entity(topic)
         assert (tinfo.kind, tinfo.max_message_size_in_bytes) == ("topic", 1024 * 1024)
-        assert tinfo.lock_duration is None
+        assert tinfo.lock_duration is None and tinfo.partition_ids == ()
         sinfo = client.resolve_entity(f"{topic}/Subscriptions/s")
         assert sinfo.kind == "subscription"
         assert sinfo.entity_path.lower() == f"{topic}/subscriptions/s"

@@ -27,6 +27,7 @@ from raybus.amqp._codec import (
 from raybus.amqp._connection import AmqpConnection
 from raybus.amqp._errors import condition_of, status_of
 from raybus.amqp._gateway import Gateway, parse_address
+from raybus.amqp._locks import LockIndex
 from raybus.amqp._message import (
     RAW_BODY_PROPERTY,
     encode_body,
@@ -296,7 +297,9 @@ async def test_clients_are_reused_per_token_and_those_of_expired_tokens_dropped(
 
 
 def test_locks_held_past_their_expiry_are_pruned() -> None:
-    conn = AmqpConnection(None, None, None)  # type: ignore[arg-type]  # no socket needed
+    index = LockIndex()
+    gateway = SimpleNamespace(lock_index=index)  # the one part of a gateway ``hold`` uses
+    conn = AmqpConnection(gateway, None, None)  # type: ignore[arg-type]  # no socket needed
 
     def locked(until: float) -> ServiceBusReceivedMessage:
         rec = MessageRecord(body=b"", sequence_number=1, lock_token="t", locked_until=until)
@@ -310,3 +313,6 @@ def test_locks_held_past_their_expiry_are_pruned() -> None:
     assert "old" in conn.locks  # pruning runs every 1024th call
     conn.hold("last", None, fresh)
     assert "old" not in conn.locks and len(conn.locks) == 1023
+    assert index.sequence_number("last") == 1  # the gateway-wide index knows every token
+    conn.release("last")
+    assert "last" not in conn.locks and index.sequence_number("last") is None
