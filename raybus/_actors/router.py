@@ -31,9 +31,9 @@ from .. import _rpc
 from .._batching import Coalescer, deliver_apart
 from .._core.access import INTERNAL
 from .._core.fanout import Target, plan
-from .._core.record import WireRecord, from_wire, to_wire
+from .._core.record import WireRecord, from_wire, to_wire, wire_size
 from .._core.registry import partition_actor_name
-from .._core.wire import join_groups, split_groups
+from .._core.wire import INLINE_BYTES, join_groups, split_groups
 from .._topic_models import TopicProperties
 from ..auth import AccessRights
 from ..exceptions import (
@@ -246,10 +246,13 @@ class RouterActor(Guarded):
             if isinstance(result, BaseException):
                 raise result
             return
-        # Each share travels as an object ref: the coordinator passes it on to the participant
-        # untouched (Ray resolves it there), instead of deserialising every copy and
-        # serialising it again per participant; shares of the same copies (subscriptions whose
-        # rules select the same messages unchanged) are put once.
+        # A share too big to travel inline (raybus._core.wire) travels as an object ref: the
+        # coordinator passes it on to the participant untouched (Ray resolves it there),
+        # instead of deserialising every copy and serialising it again per participant; shares
+        # of the same copies (subscriptions whose rules select the same messages unchanged)
+        # are put once. A smaller share travels inline: putting it in the object store and
+        # fetching it in every participant cost more than copying it (a one-message publish
+        # to 10 subscriptions paid a put and 10 fetches).
         participants: list[tuple[Any, ...]] = []
         refs: dict[tuple[int, ...], Any] = {}
         for (path, pid), recs in shares.items():
@@ -258,7 +261,9 @@ class RouterActor(Guarded):
             key = tuple(map(id, recs))  # the records outlive this call: ids are stable
             ref = refs.get(key)
             if ref is None:
-                ref = refs[key] = ray.put(to_wire(recs))
+                rows = to_wire(recs)
+                inline = sum(map(wire_size, rows)) <= INLINE_BYTES
+                ref = refs[key] = rows if inline else ray.put(rows)
             participants.append((name, path, ref, [], []))
         commit = await self._coordinator.method()
         await _rpc.call(self._props.name, commit, uuid.uuid4().hex, participants)

@@ -46,6 +46,7 @@ _LOG = logging.getLogger("raybus.amqp")
 MAX_FRAME_SIZE = 1024 * 1024  # what we accept; peers split larger transfers
 _WINDOW = 2**31 - 1  # session windows: flow is governed by link credit, not by sessions
 _HANDSHAKE_TIMEOUT_S = 30.0
+_FINISH_S = 10.0  # how long a close waits for settlements under way
 
 
 class ProtocolError(Exception):
@@ -141,6 +142,7 @@ class AmqpConnection:
         # Lock token -> (link that delivered it, raybus message), for $management operations.
         self.locks: dict[str, tuple[Any, Any]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
+        self._finishing: set[asyncio.Task[Any]] = set()  # run to their end at a close
         from ._transactions import Transactions  # (it imports the links, which import this)
 
         self.transactions = Transactions()  # declared through a coordinator link
@@ -170,11 +172,15 @@ class AmqpConnection:
         if not self._closed:
             self.writer.write(data)
 
-    def spawn(self, coro: Any) -> asyncio.Task[Any]:
-        """Run ``coro`` as part of this connection: a failure in it closes the connection."""
+    def spawn(self, coro: Any, *, finish: bool = False) -> asyncio.Task[Any]:
+        """Run ``coro`` as part of this connection: a failure in it closes the connection.
+        With ``finish``, a close lets it run to its end (briefly) instead of cancelling it."""
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self._task_done)
+        if finish:
+            self._finishing.add(task)
+            task.add_done_callback(self._finishing.discard)
         return task
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
@@ -370,6 +376,12 @@ class AmqpConnection:
 
     async def _teardown(self) -> None:
         self._closed = True
+        # Settlements whose dispositions arrived before the close (the SDK releases what a
+        # closing receiver holds) still reach the broker: cancelled before their call, they
+        # would leave their messages locked until the locks ran out. Their answers are not
+        # written (the socket is closing).
+        if self._finishing:
+            await asyncio.wait(list(self._finishing), timeout=_FINISH_S)
         for task in list(self.tasks):
             task.cancel()
         links = [link for s in self.sessions.values() for link in s.links.values()]

@@ -479,7 +479,7 @@ class EntityReceiver(OutgoingLink):
             work = self.conn.spawn(self._apply_in(in_txn, delivery_id, msg, settled))
             self.conn.transactions.track(work)  # a discharge after this frame waits for it
             return
-        self.conn.spawn(self._apply(delivery_id, msg, state, settled))
+        self.conn.spawn(self._apply(delivery_id, msg, state, settled), finish=True)
 
     async def _apply_in(
         self,

@@ -3,6 +3,7 @@ conditions, without Ray."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
@@ -316,3 +317,29 @@ def test_locks_held_past_their_expiry_are_pruned() -> None:
     assert index.sequence_number("last") == 1  # the gateway-wide index knows every token
     conn.release("last")
     assert "last" not in conn.locks and index.sequence_number("last") is None
+
+
+def test_a_close_lets_settlements_under_way_finish_and_cancels_the_rest() -> None:
+    """A disposition that arrived just before the client closed still reaches the broker."""
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        gateway = SimpleNamespace(lock_index=LockIndex(), forget=lambda conn: None)
+        conn = AmqpConnection(gateway, None, None)  # type: ignore[arg-type]  # no socket
+        conn.writer = SimpleNamespace(close=lambda: None, wait_closed=asyncio.sleep)  # type: ignore[assignment]
+        settled = asyncio.Event()
+
+        async def settle() -> None:
+            await asyncio.sleep(0.05)  # the broker call under way when the close comes
+            settled.set()
+
+        async def pump() -> None:
+            await asyncio.sleep(60)
+
+        settling = conn.spawn(settle(), finish=True)
+        pumping = conn.spawn(pump())
+        await asyncio.sleep(0)
+        await conn._teardown()
+        await asyncio.sleep(0)
+        return settled.is_set(), settling.cancelled(), pumping.cancelled()
+
+    assert asyncio.run(scenario()) == (True, False, True)
