@@ -25,8 +25,8 @@ from ._actors.access import AuthedHandle
 from ._actors.namespace import Route, namespace_actor
 from ._batching import Coalescer
 from ._core.partition import SettleOp
-from ._core.record import MessageRecord, to_wire
-from ._core.wire import split_groups
+from ._core.record import MessageRecord
+from ._core.wire import send_args
 from .auth import Credential, resource_path
 from .exceptions import (
     InvalidArgumentError,
@@ -294,7 +294,7 @@ class Connection:
                 groups: list[Sequence[MessageRecord]],
             ) -> list[list[int] | ServiceBusError]:
                 result: list[list[int] | ServiceBusError] = await _rpc.call(
-                    entity, actor.send_groups, *split_groups([to_wire(g) for g in groups])
+                    entity, actor.send_groups, *send_args(groups)
                 )
                 return result
 
@@ -311,7 +311,7 @@ class Connection:
                 groups: list[Sequence[MessageRecord]],
             ) -> list[ServiceBusError | None]:
                 result: list[ServiceBusError | None] = await _rpc.call(
-                    entity, router.publish, *split_groups([to_wire(g) for g in groups])
+                    entity, router.publish, *send_args(groups)
                 )
                 return result
 

@@ -98,8 +98,8 @@ async def call(
         try:
             if returns > 1:
                 refs = method.options(num_returns=returns).remote(*args)
-                both = asyncio.gather(*(asyncio.wrap_future(r.future()) for r in refs))
-                return list(await asyncio.wait_for(both, timeout))
+                values = asyncio.gather(*(asyncio.wrap_future(r.future()) for r in refs))
+                return list(await asyncio.wait_for(values, timeout))
             ref = method.remote(*args)
             if timeout is None:
                 return await ref

@@ -114,7 +114,7 @@ class ServiceBusReceiver:
         handed_before = inner._handed
         while True:
             args = inner._receive_args(fetch, deadline)
-            result = inner.call_blocking("receive", *args)
+            result = inner.call_blocking("receive", *args, returns=args[-1])
             if result is None:
                 return run(inner.receive_messages(max_message_count, max_wait_time))
             rows = inner._rows(result, args)

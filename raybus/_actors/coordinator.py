@@ -144,6 +144,8 @@ class CoordinatorActor(Guarded):
         guard = await self._access_guard()
         if guard.open or guard.is_internal(auth):
             return
+        # Per participant, its name if that has the shape of a partition name of its entity.
+        shaped: list[str | None] = []
         for name, entity, sends, ops, renews in participants:
             if sends:
                 guard.check(auth, AccessRights.SEND, entity)
@@ -151,10 +153,13 @@ class CoordinatorActor(Guarded):
                 guard.check(auth, AccessRights.LISTEN, entity)
             prefix = partition_actor_name(self._namespace, entity, 0, 0).rsplit("/", 2)[0] + "/"
             rest = name[len(prefix) :].split("/") if name.startswith(prefix) else []
-            known = None
-            if len(rest) == 2 and all(part.isdigit() for part in rest):
-                known = await self._partition(name)
-            if known is None:
+            ok = len(rest) == 2 and all(part.isdigit() for part in rest)
+            shaped.append(name if ok else None)
+        # The lookups of a first commit run together (each may be a GCS round trip).
+        names = sorted({n for n in shaped if n is not None})
+        found = dict(zip(names, await asyncio.gather(*map(self._partition, names)), strict=True))
+        for (name, entity, *_share), own in zip(participants, shaped, strict=True):
+            if own is None or found[own] is None:
                 raise ServiceBusAuthorizationError(
                     f"participant {name!r} is not a partition of {entity!r}", entity
                 )

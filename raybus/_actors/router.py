@@ -33,7 +33,7 @@ from .._core.access import INTERNAL
 from .._core.fanout import Target, plan
 from .._core.record import WireRecord, from_wire, to_wire, wire_size
 from .._core.registry import partition_actor_name
-from .._core.wire import INLINE_BYTES, join_groups, split_groups
+from .._core.wire import INLINE_BYTES, join_groups, send_args
 from .._topic_models import TopicProperties
 from ..auth import AccessRights
 from ..exceptions import (
@@ -242,7 +242,7 @@ class RouterActor(Guarded):
             (((path, pid), recs),) = shares.items()
             handle = self._routes[path].handle(pid)
             sender = internal(handle, self._namespace).send_groups
-            (result,) = await _rpc.call(path, sender, *split_groups([to_wire(recs)]))
+            (result,) = await _rpc.call(path, sender, *send_args([recs]))
             if isinstance(result, BaseException):
                 raise result
             return

@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from .record import ACTIVE, MessageRecord, _to_wire, stamp_accepted
-from .slots import partition_key, slot_of
+from .slots import dedup_slot
 
 __all__ = [
     "ADOPTED",
@@ -231,5 +231,5 @@ def _replay_commit(st: ReplayedState, payload: tuple[Any, ...]) -> None:
         st.main[seq] = rec
         if dedup and rec.message_id is not None:
             st.dedup[rec.message_id] = (now, seq)
-            st.dedup_slots[rec.message_id] = slot_of(partition_key(rec, True) or rec.message_id)
+            st.dedup_slots[rec.message_id] = dedup_slot(rec)
         seq += 1

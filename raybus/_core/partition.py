@@ -53,7 +53,7 @@ from .record import (
     stamp_accepted,
 )
 from .sessions import SessionTable
-from .slots import partition_key, slot_of
+from .slots import dedup_slot, partition_key, slot_of
 from .store import LockTokens, PartitionCounts, SettleOp, Store
 
 __all__ = [
@@ -257,9 +257,7 @@ class Partition(SessionOps, SnapshotOps):
                 self._make_active(rec, now)
             if dedup and rec.message_id is not None:
                 self._dedup[rec.message_id] = (now, seq)
-                # The slot of the message's key (not of its id): the id moves with that slot
-                # if the partition count changes, even from a single partition.
-                slot = slot_of(partition_key(rec, True) or rec.message_id)
+                slot = dedup_slot(rec)
                 self._dedup_slots[rec.message_id] = slot
                 if log:
                     self._record(journal.DEDUP, self._main, seq, (rec.message_id, now, slot))

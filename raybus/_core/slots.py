@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .record import MessageRecord
 
-__all__ = ["SLOTS", "PartitionMap", "partition_key", "slot_of"]
+__all__ = ["SLOTS", "PartitionMap", "dedup_slot", "partition_key", "slot_of"]
 
 SLOTS = 1024  # a power of two; at least 16 slots per partition at the 64-partition maximum
 
@@ -49,6 +49,13 @@ def partition_key(rec: MessageRecord, dedup: bool) -> str | None:
     if dedup:
         return rec.message_id
     return None
+
+
+def dedup_slot(rec: MessageRecord) -> int:
+    """The slot a duplicate-detection id is kept under: that of the message's key (not of its
+    id), so the id moves with that slot when the partition count changes, even from a single
+    partition."""
+    return slot_of(partition_key(rec, True) or rec.message_id or "")
 
 
 @dataclass(frozen=True)

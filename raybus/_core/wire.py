@@ -26,13 +26,14 @@ from collections.abc import Sequence
 from itertools import chain
 from typing import Any
 
-from .record import WireRecord, wire_size
+from .record import MessageRecord, WireRecord, to_wire, wire_size
 
 __all__ = [
     "INLINE_BYTES",
     "MAX_PIECES",
     "join_groups",
     "pieces_for",
+    "send_args",
     "split_groups",
     "split_rows",
 ]
@@ -51,12 +52,15 @@ def pieces_for(total_bytes: int) -> int:
 def split_rows(rows: Sequence[WireRecord], pieces: int) -> list[list[WireRecord]]:
     """``rows`` in order, cut into exactly ``pieces`` consecutive lists of about equal
     estimated size (some may be empty)."""
+    return _cut(rows, [wire_size(r) for r in rows], pieces)
+
+
+def _cut(rows: Sequence[WireRecord], sizes: list[int], pieces: int) -> list[list[WireRecord]]:
     if pieces <= 1:
         return [list(rows)]
-    sizes = [wire_size(r) for r in rows]
     share = sum(sizes) / pieces
     out: list[list[WireRecord]] = [[] for _ in range(pieces)]
-    acc, k = 0, 0
+    acc = 0
     for row, size in zip(rows, sizes, strict=True):
         # A row goes to the piece its middle byte falls in: pieces stay about equal.
         k = min(pieces - 1, int((acc + size / 2) // share)) if share else 0
@@ -70,8 +74,14 @@ def split_groups(groups: Sequence[Sequence[WireRecord]]) -> tuple[Any, ...]:
     lengths, then the rows of all groups in order, in pieces (``join_groups`` undoes it)."""
     layout = [len(g) for g in groups]
     rows = list(chain.from_iterable(groups))
-    total = sum(wire_size(r) for r in rows)
-    return (layout, *split_rows(rows, pieces_for(total)))
+    sizes = [wire_size(r) for r in rows]
+    return (layout, *_cut(rows, sizes, pieces_for(sum(sizes))))
+
+
+def send_args(groups: Sequence[Sequence[MessageRecord]]) -> tuple[Any, ...]:
+    """The arguments of a ``send_groups`` or ``publish`` call carrying ``groups`` of records
+    (each an atomic batch)."""
+    return split_groups([to_wire(g) for g in groups])
 
 
 def join_groups(layout: Sequence[int], pieces: Sequence[Sequence[WireRecord]]) -> list[list[Any]]:

@@ -65,12 +65,6 @@ def _retries(method_name: str) -> int:
     return _rpc.READ_RETRIES if method_name in ("receive", "peek") else 0
 
 
-def _returns(method_name: str, args: tuple[Any, ...]) -> int:
-    """How many values the call returns: a receive's last argument asks for its messages in
-    that many pieces (``_receive_args``)."""
-    return int(args[-1]) if method_name == "receive" else 1
-
-
 def lock_token_of(message: Any) -> str:
     """The lock token of a message to settle; a typed error for anything that is not a
     received message (checked before the settlement is even built)."""
@@ -213,7 +207,12 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         return ((self.session.session_id, self.session._token),)
 
     async def _call(
-        self, method_name: str, *args: Any, partition: int = 0, timeout: Any = None
+        self,
+        method_name: str,
+        *args: Any,
+        partition: int = 0,
+        timeout: Any = None,
+        returns: int = 1,
     ) -> Any:
         entity, actor, _ = await self._actor(partition)
         timeout = _check_wait(timeout, "timeout", self.entity_path)
@@ -224,7 +223,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
                 *args,
                 timeout=timeout,
                 retries=_retries(method_name),
-                returns=_returns(method_name, args),
+                returns=returns,
             )
         except MessagingEntityNotFoundError:
             if partition == 0:
@@ -285,13 +284,12 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
             _sid, _token, pid = await self.session.ensure()
             while True:
                 args = self._receive_args(fetch, deadline, *self._session_args())
-                rows = self._rows(await self._call("receive", *args, partition=pid), args)
+                rows = await self._receive_call(args, pid)
                 if rows or _past(deadline):
                     break
         elif route.single:
             while True:
-                args = self._receive_args(fetch, deadline)
-                rows = self._rows(await self._call("receive", *args), args)
+                rows = await self._receive_call(self._receive_args(fetch, deadline), 0)
                 if rows or _past(deadline):
                     break
         else:
@@ -300,8 +298,12 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         return result
 
     async def _receive_from(self, pid: int, count: int, wait_s: float) -> list[WireRecord]:
-        args = self._receive_args(count, None, None, wait_s=wait_s)
-        return self._rows(await self._call("receive", *args, partition=pid), args)
+        return await self._receive_call(self._receive_args(count, None, None, wait_s=wait_s), pid)
+
+    async def _receive_call(self, args: tuple[Any, ...], pid: int) -> list[WireRecord]:
+        """A partition's ``receive`` with ``args`` (``_receive_args``): its rows."""
+        pieces = args[-1]
+        return self._rows(await self._call("receive", *args, partition=pid, returns=pieces), args)
 
     async def _release_rows(self, rows: list[WireRecord]) -> None:
         """Give back messages received by a call that must raise instead."""
@@ -376,7 +378,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         with self._answers:
             self._answers.wait_for(lambda: self._answered >= handed_before, timeout=120)
 
-    def call_blocking(self, method_name: str, *args: Any) -> Any | None:
+    def call_blocking(self, method_name: str, *args: Any, returns: int = 1) -> Any | None:
         """For the sync API: call the partition actor from the caller's thread, blocking.
 
         Returns None without calling when the route is not cached yet (the caller then takes
@@ -392,7 +394,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
                 getattr(route.partitions[0], method_name),
                 *args,
                 retries=_retries(method_name),
-                returns=_returns(method_name, args),
+                returns=returns,
             )
         except MessagingEntityNotFoundError:
             self._conn.forget(self.entity_path)

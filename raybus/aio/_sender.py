@@ -12,8 +12,8 @@ from .. import _rpc
 from .._actors.namespace import Route, TopicRoute
 from .._clock import to_timestamp
 from .._connection import Connection
-from .._core.record import SCHEDULED, MessageRecord, snapshot, to_wire
-from .._core.wire import split_groups
+from .._core.record import SCHEDULED, MessageRecord, snapshot
+from .._core.wire import send_args
 from .._topic_models import is_subscription
 from ..exceptions import (
     InvalidArgumentError,
@@ -236,7 +236,7 @@ class ServiceBusSender:
             entity = route.properties.name
             try:
                 (result,) = _rpc.call_sync(
-                    entity, route.partitions[0].send_groups, *split_groups([to_wire(records)])
+                    entity, route.partitions[0].send_groups, *send_args([records])
                 )
             except MessagingEntityNotFoundError:
                 self._conn.forget(self.entity_path)

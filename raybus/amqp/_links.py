@@ -499,10 +499,7 @@ class EntityReceiver(OutgoingLink):
             reply = transactional_answer(txn_id, state)
         except (ServiceBusError, ValueError) as exc:
             reply = described_list("rejected", error=error(condition_of(exc), str(exc)))
-        if not settled and not self.is_detached:
-            self.session.send(
-                "disposition", role=False, first=UInt(delivery_id), settled=True, state=reply
-            )
+        self._answer(delivery_id, settled, reply)
 
     async def _apply(
         self, delivery_id: int, msg: ServiceBusReceivedMessage, state: Any, settled: bool
@@ -518,6 +515,10 @@ class EntityReceiver(OutgoingLink):
             reply = described_list("rejected", error=error(condition_of(exc), str(exc)))
         if _outcome_name(state) == "rejected" and reply is state:
             reply = described_list("rejected")  # the SDK reads any error as a failure
+        self._answer(delivery_id, settled, reply)
+
+    def _answer(self, delivery_id: int, settled: bool, reply: Described) -> None:
+        """Settle our side of a delivery the peer left unsettled, with ``reply``."""
         if not settled and not self.is_detached:
             self.session.send(
                 "disposition", role=False, first=UInt(delivery_id), settled=True, state=reply

@@ -312,6 +312,7 @@ class ManagementRequests(IncomingLink):
             raise InvalidArgumentError("lock-tokens must be an array of uuids", None, "lock-tokens")
         out: list[_Lock] = []
         info: EntityInfo | None = None
+        receiver: Any = None
         for t in items:
             token = str(t.value if isinstance(t, Described) else t)
             held = self.conn.locks.get(token)
@@ -319,10 +320,12 @@ class ManagementRequests(IncomingLink):
                 link, msg = held
                 out.append(_Lock(token, link.receiver, msg.sequence_number, (), msg))
                 continue
-            if info is None:
+            if info is None:  # looked up once, for the first token held elsewhere
                 address = self.gateway.parse_address(self.address)
                 client = await self.gateway.client_for(self.conn, address.entity)
                 info = await client.resolve_entity(address.entity)
+                if not info.requires_session:
+                    receiver = await self.gateway.management_receiver(self.conn, self.address)
             if info.requires_session:
                 # The session's lock owner settles its messages (Service Bus ties them to
                 # the link that accepted the session), and this connection holds none.
@@ -332,7 +335,6 @@ class ManagementRequests(IncomingLink):
                     self.address,
                     token,
                 )
-            receiver = await self.gateway.management_receiver(self.conn, self.address)
             seq = self.gateway.lock_index.sequence_number(token)
             out.append(_Lock(token, receiver, seq, info.partition_ids, None))
         return out

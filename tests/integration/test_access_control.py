@@ -15,7 +15,7 @@ from raybus import ServiceBusMessage, aio
 from raybus._actors.namespace import namespace_actor_name
 from raybus._core.record import to_wire
 from raybus._core.registry import partition_actor_name
-from raybus._core.wire import split_groups
+from raybus._core.wire import send_args
 from raybus.auth import SasTokenCredential, SharedAccessKeyCredential, generate_sas_token
 from raybus.exceptions import (
     InvalidArgumentError,
@@ -188,7 +188,7 @@ def test_direct_actor_calls_without_a_token_get_nowhere(
 
     record = MessageRecord(body=b"sneaky")
     with pytest.raises(ray.exceptions.RayTaskError) as info:
-        ray.get(partition.send_groups.remote(*split_groups([to_wire([record])])))
+        ray.get(partition.send_groups.remote(*send_args([[record]])))
     assert isinstance(info.value.cause, ServiceBusAuthenticationError)
     with pytest.raises(ray.exceptions.RayTaskError) as info:
         ray.get(partition.txn_commit.remote("t1", _auth="RaybusInternal guess"))

@@ -4,9 +4,14 @@
 from __future__ import annotations
 
 import pytest
+import ray
 
 import raybus
 from raybus import ServiceBusMessage, aio
+from raybus._core.record import MessageRecord
+from raybus._core.registry import partition_actor_name
+from raybus._core.wire import send_args
+from raybus.exceptions import MessageSizeExceededError, MessagingEntityNotFoundError
 from raybus.management import ServiceBusAdministrationClient
 
 N = 300  # messages of 1 KiB: a call of about 350 KiB, several pieces
@@ -78,13 +83,50 @@ def test_topic_publish_of_a_large_list_reaches_every_subscription(
 def test_a_large_list_that_breaks_a_limit_is_refused_whole(
     client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
 ) -> None:
-    """One bad message among many pieces still refuses the list and stores nothing."""
+    """The client refuses a large list holding one oversize message before any call: nothing
+    is stored (the partition's own check of a list in pieces is the next test)."""
     admin.create_queue("small", max_message_size_in_kilobytes=1024)
     messages = [ServiceBusMessage(b) for b in bodies("x")]
     messages[-1] = ServiceBusMessage(b"y" * (1024 * 1024 + 1))
     with (
         client.get_queue_sender("small") as sender,
-        pytest.raises(raybus.exceptions.MessageSizeExceededError),
+        pytest.raises(MessageSizeExceededError),
     ):
         sender.send_messages(messages)
     assert admin.get_queue_runtime_properties("small").total_message_count == 0
+
+
+def test_the_partition_refuses_a_list_in_pieces_whole_and_a_malformed_call(
+    namespace: str, admin: ServiceBusAdministrationClient, queue: str
+) -> None:
+    """Straight to the partition actor: one oversize record in the last piece refuses the
+    whole group (the groups beside it are stored); a layout that does not match the rows it
+    carries raises and stores nothing."""
+    partition = ray.get_actor(partition_actor_name(namespace, queue, 1, 0), namespace="raybus")
+    limit = admin.get_queue(queue).max_message_size_in_kilobytes * 1024
+    # 120 of 1 KiB and one just over the limit (256 KiB): still few enough bytes for pieces.
+    big = [MessageRecord(body=b, size=len(b)) for b in bodies("p")[:120]]
+    big[-1] = MessageRecord(body=b"y", size=limit + 1)  # as a sender that skipped the check
+    small = [MessageRecord(body=b"ok", size=2)]
+    layout, *pieces = send_args([big, small])
+    assert len(pieces) > 1
+    refused, stored = ray.get(partition.send_groups.remote(layout, *pieces))
+    assert isinstance(refused, MessageSizeExceededError)
+    assert isinstance(stored, list) and len(stored) == 1
+    with pytest.raises(ray.exceptions.RayTaskError) as info:
+        ray.get(partition.send_groups.remote([len(big) + 5], *pieces))
+    assert isinstance(info.value.cause, ValueError)
+    assert admin.get_queue_runtime_properties(queue).total_message_count == 1
+
+
+def test_a_receive_in_pieces_of_a_deleted_queue_raises_not_found(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, queue: str
+) -> None:
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages([ServiceBusMessage(b) for b in bodies("d")])
+    with client.get_queue_receiver(queue, prefetch_count=N) as receiver:
+        assert len(drain(receiver, N)) == N
+        assert receiver._aio._receive_args(N, None)[-1] > 1  # the next call asks for pieces
+        admin.delete_queue(queue)
+        with pytest.raises(MessagingEntityNotFoundError):
+            receiver.receive_messages(max_message_count=N, max_wait_time=1)
