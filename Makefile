@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test unit lint bench bench-full fault soak clean
+.PHONY: install run test unit lint bench bench-full fault soak slow clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ fault: install
 
 soak: install
 	$(PY) -m pytest -q -m soak tests/fault
+
+slow: install
+	$(PY) -m pytest -q -m slow tests/integration
 
 # raybus against RabbitMQ (quorum queues), ray.util.queue and bare Ray actors, in one run;
 # regenerates benchmarks/RESULTS.md. RabbitMQ needs root (benchmarks/rabbitmq.sh installs and

@@ -695,6 +695,7 @@ def test_curl_example_runs_against_the_gateway(
 # ------------------------------------------------------------------ TLS (last: restarts Serve)
 
 
+@pytest.mark.slow
 def test_tls_gateway_serves_https_with_the_self_signed_certificate(
     gateway: str,
     namespace: str,
@@ -724,6 +725,7 @@ def test_tls_gateway_serves_https_with_the_self_signed_certificate(
         serve.shutdown()
 
 
+@pytest.mark.slow
 def test_cli_http_serves_until_sigterm(ray_cluster: str, namespace: str, queue: str) -> None:
     """``raybus http`` in its own process (after the TLS test, which shut Serve down: Serve's
     port is per cluster)."""
@@ -775,6 +777,7 @@ def test_cli_http_serves_until_sigterm(ray_cluster: str, namespace: str, queue: 
             proc.wait(30)
 
 
+@pytest.mark.slow
 def test_replicas_scale_up_with_requests_in_flight(gateway: str, admin: object) -> None:
     """A second app on the same proxy, told to scale at 2 requests in flight per replica after
     1 s: 10 waiting receives make Serve add replicas; they all still get their messages."""
