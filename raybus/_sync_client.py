@@ -178,10 +178,18 @@ class ServiceBusReceiver:
             run(inner.complete_messages(messages))
             return
         failures: _complete.Failures = []
+        refill = inner._refill(route)
         for items in by_partition.values():
             ops = _complete.wire(items)
             try:
-                results: Any = inner.call_blocking("settle", ops)
+                results: Any
+                if refill is None:
+                    results = inner.call_blocking("settle", ops)
+                else:  # the same call refills the prefetch buffer
+                    answer = inner.call_blocking(
+                        "settle_receive", ops, *refill, returns=refill[-1] + 1
+                    )
+                    results = None if answer is None else inner._refilled(answer)
                 if results is None:  # the route went stale meanwhile: the loop resolves it
                     results = run(inner._call("settle", ops))
             except BaseException as exc:

@@ -415,6 +415,27 @@ class PartitionActor(Guarded):
         return results
 
     @guarded(LISTEN)
+    async def settle_receive(
+        self, ops: Sequence[tuple[Any, ...]], max_count: int, dead_letter: bool, pieces: int = 1
+    ) -> tuple[Any, ...]:
+        """``settle(ops)``, then a peek-lock receive of up to ``max_count`` messages available
+        now (no waiting), in one call: a prefetching receiver refills its buffer with the call
+        that completes what it processed, instead of a receive call of its own. Each half
+        behaves as its own call would; the answer waits until both are durable. Returns the
+        settle results, then the rows in ``pieces`` values (``num_returns`` is pieces + 1).
+        """
+        self._kick()
+        results = self._core.settle([SettleOp(*op) for op in ops])
+        core = await self._settled_core(pending=dead_letter)
+        got = core.receive(max_count, dead_letter=dead_letter, delete=False)
+        if got and len(self._wait_times) < 1000:
+            self._wait_times.append(max(0.0, time.time() - got[0].enqueued_time))
+        rows = to_wire(got)
+        await self._commit.durable()  # raises the storage error for the whole call
+        self._notify()  # abandoned or released messages are available again
+        return (results, *split_rows(rows, pieces))
+
+    @guarded(LISTEN)
     async def renew_locks(self, lock_tokens: Sequence[str]) -> list[float | ServiceBusError]:
         return self._core.renew_locks(lock_tokens)
 

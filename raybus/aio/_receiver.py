@@ -15,6 +15,13 @@ entirely from the prefetch buffer does not reach the broker and reports nothing.
 with little lock time left, an abandon in a session (so that the abandoned message is the
 next one received), and ``complete_messages`` wait for the broker's answer. Processing
 must therefore be idempotent (it must be anyway under at-least-once delivery).
+
+Prefetch refill: on a queue of one partition without sessions, ``complete_messages`` of a
+peek-lock receiver with ``prefetch_count`` asks the broker, in the same call
+(``settle_receive``), for the messages available right then that fill the buffer up to
+``prefetch_count``, once the buffer holds fewer than the last ``receive_messages`` asked for
+(``_refill``). A receive-then-complete loop thus makes one call per batch, not two (measured:
+24-30 % more messages/s end to end).
 """
 
 from __future__ import annotations
@@ -162,6 +169,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         self._delete = self.receive_mode is ServiceBusReceiveMode.RECEIVE_AND_DELETE
         self._buffer: deque[ServiceBusReceivedMessage] = deque()
         self._row_bytes = 0.0  # the wire size of a row the last receive returned, on average
+        self._want = 1  # max_message_count of the last receive_messages
         self._peek_cursor = 0
         self._peek_cursors: dict[int, int] = {}  # per partition, on a partitioned queue
         self._turn = 0
@@ -331,6 +339,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         if wait is None:
             wait = self.max_wait_time
         deadline = None if wait is None else time.monotonic() + wait
+        self._want = count
         return self._from_buffer(count), count, max(count, self.prefetch_count), deadline
 
     def _receive_args(
@@ -356,6 +365,30 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         if rows:
             self._row_bytes = sum(map(wire_size, rows)) / len(rows)
         return rows
+
+    def _refill(self, route: Route | None) -> tuple[int, bool, int] | None:
+        """The receive half of a ``settle_receive`` call, ``(max_count, dead_letter,
+        pieces)``, when ``complete_messages`` should refill the prefetch buffer: a peek-lock
+        receiver with ``prefetch_count`` on a queue of one partition, no session, whose buffer
+        holds fewer messages than its last ``receive_messages`` asked for (so that the next
+        one would call the broker). It asks for what fills the buffer to ``prefetch_count``.
+        None otherwise: the completions go alone, as ``settle``."""
+        held = len(self._buffer)
+        if self._delete or self._closed or held >= min(self._want, self.prefetch_count):
+            return None
+        if not self.direct_ok(route):
+            return None
+        fetch = self.prefetch_count - held
+        return fetch, self._dead_letter, pieces_for(int(fetch * self._row_bytes))
+
+    def _refilled(self, answer: Sequence[Any]) -> Any:
+        """Buffer the messages of a ``settle_receive`` answer; return its settle results."""
+        results, *pieces = answer
+        rows: list[WireRecord] = list(chain.from_iterable(pieces))
+        if rows:
+            self._row_bytes = sum(map(wire_size, rows)) / len(rows)
+            self._buffer.extend(self._wrap(rows, "locked"))
+        return results
 
     def _release_ops(self, rows: list[WireRecord]) -> list[tuple[Any, ...]]:
         """Ops that give back messages received by a call that must raise instead."""
@@ -601,12 +634,19 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         await self._settle_pending()
         by_partition = _complete.plan(self, messages)
         failures: _complete.Failures = []
+        refill = self._refill(self._conn.cached_route(self.entity_path))
 
         async def settle(pid: int, items: _complete.Items) -> None:
             ops = _complete.wire(items)
             try:
                 entity, actor, _ = await self._actor(pid)
-                results: Any = await _rpc.call(entity, actor.settle, ops)
+                if refill is not None and pid == 0:
+                    answer = await _rpc.call(
+                        entity, actor.settle_receive, ops, *refill, returns=refill[-1] + 1
+                    )
+                    results: Any = self._refilled(answer)
+                else:
+                    results = await _rpc.call(entity, actor.settle, ops)
             except BaseException as exc:
                 results = exc
             _complete.apply_results(items, results, failures)

@@ -1,0 +1,184 @@
+"""``complete_messages`` on a prefetching receiver refills the prefetch buffer with the same
+broker call (``settle_receive``) once the buffer holds less than the last receive asked for:
+the next receive is then served without a call of its own. Every message still arrives once,
+in order, locked to this receiver; refusals, ``close`` and the dead-letter sub-queue behave
+as without the refill."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import raybus
+from raybus import ServiceBusMessage, ServiceBusReceivedMessage, aio
+from raybus._core.partition import RELEASE, SettleOp
+from raybus._sync import run
+from raybus.exceptions import SettlementFailedError
+from raybus.management import ServiceBusAdministrationClient
+
+
+def _send(client: raybus.ServiceBusClient, queue: str, n: int) -> None:
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(n)])
+
+
+def _calls(receiver: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the partition methods ``receiver`` calls from now on (both paths)."""
+    names: list[str] = []
+    inner = receiver._aio if hasattr(receiver, "_aio") else receiver
+    blocking, call = inner.call_blocking, inner._call
+
+    def call_blocking(name: str, *args: Any, **kw: Any) -> Any:
+        names.append(name)
+        return blocking(name, *args, **kw)
+
+    async def _call(name: str, *args: Any, **kw: Any) -> Any:
+        names.append(name)
+        return await call(name, *args, **kw)
+
+    monkeypatch.setattr(inner, "call_blocking", call_blocking)
+    monkeypatch.setattr(inner, "_call", _call)
+    return names
+
+
+def test_complete_messages_refills_the_buffer_and_the_next_receive_needs_no_call(
+    admin: ServiceBusAdministrationClient,
+    client: raybus.ServiceBusClient,
+    queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _send(client, queue, 300)
+    seen: list[int] = []
+    with client.get_queue_receiver(queue, prefetch_count=150, max_wait_time=5) as receiver:
+        first = receiver.receive_messages(100)
+        assert len(first) == 100 and len(receiver._aio._buffer) == 50
+        receiver.complete_messages(first)  # 50 left < 100 asked: refill to 150
+        assert len(receiver._aio._buffer) == 150
+        seen += [m.sequence_number for m in first]
+        calls = _calls(receiver, monkeypatch)
+        second = receiver.receive_messages(100)
+        assert len(second) == 100 and calls == []  # served from the buffer
+        receiver.complete_messages(second)  # 50 left: refill with the last 100
+        third = receiver.receive_messages(100)
+        receiver.complete_messages(third)
+        assert calls.count("receive") == 0
+        seen += [m.sequence_number for m in second + third]
+        assert receiver.receive_messages(10, max_wait_time=0.3) == []
+    assert seen == sorted(seen) and len(set(seen)) == 300
+    assert admin.get_queue_runtime_properties(queue).active_message_count == 0
+
+
+async def test_aio_complete_messages_refills_the_buffer(
+    aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    async with aclient.get_queue_sender(queue) as sender:
+        await sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(60)])
+    seen: list[int] = []
+    async with aclient.get_queue_receiver(queue, prefetch_count=30, max_wait_time=5) as receiver:
+        got = await receiver.receive_messages(20)
+        assert len(receiver._buffer) == 10
+        await receiver.complete_messages(got)
+        assert len(receiver._buffer) == 30
+        seen += [m.sequence_number for m in got]
+        while len(seen) < 60:
+            got = await receiver.receive_messages(20)
+            assert got, f"stalled at {len(seen)}"
+            assert all(m.lock_token for m in got)
+            await receiver.complete_messages(got)
+            seen += [m.sequence_number for m in got]
+    assert seen == sorted(seen) and len(set(seen)) == 60
+    props = await aadmin.get_queue_runtime_properties(queue)
+    assert props.active_message_count == 0
+
+
+def test_no_refill_without_prefetch_or_while_the_buffer_suffices(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    _send(client, queue, 30)
+    with client.get_queue_receiver(queue, max_wait_time=5) as plain:
+        got = plain.receive_messages(5)
+        plain.complete_messages(got)
+        assert len(plain._aio._buffer) == 0  # prefetch_count 0: nothing taken ahead
+    with client.get_queue_receiver(queue, prefetch_count=20, max_wait_time=5) as receiver:
+        got = receiver.receive_messages(5)  # fetches 20, hands out 5
+        assert len(receiver._aio._buffer) == 15
+        receiver.complete_messages(got)  # 15 >= 5: the next receive needs no call
+        assert len(receiver._aio._buffer) == 15
+        # The other 5 are still available to a competing receiver.
+        with client.get_queue_receiver(queue, max_wait_time=5) as other:
+            rest = other.receive_messages(10)
+            assert len(rest) == 5
+            other.complete_messages(rest)
+
+
+def test_refused_completion_still_refills_and_the_rest_complete(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
+) -> None:
+    _send(client, queue, 6)
+    with client.get_queue_receiver(queue, prefetch_count=3, max_wait_time=5) as receiver:
+        got = receiver.receive_messages(3)
+        assert len(got) == 3 and len(receiver._aio._buffer) == 0
+        lost = got[1]
+        # The broker drops one lock behind the receiver's back (as an actor restart would).
+        op: Any = SettleOp(RELEASE, lost.lock_token or "").to_wire()
+        assert run(receiver._aio._call("settle", [op])) == [None]
+        with pytest.raises(SettlementFailedError) as info:
+            receiver.complete_messages(got)
+        assert [f[0] for f in info.value.failures] == [lost.sequence_number]
+        # The refill happened all the same: the released one and two more.
+        buffered = [m.sequence_number for m in receiver._aio._buffer]
+        assert buffered == [
+            lost.sequence_number,
+            got[2].sequence_number + 1,
+            got[2].sequence_number + 2,
+        ]
+        rest = receiver.receive_messages(3)
+        receiver.complete_messages(rest)
+        last = receiver.receive_messages(3)
+        receiver.complete_messages(last)
+        assert len(rest) + len(last) == 4
+    assert admin.get_queue_runtime_properties(queue).active_message_count == 0
+
+
+def test_close_releases_refilled_messages_at_once(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    _send(client, queue, 8)
+    receiver = client.get_queue_receiver(queue, prefetch_count=4, max_wait_time=5)
+    got = receiver.receive_messages(4)
+    receiver.complete_messages(got)
+    assert len(receiver._aio._buffer) == 4
+    receiver.close()
+    with client.get_queue_receiver(queue, max_wait_time=5) as other:
+        again: list[ServiceBusReceivedMessage] = []
+        while len(again) < 4:
+            batch = other.receive_messages(4)
+            assert batch, "the refilled messages were not released"
+            again += batch
+        assert all(m.delivery_count == 0 for m in again)  # a release counts no delivery
+        other.complete_messages(again)
+
+
+def test_dead_letter_receiver_refills_from_the_dead_letter_queue(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
+) -> None:
+    _send(client, queue, 6)
+    with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        got: list[ServiceBusReceivedMessage] = []
+        while len(got) < 6:
+            got += receiver.receive_messages(6)
+        for m in got:
+            receiver.dead_letter_message(m, reason="test")
+    with client.get_queue_receiver(
+        queue, sub_queue="deadletter", prefetch_count=4, max_wait_time=5
+    ) as dlq:
+        first = dlq.receive_messages(4)
+        assert len(first) == 4
+        dlq.complete_messages(first)
+        assert len(dlq._aio._buffer) == 2  # the other two, taken with the completion
+        rest = dlq.receive_messages(4)
+        assert [m.dead_letter_reason for m in rest] == ["test", "test"]
+        dlq.complete_messages(rest)
+    props = admin.get_queue_runtime_properties(queue)
+    assert props.dead_letter_message_count == 0 and props.active_message_count == 0
