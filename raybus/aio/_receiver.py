@@ -20,8 +20,8 @@ Prefetch refill: on a queue of one partition without sessions, ``complete_messag
 peek-lock receiver with ``prefetch_count`` asks the broker, in the same call
 (``settle_receive``), for the messages available right then that fill the buffer up to
 ``prefetch_count``, once the buffer holds fewer than the last ``receive_messages`` asked for
-(``_refill``). A receive-then-complete loop thus makes one call per batch, not two (measured:
-24-30 % more messages/s end to end).
+and ``prefetch_count`` is at least that many (``_refill``). A receive-then-complete loop
+thus makes one call per batch, not two (measured: 24-30 % more messages/s end to end).
 """
 
 from __future__ import annotations
@@ -369,12 +369,14 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
     def _refill(self, route: Route | None) -> tuple[int, bool, int] | None:
         """The receive half of a ``settle_receive`` call, ``(max_count, dead_letter,
         pieces)``, when ``complete_messages`` should refill the prefetch buffer: a peek-lock
-        receiver with ``prefetch_count`` on a queue of one partition, no session, whose buffer
-        holds fewer messages than its last ``receive_messages`` asked for (so that the next
-        one would call the broker). It asks for what fills the buffer to ``prefetch_count``.
-        None otherwise: the completions go alone, as ``settle``."""
+        receiver on a queue of one partition, no session, whose buffer holds fewer messages
+        than its last ``receive_messages`` asked for (so that the next one would call the
+        broker) and whose ``prefetch_count`` is at least that many (a smaller buffer would
+        hand the next receive fewer than it asked for, where a call of its own could fetch
+        them all). It asks for what fills the buffer to ``prefetch_count``. None otherwise:
+        the completions go alone, as ``settle``."""
         held = len(self._buffer)
-        if self._delete or self._closed or held >= min(self._want, self.prefetch_count):
+        if self._delete or self._closed or not held < self._want <= self.prefetch_count:
             return None
         if not self.direct_ok(route):
             return None

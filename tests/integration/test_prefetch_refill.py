@@ -112,6 +112,22 @@ def test_no_refill_without_prefetch_or_while_the_buffer_suffices(
             other.complete_messages(rest)
 
 
+def test_no_refill_when_prefetch_is_smaller_than_the_receives(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    """A buffer smaller than the receives would make the next one return fewer messages than
+    a call of its own fetches: such a receiver completes without refilling."""
+    _send(client, queue, 40)
+    with client.get_queue_receiver(queue, prefetch_count=5, max_wait_time=5) as receiver:
+        got = receiver.receive_messages(20)
+        assert len(got) == 20
+        receiver.complete_messages(got)
+        assert len(receiver._aio._buffer) == 0
+        rest = receiver.receive_messages(20)
+        assert len(rest) == 20  # one call, all it asked for
+        receiver.complete_messages(rest)
+
+
 def test_refused_completion_still_refills_and_the_rest_complete(
     admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
 ) -> None:
