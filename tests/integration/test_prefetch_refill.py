@@ -12,9 +12,9 @@ import pytest
 
 import raybus
 from raybus import ServiceBusMessage, ServiceBusReceivedMessage, aio
-from raybus._core.partition import RELEASE, SettleOp
+from raybus._core.partition import COMPLETE, RELEASE, SettleOp
 from raybus._sync import run
-from raybus.exceptions import SettlementFailedError
+from raybus.exceptions import InvalidArgumentError, SettlementFailedError
 from raybus.management import ServiceBusAdministrationClient
 
 
@@ -198,3 +198,23 @@ def test_dead_letter_receiver_refills_from_the_dead_letter_queue(
         dlq.complete_messages(rest)
     props = admin.get_queue_runtime_properties(queue)
     assert props.dead_letter_message_count == 0 and props.active_message_count == 0
+
+
+def test_settle_receive_on_a_session_queue_is_refused_and_settles_nothing(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    admin.create_queue("sq", requires_session=True)
+    with client.get_queue_sender("sq") as sender:
+        sender.send_messages(
+            [ServiceBusMessage("a", session_id="s"), ServiceBusMessage("b", session_id="s")]
+        )
+    with client.get_queue_receiver("sq", session_id="s", max_wait_time=5) as receiver:
+        (first,) = receiver.receive_messages(1)
+        op: Any = SettleOp(COMPLETE, first.lock_token or "").to_wire()
+        with pytest.raises(InvalidArgumentError, match="requires sessions"):
+            run(receiver._aio._call("settle_receive", [op], 10, False, 1, returns=2))
+        receiver.complete_message(first)  # still locked to us: the refused call changed nothing
+        (second,) = receiver.receive_messages(1)
+        assert str(second) == "b"
+        receiver.complete_message(second)
+    assert admin.get_queue_runtime_properties("sq").active_message_count == 0
