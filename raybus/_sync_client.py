@@ -189,7 +189,11 @@ class ServiceBusReceiver:
                     answer = inner.call_blocking(
                         "settle_receive", ops, *refill, returns=refill[-1] + 1
                     )
-                    results = None if answer is None else inner._refilled(answer)
+                    results = None
+                    if answer is not None:
+                        results, orphans = inner._refilled(answer)
+                        if orphans:
+                            run(inner._release_orphans(orphans))
                 if results is None:  # the route went stale meanwhile: the loop resolves it
                     results = run(inner._call("settle", ops))
             except BaseException as exc:

@@ -181,6 +181,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         self._answered = 0
         self._failures: list[Failure] = []
         self._closed = False
+        self._closing = False  # close() has started: refilled messages go back at once
         self._renewer = auto_lock_renewer
         # Settlements handed over by the sync API's threads (see settle_from_thread).
         self._handoff: list[tuple[ServiceBusReceivedMessage, SettleOp, str, Any]] = []
@@ -376,21 +377,36 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         them all). It asks for what fills the buffer to ``prefetch_count``. None otherwise:
         the completions go alone, as ``settle``."""
         held = len(self._buffer)
-        if self._delete or self._closed or not held < self._want <= self.prefetch_count:
+        if self._delete or self._closing or not held < self._want <= self.prefetch_count:
             return None
         if not self.direct_ok(route):
             return None
         fetch = self.prefetch_count - held
         return fetch, self._dead_letter, pieces_for(int(fetch * self._row_bytes))
 
-    def _refilled(self, answer: Sequence[Any]) -> Any:
-        """Buffer the messages of a ``settle_receive`` answer; return its settle results."""
+    def _refilled(self, answer: Sequence[Any]) -> tuple[Any, list[WireRecord]]:
+        """Buffer the messages of a ``settle_receive`` answer. Returns its settle results and
+        the rows to give back at once (``_release_orphans``): all of them if ``close()``
+        started while the call was under way (it has released the buffer already)."""
         results, *pieces = answer
         rows: list[WireRecord] = list(chain.from_iterable(pieces))
+        if rows and self._closing:
+            return results, rows
         if rows:
             self._row_bytes = sum(map(wire_size, rows)) / len(rows)
             self._buffer.extend(self._wrap(rows, "locked"))
-        return results
+        return results, []
+
+    async def _release_orphans(self, rows: list[WireRecord]) -> None:
+        """Give back refilled messages that arrived after ``close()`` started (best effort:
+        a lock not given back ends by itself and the message is delivered again)."""
+        try:
+            route = await self._conn.route(self.entity_path)
+            handle = route.handle(0)
+            if handle is not None:
+                await _rpc.call(route.properties.name, handle.settle, self._release_ops(rows))
+        except ServiceBusError:
+            pass
 
     def _release_ops(self, rows: list[WireRecord]) -> list[tuple[Any, ...]]:
         """Ops that give back messages received by a call that must raise instead."""
@@ -646,7 +662,9 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
                     answer = await _rpc.call(
                         entity, actor.settle_receive, ops, *refill, returns=refill[-1] + 1
                     )
-                    results: Any = self._refilled(answer)
+                    results, orphans = self._refilled(answer)
+                    if orphans:
+                        await self._release_orphans(orphans)
                 else:
                     results = await _rpc.call(entity, actor.settle, ops)
             except BaseException as exc:
@@ -707,6 +725,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         ``SettlementFailedError`` if the broker refused any of them."""
         if self._closed:
             return
+        self._closing = True
         buffered = [m for m in self._buffer if m._kind == "locked"]
         self._buffer.clear()
         if buffered:

@@ -6,12 +6,13 @@ as without the refill."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 import raybus
-from raybus import ServiceBusMessage, ServiceBusReceivedMessage, aio
+from raybus import ServiceBusMessage, ServiceBusReceivedMessage, _rpc, aio
 from raybus._core.partition import COMPLETE, RELEASE, SettleOp
 from raybus._sync import run
 from raybus.exceptions import InvalidArgumentError, SettlementFailedError
@@ -218,3 +219,37 @@ def test_settle_receive_on_a_session_queue_is_refused_and_settles_nothing(
         assert str(second) == "b"
         receiver.complete_message(second)
     assert admin.get_queue_runtime_properties("sq").active_message_count == 0
+
+
+async def test_a_refill_landing_after_close_started_is_given_back_at_once(
+    aclient: aio.ServiceBusClient, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with aclient.get_queue_sender(queue) as sender:
+        await sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(8)])
+    receiver = aclient.get_queue_receiver(queue, prefetch_count=4, max_wait_time=5)
+    got = await receiver.receive_messages(4)
+    assert len(got) == 4 and not receiver._buffer
+    # close() runs while the completion's settle_receive call is under way.
+    in_flight = asyncio.Event()
+    real = _rpc.call
+
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        call = asyncio.ensure_future(real(*args, **kwargs))
+        if getattr(args[1], "_method_name", "") == "settle_receive":
+            in_flight.set()
+        return await call
+
+    monkeypatch.setattr(_rpc, "call", spy)
+    completing = asyncio.ensure_future(receiver.complete_messages(got))
+    await in_flight.wait()
+    await receiver.close()
+    await completing  # the completions themselves succeeded
+    assert not receiver._buffer
+    async with aclient.get_queue_receiver(queue, max_wait_time=5) as other:
+        again: list[ServiceBusReceivedMessage] = []
+        while len(again) < 4:
+            batch = await other.receive_messages(4, max_wait_time=2)
+            assert batch, "the messages refilled during close() stayed locked"
+            again += batch
+        assert all(m.delivery_count == 0 for m in again)
+        await other.complete_messages(again)
