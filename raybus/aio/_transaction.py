@@ -113,17 +113,26 @@ class ServiceBusTransaction:
     async def add_settle(
         self, route: Route, message: ServiceBusReceivedMessage, op: SettleOp
     ) -> None:
-        self._admit(1, route.properties.name)
-        self._count += 1
-        self._share(route, message.partition_id).ops.append(op)
+        await self.add_settle_in(route, message.partition_id, op)
         message._settled = True  # settled by this transaction (undone if it rolls back)
         self._settled.append(message)
 
     async def add_renew(self, route: Route, message: ServiceBusReceivedMessage) -> None:
+        await self.add_renew_in(route, message.partition_id, message.lock_token or "")
+        self._renewed.append((message, route.properties.lock_duration_s))
+
+    async def add_settle_in(self, route: Route, partition_id: int, op: SettleOp) -> None:
+        """A settlement by lock token alone (no message object: settle by lock token) of a
+        lock that partition ``partition_id`` holds."""
         self._admit(1, route.properties.name)
         self._count += 1
-        self._share(route, message.partition_id).renews.append(message.lock_token or "")
-        self._renewed.append((message, route.properties.lock_duration_s))
+        self._share(route, partition_id).ops.append(op)
+
+    async def add_renew_in(self, route: Route, partition_id: int, lock_token: str) -> None:
+        """A renewal by lock token alone, as ``add_settle_in``."""
+        self._admit(1, route.properties.name)
+        self._count += 1
+        self._share(route, partition_id).renews.append(lock_token)
 
     # ------------------------------------------------------------------ ending
 
