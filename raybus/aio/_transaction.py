@@ -4,8 +4,10 @@
 and commits them on a clean exit (rolls back on an exception); ``txn.commit()`` and
 ``txn.rollback()`` do it explicitly. Operations: ``send_messages``, ``schedule_messages``,
 ``complete_message``, ``abandon_message``, ``dead_letter_message``, ``defer_message``,
-``renew_message_lock``. Receiving is not transactional (receive in PEEK_LOCK mode, then settle
-inside the transaction); a RECEIVE_AND_DELETE receiver cannot join one.
+``renew_message_lock``, and by lock token ``settle_message_by_lock_token`` and
+``renew_message_lock_by_lock_token`` (``add_settle_in`` / ``add_renew_in``). Receiving is
+not transactional (receive in PEEK_LOCK mode, then settle inside the transaction); a
+RECEIVE_AND_DELETE receiver cannot join one.
 
 Guarantees: atomic across every partition, queue and topic of the namespace (a send to a topic
 joins with the copies its subscriptions' rules select) (two-phase commit through

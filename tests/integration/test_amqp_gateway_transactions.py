@@ -11,6 +11,7 @@ import time
 import uuid
 from datetime import datetime
 from typing import Any
+from unittest import mock
 
 import amqp_gateway_fixtures
 import pytest
@@ -24,6 +25,7 @@ from amqp_proton_txn import (
     uuids,
 )
 from proton import Message, symbol, timestamp
+from proton.reactor import Transaction
 
 import raybus
 from raybus._sync import run
@@ -385,3 +387,20 @@ def test_update_disposition_of_a_lock_received_elsewhere_joins_the_transaction(
                     sequence_number=m.sequence_number,
                 )
         assert _peek(client, queue) == []
+
+
+def test_a_distributed_transaction_is_refused_at_declare(
+    gateway: GatewayHandle, client: raybus.ServiceBusClient, target: str
+) -> None:
+    """A ``declare`` with a ``global-id`` (a transaction another manager coordinates) is
+    rejected, naming the field; nothing of the script runs. (A guard of kept behaviour.)"""
+
+    def declare_global(txn: Transaction) -> None:
+        txn._declare = txn._send_ctrl(symbol("amqp:declare:list"), [b"global-txn-1"])
+
+    with mock.patch.object(Transaction, "declare", declare_global):
+        txn = run_transaction(gateway.port, send_to=target, bodies=["never"])
+    assert txn.result == "declare failed"
+    assert txn.condition == "com.microsoft:argument-error"
+    assert txn.sent_answers == []
+    assert _peek(client, target) == []
