@@ -261,6 +261,7 @@ class ServiceBusReceiver:
         properties_to_modify: dict[str, Any] | None = None,
         dead_letter_reason: str | None = None,
         dead_letter_error_description: str | None = None,
+        transaction: ServiceBusTransaction | None = None,
     ) -> None:
         """Settle by lock token, waiting for the broker (see
         ``raybus.aio.ServiceBusReceiver.settle_message_by_lock_token``)."""
@@ -272,16 +273,25 @@ class ServiceBusReceiver:
                 properties_to_modify=properties_to_modify,
                 dead_letter_reason=dead_letter_reason,
                 dead_letter_error_description=dead_letter_error_description,
+                transaction=None if transaction is None else transaction._aio,
             )
         )
 
     def renew_message_lock_by_lock_token(
-        self, lock_token: str, *, sequence_number: int | None = None, timeout: Any = None
+        self,
+        lock_token: str,
+        *,
+        sequence_number: int | None = None,
+        timeout: Any = None,
+        transaction: ServiceBusTransaction | None = None,
     ) -> datetime:
         """Renew a lock by its token (see ``raybus.aio.ServiceBusReceiver``)."""
         return run(
             self._aio.renew_message_lock_by_lock_token(
-                lock_token, sequence_number=sequence_number, timeout=timeout
+                lock_token,
+                sequence_number=sequence_number,
+                timeout=timeout,
+                transaction=None if transaction is None else transaction._aio,
             )
         )
 

@@ -443,6 +443,10 @@ class PartitionActor(Guarded):
         return (results, *split_rows(rows, pieces))
 
     @guarded(LISTEN)
+    async def lock_expiries(self, lock_tokens: Sequence[str]) -> list[float | ServiceBusError]:
+        return self._core.lock_expiries(lock_tokens)
+
+    @guarded(LISTEN)
     async def renew_locks(self, lock_tokens: Sequence[str]) -> list[float | ServiceBusError]:
         return self._core.renew_locks(lock_tokens)
 

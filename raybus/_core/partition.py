@@ -471,6 +471,20 @@ class Partition(SessionOps, SnapshotOps):
                 results.append(exc)
         return results
 
+    def lock_expiries(self, lock_tokens: Sequence[str]) -> list[float | ServiceBusError]:
+        """Each lock's expiry as it stands, or ``MessageLockLostError`` for one not held;
+        changes nothing. A transaction joining a settlement or renewal by lock token asks
+        this first, so a bad token is refused when it joins, not later at the commit."""
+        self._begin()
+        out: list[float | ServiceBusError] = []
+        for token in lock_tokens:
+            try:
+                store, seq = self._locked(token)
+                out.append(store.messages[seq].locked_until)
+            except ServiceBusError as exc:
+                out.append(exc)
+        return out
+
     def renew_locks(self, lock_tokens: Sequence[str]) -> list[float | ServiceBusError]:
         """Extend each lock by the entity's lock duration; new expiry or the error per token.
 

@@ -19,7 +19,11 @@ How it differs from settling a message object, and why:
 * The partition holding the lock is the one the sequence number's top 16 bits name; without a
   sequence number only an entity of one partition (or a session receiver, whose session lives
   in one partition) can be addressed.
-* It is not transactional (the message object's methods take ``transaction=``).
+* With ``transaction=`` it joins the transaction (settled or renewed at its commit, as the
+  message object's methods with ``transaction=``). The client knows nothing of the lock, so it
+  asks the partition, changing nothing, that the lock is held before joining: an unknown,
+  expired or used token is refused then (``MessageLockLostError``) and the transaction does
+  not hold it; the broker checks again at the commit.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from ..exceptions import InvalidArgumentError, ServiceBusError
 if TYPE_CHECKING:
     from .._connection import Connection
     from ._session import ServiceBusSession
+    from ._transaction import ServiceBusTransaction
 
 __all__ = ["LockTokenSettlement", "check_lock_token"]
 
@@ -104,6 +109,7 @@ class LockTokenSettlement:
         properties_to_modify: dict[str, Any] | None = None,
         dead_letter_reason: str | None = None,
         dead_letter_error_description: str | None = None,
+        transaction: ServiceBusTransaction | None = None,
     ) -> None:
         """Settle the message locked under ``lock_token`` (received by any receiver of this
         entity, in any process) and wait for the broker's answer.
@@ -119,7 +125,8 @@ class LockTokenSettlement:
         already used to settle) and ``SessionLockLostError`` in a session whose lock is gone;
         in every one of those cases nothing changed. A transport error may leave it unknown
         whether the settlement happened: settling again then raises ``MessageLockLostError``
-        if it did.
+        if it did. With ``transaction`` the settlement happens at its commit (see the module
+        docstring; RELEASED cannot join one).
         """
         op = self._token_op(
             lock_token,
@@ -129,19 +136,38 @@ class LockTokenSettlement:
             dead_letter_error_description,
         )
         pid = await self._token_partition(sequence_number)
+        if transaction is not None:
+            if op.kind == RELEASE:
+                raise InvalidArgumentError(
+                    "RELEASED cannot be part of a transaction (ABANDONED can)",
+                    self.entity_path,
+                    "disposition",
+                )
+            await self._held_lock(op.lock_token, pid)
+            route = await self._conn.route(self.entity_path)
+            await transaction.add_settle_in(route, pid, op)
+            return
         entity, actor, _ = await self._actor(pid)
         (error,) = await self._conn.settler(entity, actor).submit([op])
         if error is not None:
             raise self._session_error(error)
 
     async def renew_message_lock_by_lock_token(
-        self, lock_token: str, *, sequence_number: int | None = None, timeout: Any = None
+        self,
+        lock_token: str,
+        *,
+        sequence_number: int | None = None,
+        timeout: Any = None,
+        transaction: ServiceBusTransaction | None = None,
     ) -> datetime:
         """Extend the lock held under ``lock_token`` by the entity's lock duration; returns the
         new expiry. ``sequence_number`` as for ``settle_message_by_lock_token``.
 
         Raises ``MessageLockLostError`` (nothing changed) when the broker holds no such lock,
         and ``InvalidArgumentError`` in a session receiver (renew the session's lock instead).
+        With ``transaction`` the lock is extended at the commit (by the lock duration from
+        then); the expiry returned is the lock's as it stands now, which the renewal can only
+        move later.
         """
         token = check_lock_token(lock_token, self.entity_path)
         if self.session is not None:
@@ -153,9 +179,24 @@ class LockTokenSettlement:
             )
         self._check_peek_lock()
         pid = await self._token_partition(sequence_number)
+        if transaction is not None:
+            now = await self._held_lock(token, pid)
+            route = await self._conn.route(self.entity_path)
+            await transaction.add_renew_in(route, pid, token)
+            return now
         (result,) = await self._call("renew_locks", [token], partition=pid, timeout=timeout)
         if isinstance(result, ServiceBusError):
             raise result
+        expiry = from_timestamp(result)
+        assert expiry is not None
+        return expiry
+
+    async def _held_lock(self, token: str, partition: int) -> datetime:
+        """The lock's expiry, asked of the partition without changing it; raises
+        ``MessageLockLostError`` when the partition holds no such lock."""
+        (result,) = await self._call("lock_expiries", [token], partition=partition)
+        if isinstance(result, ServiceBusError):
+            raise self._session_error(result)
         expiry = from_timestamp(result)
         assert expiry is not None
         return expiry

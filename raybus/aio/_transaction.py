@@ -4,8 +4,10 @@
 and commits them on a clean exit (rolls back on an exception); ``txn.commit()`` and
 ``txn.rollback()`` do it explicitly. Operations: ``send_messages``, ``schedule_messages``,
 ``complete_message``, ``abandon_message``, ``dead_letter_message``, ``defer_message``,
-``renew_message_lock``. Receiving is not transactional (receive in PEEK_LOCK mode, then settle
-inside the transaction); a RECEIVE_AND_DELETE receiver cannot join one.
+``renew_message_lock``, and by lock token ``settle_message_by_lock_token`` and
+``renew_message_lock_by_lock_token`` (``add_settle_in`` / ``add_renew_in``). Receiving is
+not transactional (receive in PEEK_LOCK mode, then settle inside the transaction); a
+RECEIVE_AND_DELETE receiver cannot join one.
 
 Guarantees: atomic across every partition, queue and topic of the namespace (a send to a topic
 joins with the copies its subscriptions' rules select) (two-phase commit through
@@ -113,17 +115,26 @@ class ServiceBusTransaction:
     async def add_settle(
         self, route: Route, message: ServiceBusReceivedMessage, op: SettleOp
     ) -> None:
-        self._admit(1, route.properties.name)
-        self._count += 1
-        self._share(route, message.partition_id).ops.append(op)
+        await self.add_settle_in(route, message.partition_id, op)
         message._settled = True  # settled by this transaction (undone if it rolls back)
         self._settled.append(message)
 
     async def add_renew(self, route: Route, message: ServiceBusReceivedMessage) -> None:
+        await self.add_renew_in(route, message.partition_id, message.lock_token or "")
+        self._renewed.append((message, route.properties.lock_duration_s))
+
+    async def add_settle_in(self, route: Route, partition_id: int, op: SettleOp) -> None:
+        """A settlement by lock token alone (no message object: settle by lock token) of a
+        lock that partition ``partition_id`` holds."""
         self._admit(1, route.properties.name)
         self._count += 1
-        self._share(route, message.partition_id).renews.append(message.lock_token or "")
-        self._renewed.append((message, route.properties.lock_duration_s))
+        self._share(route, partition_id).ops.append(op)
+
+    async def add_renew_in(self, route: Route, partition_id: int, lock_token: str) -> None:
+        """A renewal by lock token alone, as ``add_settle_in``."""
+        self._admit(1, route.properties.name)
+        self._count += 1
+        self._share(route, partition_id).renews.append(lock_token)
 
     # ------------------------------------------------------------------ ending
 

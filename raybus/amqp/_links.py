@@ -39,7 +39,7 @@ from ._frames import (
 from ._message import BATCH_FORMAT, from_received, split_batch, to_raybus
 
 if TYPE_CHECKING:
-    from ..aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
+    from ..aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender, ServiceBusTransaction
     from ..message import ServiceBusReceivedMessage
     from ._connection import Session
 
@@ -569,9 +569,14 @@ async def settle(
 
 
 async def settle_by_token(
-    receiver: ServiceBusReceiver, lock_token: str, sequence_number: int | None, outcome: Outcome
+    receiver: ServiceBusReceiver,
+    lock_token: str,
+    sequence_number: int | None,
+    outcome: Outcome,
+    transaction: ServiceBusTransaction | None = None,
 ) -> None:
-    """Apply ``outcome`` by lock token and wait for the partition's answer."""
+    """Apply ``outcome`` by lock token and wait for the partition's answer (with
+    ``transaction``: join it, the lock checked now and settled at the commit)."""
     await receiver.settle_message_by_lock_token(
         lock_token,
         outcome.disposition,
@@ -579,6 +584,7 @@ async def settle_by_token(
         properties_to_modify=outcome.properties,
         dead_letter_reason=outcome.reason,
         dead_letter_error_description=outcome.description,
+        transaction=transaction,
     )
 
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..aio import EntityInfo
+from ..aio import EntityInfo, ServiceBusClient, ServiceBusSender, ServiceBusTransaction
 from ..auth import parse_sas_token
 from ..enums import ServiceBusDisposition, ServiceBusReceiveMode
 from ..exceptions import (
@@ -31,6 +32,7 @@ from ..exceptions import (
     ServiceBusError,
     SessionLockLostError,
 )
+from ..message import ServiceBusMessage
 from ._codec import Array, Described, Int, Symbol, Timestamp, ULong, encode
 from ._errors import condition_of, status_of
 from ._frames import transactional
@@ -45,6 +47,7 @@ from ._links import (
 )
 from ._locks import by_token
 from ._message import Sections, from_received, to_raybus
+from ._transactions import AmqpTransaction
 
 __all__ = ["CbsRequests", "ManagementRequests"]
 
@@ -115,6 +118,35 @@ def _disposition_outcome(args: dict[str, Any]) -> Outcome:
         None if reason is None or not dead_letter else str(reason),
         None if description is None or not dead_letter else str(description),
     )
+
+
+def _scheduled(args: dict[str, Any]) -> list[tuple[ServiceBusMessage, datetime]]:
+    """The messages a ``schedule-message`` request names, each with its time; all checked
+    before any is scheduled, so a bad entry schedules none."""
+    entries = args.get("messages")
+    if not isinstance(entries, list):
+        raise InvalidArgumentError("messages must be a list", None, "messages")
+    out = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("message"), bytes):
+            raise InvalidArgumentError(
+                "each scheduled message needs an encoded message", None, "messages"
+            )
+        msg = to_raybus(entry["message"])
+        at = msg.scheduled_enqueue_time_utc
+        if at is None:
+            raise InvalidArgumentError(
+                "a scheduled message needs x-opt-scheduled-enqueue-time", None, "messages"
+            )
+        out.append((msg, at))
+    return out
+
+
+def _schedule_in(
+    sender: ServiceBusSender, message: ServiceBusMessage, at: datetime
+) -> Callable[[ServiceBusTransaction], Awaitable[list[int]]]:
+    """Scheduling ``message`` as an operation joining a transaction."""
+    return lambda transaction: sender.schedule_messages(message, at, transaction=transaction)
 
 
 def _reply_link(link: IncomingLink, address: str) -> ReplyLink | None:
@@ -221,34 +253,75 @@ class ManagementRequests(IncomingLink):
         return None
 
     async def _run_in(self, txn_id: Any, op: str, args: dict[str, Any]) -> tuple[int, Any]:
-        """A request inside a transaction (its transfer's ``transactional-state``). Of the
-        operations, raybus's transactions take settlements: ``update-disposition`` of locks
-        this connection delivered (it holds their messages) joins; anything else is refused,
-        which dooms the transaction."""
+        """A request inside a transaction (its transfer's ``transactional-state``). Three
+        operations join it, as Service Bus lets them (settle, renew lock, schedule):
+
+        * ``update-disposition``: of a lock this connection delivered (through the receiver
+          holding the message), or of any other lock token of the entity: the partition holding
+          it is found as outside a transaction (``_locks``), asked (changing nothing) that the
+          lock is held, and the settlement joins; at the commit the broker applies it.
+        * ``renew-lock``: Service Bus counts a renewal among a transaction's operations, and
+          raybus's transactions take one: the lock is extended at the commit (by the lock
+          duration from then), and not at all on a rollback. The ``expirations`` answered are
+          the locks' expiries as they stand (the renewal can only move them later).
+        * ``schedule-message``: the messages are scheduled at the commit, nothing on a
+          rollback. raybus numbers a transaction's messages at its commit, so the answer's
+          ``sequence-numbers`` is empty (Service Bus numbers them at once; a deviation: cancel
+          one after the commit, by the number a peek shows).
+
+        Anything else is refused. A refused request (a lock not held, a bad argument) answers
+        its error and makes the transaction rollback-only, as any operation that fails to join
+        does (``_transactions``); it changes nothing else."""
         txn = self.conn.transactions.get(txn_id, self.address)
+        joining = {
+            _PREFIX + "update-disposition": self._settle_in,
+            _PREFIX + "renew-lock": self._renew_in,
+            _PREFIX + "schedule-message": self._schedule_in,
+        }
         try:
-            if op != _PREFIX + "update-disposition":
+            handler = joining.get(op)
+            if handler is None:
                 raise InvalidArgumentError(
-                    f"{op!r} cannot run inside a transaction (update-disposition can)",
+                    f"{op!r} cannot run inside a transaction (update-disposition, renew-lock "
+                    "and schedule-message can)",
                     self.address,
                     "operation",
                 )
-            outcome = _disposition_outcome(args)
             address = self.gateway.parse_address(self.address)
             client = await self.gateway.client_for(self.conn, address.entity)
-            for lock in await self._locked(args.get("lock-tokens")):
-                if lock.message is None:
-                    raise InvalidArgumentError(
-                        f"lock token {lock.token} was not delivered on this connection: only "
-                        "the connection's own locks can be settled inside a transaction",
-                        self.address,
-                        "lock-tokens",
-                    )
-                await txn.settle(client, lock.receiver, lock.message, outcome)
+            return await handler(txn, client, args)
         except (ServiceBusError, ValueError) as exc:
             txn.failure = txn.failure or exc
             raise
+
+    async def _settle_in(
+        self, txn: AmqpTransaction, client: ServiceBusClient, args: dict[str, Any]
+    ) -> tuple[int, Any]:
+        outcome = _disposition_outcome(args)
+        for lock in await self._locked(args.get("lock-tokens")):
+            if lock.message is not None:
+                await txn.settle(client, lock.receiver, lock.message, outcome)
+            else:
+                await txn.join(client, lock.settle_in(outcome), settles=lock.token)
         return 200, {}
+
+    async def _renew_in(
+        self, txn: AmqpTransaction, client: ServiceBusClient, args: dict[str, Any]
+    ) -> tuple[int, Any]:
+        expirations = []
+        for lock in await self._locked(args.get("lock-tokens")):
+            until = await txn.join(client, lock.renew)
+            expirations.append(Timestamp(round(until.timestamp() * 1000)))
+        return 200, {"expirations": Array(0x83, tuple(expirations))}
+
+    async def _schedule_in(
+        self, txn: AmqpTransaction, client: ServiceBusClient, args: dict[str, Any]
+    ) -> tuple[int, Any]:
+        scheduled = _scheduled(args)
+        sender = await self.gateway.management_sender(self.conn, self.address)
+        for msg, at in scheduled:
+            await txn.join(client, _schedule_in(sender, msg, at))
+        return 200, {"sequence-numbers": Array(0x81, ())}  # numbered at the commit
 
     async def _run(self, op: str, args: dict[str, Any], app: dict[str, Any]) -> tuple[int, Any]:
         if not op.startswith(_PREFIX):
@@ -380,22 +453,10 @@ class ManagementRequests(IncomingLink):
     async def _op_schedule_message(
         self, args: dict[str, Any], app: dict[str, Any]
     ) -> tuple[int, Any]:
-        entries = args.get("messages")
-        if not isinstance(entries, list):
-            raise InvalidArgumentError("messages must be a list", None, "messages")
+        scheduled = _scheduled(args)
         sender = await self.gateway.management_sender(self.conn, self.address)
         seqs: list[int] = []
-        for entry in entries:
-            if not isinstance(entry, dict) or not isinstance(entry.get("message"), bytes):
-                raise InvalidArgumentError(
-                    "each scheduled message needs an encoded message", None, "messages"
-                )
-            msg = to_raybus(entry["message"])
-            at = msg.scheduled_enqueue_time_utc
-            if at is None:
-                raise InvalidArgumentError(
-                    "a scheduled message needs x-opt-scheduled-enqueue-time", None, "messages"
-                )
+        for msg, at in scheduled:
             seqs += await sender.schedule_messages(msg, at)
         return 200, {"sequence-numbers": Array(0x81, tuple(seqs))}
 
@@ -470,14 +531,21 @@ class _Lock:
     partition_ids: tuple[int, ...]
     message: Any
 
-    async def renew(self) -> datetime:
+    async def renew(self, transaction: ServiceBusTransaction | None = None) -> datetime:
+        """Renew the lock; with ``transaction``, join it (renewed at the commit) and return
+        the lock's expiry as it stands."""
         if self.message is not None:
-            until: datetime = await self.receiver.renew_message_lock(self.message)
+            until: datetime | None = await self.receiver.renew_message_lock(
+                self.message, transaction=transaction
+            )
+            if until is None:  # joined: the lock is as it was until the commit
+                until = self.message.locked_until_utc
+            assert until is not None
             return until
 
         async def renew_in(seq: int | None) -> datetime:
             until: datetime = await self.receiver.renew_message_lock_by_lock_token(
-                self.token, sequence_number=seq
+                self.token, sequence_number=seq, transaction=transaction
             )
             return until
 
@@ -487,9 +555,18 @@ class _Lock:
         if self.message is not None:
             await settle(self.receiver, self.message, outcome, confirm=confirm)
             return
+        await self._settle_by_token(outcome, None)
 
+    def settle_in(self, outcome: Outcome) -> Callable[[ServiceBusTransaction], Awaitable[None]]:
+        """The settlement by lock token as an operation joining a transaction (only one
+        partition holds the lock, so only it joins; the others refuse, changing nothing)."""
+        return lambda transaction: self._settle_by_token(outcome, transaction)
+
+    async def _settle_by_token(
+        self, outcome: Outcome, transaction: ServiceBusTransaction | None
+    ) -> None:
         async def settle_in(seq: int | None) -> None:
-            await settle_by_token(self.receiver, self.token, seq, outcome)
+            await settle_by_token(self.receiver, self.token, seq, outcome, transaction)
 
         await by_token(settle_in, self.sequence_number, self.partition_ids)
 

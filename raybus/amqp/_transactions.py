@@ -25,8 +25,10 @@ over 100 messages) is answered ``rejected`` at once and makes the transaction
 rollback-only: its commit is refused with ``amqp:transaction:rollback`` and nothing of it
 takes effect. A transaction the connection leaves undischarged is rolled back (nothing of it
 was sent to the broker). A ``$management`` request whose transfer carries a
-``transactional-state`` joins too when it is an ``update-disposition`` of locks the connection
-delivered (``_management.ManagementRequests._run_in``); other requests are refused in one.
+``transactional-state`` joins too when it is ``update-disposition`` (of any lock token of the
+entity), ``renew-lock`` or ``schedule-message`` (``_management.ManagementRequests._run_in``);
+other requests are refused in one. Distributed transactions (``declare`` with a
+``global-id``) are refused: raybus's coordinator is the only transaction manager.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..enums import ServiceBusDisposition
 from ..exceptions import (
@@ -55,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = ["AmqpTransaction", "Coordinator", "Transactions"]
 
 _LOG = logging.getLogger("raybus.amqp")
+_T = TypeVar("_T")
 
 
 def _rejected(exc: BaseException) -> Described:
@@ -69,21 +73,35 @@ class AmqpTransaction:
         self.id = txn_id
         self.failure: BaseException | None = None
         self._raybus: aio.ServiceBusTransaction | None = None
-        self._settled: list[Any] = []  # raybus messages, released from the locks at commit
+        self._settled: list[str] = []  # lock tokens, released from the locks at commit
 
     def _joined(self, client: aio.ServiceBusClient) -> aio.ServiceBusTransaction:
         if self._raybus is None:
             self._raybus = client.transaction()
         return self._raybus
 
-    async def send(
-        self, client: aio.ServiceBusClient, sender: aio.ServiceBusSender, messages: list[Any]
-    ) -> None:
+    async def join(
+        self,
+        client: aio.ServiceBusClient,
+        work: Callable[[aio.ServiceBusTransaction], Awaitable[_T]],
+        settles: str | None = None,
+    ) -> _T:
+        """``work(transaction)``: one operation joining this transaction, a raybus call given
+        ``transaction=``. Its failure makes the transaction rollback-only. ``settles``: the
+        lock token it settles (forgotten by the connection at the commit)."""
         try:
-            await sender.send_messages(messages, transaction=self._joined(client))
+            result = await work(self._joined(client))
         except (ServiceBusError, ValueError) as exc:
             self.failure = self.failure or exc
             raise
+        if settles is not None:
+            self._settled.append(settles)
+        return result
+
+    async def send(
+        self, client: aio.ServiceBusClient, sender: aio.ServiceBusSender, messages: list[Any]
+    ) -> None:
+        await self.join(client, lambda txn: sender.send_messages(messages, transaction=txn))
 
     async def settle(
         self,
@@ -92,10 +110,9 @@ class AmqpTransaction:
         message: Any,
         outcome: Outcome | None,
     ) -> None:
-        try:
+        async def apply(txn: aio.ServiceBusTransaction) -> None:
             if outcome is None:
                 raise DecodeError("a transactional disposition needs an outcome")
-            txn = self._joined(client)
             kind = outcome.disposition
             if kind is ServiceBusDisposition.COMPLETED:
                 await receiver.complete_message(message, transaction=txn)
@@ -117,10 +134,8 @@ class AmqpTransaction:
                     receiver.entity_path,
                     "outcome",
                 )
-        except (ServiceBusError, ValueError) as exc:
-            self.failure = self.failure or exc
-            raise
-        self._settled.append(message)
+
+        await self.join(client, apply, settles=message.lock_token or "")
 
     async def commit(self, conn: AmqpConnection) -> None:
         """Commit; raises what refused it (then nothing of it took effect)."""
@@ -135,8 +150,8 @@ class AmqpTransaction:
             )
         if self._raybus is not None:
             await self._raybus.commit()
-        for message in self._settled:
-            conn.release(message.lock_token or "")
+        for token in self._settled:
+            conn.release(token)
 
     async def rollback(self) -> None:
         if self._raybus is not None:

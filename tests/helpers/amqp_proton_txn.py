@@ -38,7 +38,10 @@ class TxnRun:
     lock_tokens: list[str] = field(default_factory=list)
     received_answers: list[int | None] = field(default_factory=list)
     sent_answers: list[int | None] = field(default_factory=list)
-    management_status: int | None = None  # the answer to ``via_management``'s request
+    management_status: int | None = None  # the answer to the ``$management`` request
+    management_condition: str | None = None  # its errorCondition
+    management_description: str | None = None
+    management_body: Any = None
     result: str = "not discharged"  # committed, aborted, commit failed, declare failed
     condition: str | None = None
 
@@ -61,16 +64,15 @@ def _answer(delivery: Any) -> int | None:
     return int(state) if state else None
 
 
-def _complete_request(source: str | None, lock_tokens: list[str]) -> Message:
-    """A ``$management`` ``update-disposition`` request completing ``lock_tokens``."""
+def uuids(lock_tokens: Sequence[str]) -> Array:
+    """Lock tokens as the array of uuids ``$management`` requests carry."""
+    return Array(UNDESCRIBED, Data.UUID, *(uuid.UUID(t) for t in lock_tokens))
+
+
+def management_request(operation: str, body: dict[str, Any]) -> Message:
+    """A ``$management`` request ``com.microsoft:<operation>`` (its reply-to set on sending)."""
     return Message(
-        id=str(uuid.uuid4()),
-        reply_to=f"{source}/$management",
-        properties={"operation": "com.microsoft:update-disposition"},
-        body={
-            "disposition-status": "completed",
-            "lock-tokens": Array(UNDESCRIBED, Data.UUID, *(uuid.UUID(t) for t in lock_tokens)),
-        },
+        id=str(uuid.uuid4()), properties={"operation": f"com.microsoft:{operation}"}, body=body
     )
 
 
@@ -86,13 +88,14 @@ class _Script(MessagingHandler, TransactionHandler):  # type: ignore[misc]
         commit: bool,
         txn_id: bytes | None,
         before_discharge: Callable[[TxnRun], None] | None,
-        via_management: bool | list[str],
+        request: Callable[[TxnRun], Message] | None,
+        node: str | None,
     ) -> None:
         super().__init__(prefetch=0, auto_accept=False, auto_settle=False)
         self.url, self.source, self.count, self.outcome = url, source, count, outcome
         self.target, self.bodies, self.commit = target, list(bodies), commit
         self.txn_id, self.before_discharge = txn_id, before_discharge
-        self.via_management = via_management
+        self.request, self.node = request, node
         self.mgmt_sender: Any = None
         self.mgmt_receiver: Any = None
         self.run = TxnRun()
@@ -110,8 +113,8 @@ class _Script(MessagingHandler, TransactionHandler):  # type: ignore[misc]
             self.receiver = container.create_receiver(self.conn, self.source)
         if self.target is not None:
             self.sender = container.create_sender(self.conn, self.target)
-        if self.via_management:
-            node = f"{self.source}/$management"
+        if self.request is not None:
+            node = f"{self.node or self.source}/$management"
             self.mgmt_sender = container.create_sender(self.conn, node)
             self.mgmt_receiver = container.create_receiver(self.conn, node)
             self.mgmt_receiver.flow(1)
@@ -129,6 +132,9 @@ class _Script(MessagingHandler, TransactionHandler):  # type: ignore[misc]
     def on_message(self, event: Any) -> None:
         if self.mgmt_receiver is not None and event.receiver.name == self.mgmt_receiver.name:
             props = event.message.properties or {}
+            self.run.management_condition = props.get("errorCondition")
+            self.run.management_description = props.get("statusDescription")
+            self.run.management_body = event.message.body
             self.run.management_status = props.get("statusCode")
             self._maybe_discharge()
             return
@@ -149,16 +155,16 @@ class _Script(MessagingHandler, TransactionHandler):  # type: ignore[misc]
             and not self.acted
             and len(self.deliveries) == self.count
             and (not self.bodies or (self.sender is not None and self.sender.credit > 0))
-            and (not self.via_management or self.mgmt_sender.credit > 0)
+            and (self.request is None or self.mgmt_sender.credit > 0)
         )
         if not ready:
             return
         self.acted = True
-        if self.via_management:
-            tokens = self.via_management if isinstance(self.via_management, list) else None
-            request = _complete_request(self.source, tokens or self.run.lock_tokens)
+        if self.request is not None:
+            request = self.request(self.run)
+            request.reply_to = f"{self.node or self.source}/$management"
             self.txn.send(self.mgmt_sender, request)
-        for delivery in [] if self.via_management else self.deliveries:
+        for delivery in [] if self.request is not None else self.deliveries:
             if self.txn_id is not None:  # a transaction this connection never declared
                 delivery.local.data = [self.txn_id, Described(ulong(self.outcome), [])]
                 delivery.update(TRANSACTIONAL_STATE)
@@ -171,7 +177,7 @@ class _Script(MessagingHandler, TransactionHandler):  # type: ignore[misc]
         if self.before_discharge is not None:
             self.before_discharge(self.run)
         self.expected_answers = len(self.bodies) + (
-            1 if self.via_management else len(self.deliveries)
+            1 if self.request is not None else len(self.deliveries)
         )
         self._maybe_discharge()
 
@@ -221,6 +227,8 @@ def run_transaction(
     txn_id: bytes | None = None,
     before_discharge: Callable[[TxnRun], None] | None = None,
     via_management: bool | list[str] = False,
+    request: Callable[[TxnRun], Message] | None = None,
+    node: str | None = None,
     timeout: float = 30.0,
 ) -> TxnRun:
     """Declare a transaction on a new connection to the gateway on ``port``; receive ``count``
@@ -230,7 +238,22 @@ def run_transaction(
     ``before_discharge`` runs (on the client's thread) after the operations are sent.
     ``via_management``: complete the received messages with one ``$management``
     ``update-disposition`` request sent inside the transaction, instead of dispositions (a
-    list: complete these lock tokens instead of the received messages')."""
+    list: complete these lock tokens instead of the received messages'). ``request``: send
+    the ``$management`` request it builds (from what was received) inside the transaction
+    instead, to ``node`` (default ``receive_from``) + ``/$management``; the received messages
+    are then not settled by dispositions."""
+    if via_management:
+        tokens = via_management if isinstance(via_management, list) else None
+
+        def request(run: TxnRun) -> Message:
+            return management_request(
+                "update-disposition",
+                {
+                    "disposition-status": "completed",
+                    "lock-tokens": uuids(tokens or run.lock_tokens),
+                },
+            )
+
     script = _Script(
         f"amqp://127.0.0.1:{port}",
         receive_from,
@@ -241,7 +264,8 @@ def run_transaction(
         commit,
         txn_id,
         before_discharge,
-        via_management,
+        request,
+        node,
     )
     container = Container(script)
     thread = threading.Thread(target=container.run, daemon=True)

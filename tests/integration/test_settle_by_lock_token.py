@@ -350,3 +350,84 @@ def test_resolve_entity_describes_queues_topics_and_subscriptions(
         client.resolve_entity("no-such-queue")
     with pytest.raises(InvalidArgumentError):
         client.resolve_entity("")
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "rollback"])
+def test_settle_by_lock_token_joins_a_transaction(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, commit: bool
+) -> None:
+    """Dead-lettered at the commit with the transaction's send; a rollback leaves the lock as
+    it was (settle it again)."""
+    name, target = _queue(admin), _queue(admin)
+    token, seq = _lock_one(client, name, "by-token")
+    txn = client.transaction()
+    with client.get_queue_receiver(name) as receiver:
+        receiver.settle_message_by_lock_token(
+            token, ServiceBusDisposition.DEAD_LETTERED, dead_letter_reason="r", transaction=txn
+        )
+        client.get_queue_sender(target).send_messages(ServiceBusMessage("w"), transaction=txn)
+        assert receiver.peek_messages(5)[0].sequence_number == seq  # not yet
+        if commit:
+            txn.commit()
+        else:
+            txn.rollback()
+        dlq = client.get_queue_receiver(name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+        with dlq:
+            assert [m.dead_letter_reason for m in dlq.peek_messages(5)] == (["r"] if commit else [])
+        if not commit:
+            receiver.settle_message_by_lock_token(token, ServiceBusDisposition.COMPLETED)
+    assert _nothing_available(client, name)
+    with client.get_queue_receiver(target) as r:
+        assert len(r.peek_messages(5)) == (1 if commit else 0)
+
+
+def test_renew_by_lock_token_in_a_transaction_extends_the_lock_at_the_commit(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """Joining answers the expiry as it stands; a rollback leaves it, a commit extends it."""
+    name = _queue(admin)
+    token, _seq = _lock_one(client, name)
+
+    def expiry_now(receiver: raybus.ServiceBusReceiver) -> Any:
+        look = client.transaction()
+        try:
+            return receiver.renew_message_lock_by_lock_token(token, transaction=look)
+        finally:
+            look.rollback()
+
+    with client.get_queue_receiver(name) as receiver:
+        before = expiry_now(receiver)
+        txn = client.transaction()
+        assert receiver.renew_message_lock_by_lock_token(token, transaction=txn) == before
+        txn.rollback()
+        assert expiry_now(receiver) == before
+        txn = client.transaction()
+        receiver.renew_message_lock_by_lock_token(token, transaction=txn)
+        txn.commit()
+        assert expiry_now(receiver) > before
+        receiver.settle_message_by_lock_token(token, ServiceBusDisposition.COMPLETED)
+
+
+def test_a_lock_token_not_held_cannot_join_a_transaction(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """Refused when it joins, and the transaction holds nothing of it: it commits."""
+    name, target = _queue(admin), _queue(admin)
+    token, _seq = _lock_one(client, name)
+    with client.get_queue_receiver(name) as receiver:
+        receiver.settle_message_by_lock_token(token, ServiceBusDisposition.COMPLETED)  # used
+        txn = client.transaction()
+        with pytest.raises(MessageLockLostError):
+            receiver.settle_message_by_lock_token(
+                token, ServiceBusDisposition.COMPLETED, transaction=txn
+            )
+        with pytest.raises(MessageLockLostError):
+            receiver.renew_message_lock_by_lock_token(str(uuid.uuid4()), transaction=txn)
+        with pytest.raises(InvalidArgumentError):
+            receiver.settle_message_by_lock_token(
+                token, ServiceBusDisposition.RELEASED, transaction=txn
+            )
+        client.get_queue_sender(target).send_messages(ServiceBusMessage("w"), transaction=txn)
+        txn.commit()
+    with client.get_queue_receiver(target) as r:
+        assert [str(m) for m in r.peek_messages(5)] == ["w"]

@@ -539,3 +539,18 @@ def test_next_deadline_reports_earliest_lock_expiry(queue, msg, clock):
     clock.advance(10)
     queue.receive(1)
     assert queue.next_deadline() == t0 + LOCK
+
+
+def test_lock_expiries_tell_each_lock_without_changing_it(queue, msg, clock, settle):
+    send(queue, msg, 2)
+    a, b = queue.receive(2)
+    clock.advance(5)
+    assert queue.settle([SettleOp(COMPLETE, b.lock_token)]) == [None]
+    held, used, unknown = queue.lock_expiries([a.lock_token, b.lock_token, "nope"])
+    assert held == a.locked_until
+    assert isinstance(used, MessageLockLostError) and isinstance(unknown, MessageLockLostError)
+    clock.advance(LOCK - 5 + 1)  # not extended: past the original expiry it is gone
+    [gone] = queue.lock_expiries([a.lock_token])
+    assert isinstance(gone, MessageLockLostError)
+    [again] = queue.receive(1)
+    assert again.sequence_number == a.sequence_number and again.delivery_count == 1
