@@ -207,12 +207,16 @@ async def test_aio_peek_and_receive_deferred_of_300_kib_in_pieces(
     aadmin: aio.ServiceBusAdministrationClient,
     asked: list[tuple[str, int]],
 ) -> None:
-    for name, partitions in (("single", 1), ("parts", 2)):
-        await aadmin.create_queue(name, partition_count=partitions)
+    # A session's peeks and deferred receives take the session's own path.
+    for name, partitions, session in (("single", 1, None), ("parts", 2, None), ("sess", 1, "s")):
+        await aadmin.create_queue(
+            name, partition_count=partitions, requires_session=session is not None
+        )
         sent = bodies(name)
+        key = {"partition_key": "k"} if session is None else {"session_id": session}
         async with aclient.get_queue_sender(name) as sender:
-            await sender.send_messages([ServiceBusMessage(b, partition_key="k") for b in sent])
-        async with aclient.get_queue_receiver(name) as receiver:
+            await sender.send_messages([ServiceBusMessage(b, **key) for b in sent])
+        async with aclient.get_queue_receiver(name, session_id=session) as receiver:
             asked.clear()
             peeked = await receiver.peek_messages(N // 2)
             peeked += await receiver.peek_messages(N)
