@@ -117,7 +117,7 @@ class ServiceBusReceiver:
             result = inner.call_blocking("receive", *args, returns=args[-1])
             if result is None:
                 return run(inner.receive_messages(max_message_count, max_wait_time))
-            rows = inner._rows(result, args)
+            rows = inner._rows(result, args[-1])
             if rows or _past(deadline):
                 break
         # Settlements sent before this call ran alongside it; report a refusal now, giving

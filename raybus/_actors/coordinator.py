@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +42,7 @@ from ..exceptions import (
 )
 from .access import Guarded, guarded, internal, named_actor
 from .changelog import ChangeLog
+from .handles import HandleCache
 
 __all__ = ["CoordinatorActor", "CoordinatorCommit", "coordinator_actor", "coordinator_actor_name"]
 
@@ -88,7 +88,7 @@ class CoordinatorActor(Guarded):
         # id; an entity re-created gets new names; a partition gone for good is dropped. The
         # least recently used beyond PARTITION_CACHE are dropped too: a deleted entity's names
         # would otherwise stay for as long as the coordinator lives.
-        self._partitions: OrderedDict[str, _Partition] = OrderedDict()
+        self._partitions: HandleCache[_Partition] = HandleCache(self._look_up, PARTITION_CACHE)
         if storage_path is not None:
             # Only undone decisions matter: a checkpoint of them every 1,000 changes.
             self._log = ChangeLog(
@@ -166,25 +166,19 @@ class CoordinatorActor(Guarded):
 
     async def _partition(self, name: str) -> _Partition | None:
         """Partition ``name`` as this coordinator calls it (None if there is none)."""
-        known = self._partitions.get(name)
-        if known is not None:
-            self._partitions.move_to_end(name)
-        else:
-            try:
-                handle = await named_actor(name)
-            except ValueError:
-                return None
-            authed = internal(handle, self._namespace)
-            known = _Partition(authed.txn_prepare, authed.txn_commit, authed.txn_abort)
-            self._partitions[name] = known
-            if len(self._partitions) > PARTITION_CACHE:
-                self._partitions.popitem(last=False)
-        return known
+        try:
+            return await self._partitions.get(name)
+        except ValueError:  # no actor of that name
+            return None
+
+    async def _look_up(self, name: str) -> _Partition:
+        authed = internal(await named_actor(name), self._namespace)
+        return _Partition(authed.txn_prepare, authed.txn_commit, authed.txn_abort)
 
     def _gone(self, name: str, error: object) -> None:
         """Forget a partition whose actor died for good (its name may get a new actor)."""
         if isinstance(error, ActorDiedError):
-            self._partitions.pop(name, None)
+            self._partitions.forget(name)
 
     async def commit(
         self, txn_id: str, participants: list[Participant], *, _auth: Any = None
@@ -306,10 +300,11 @@ class CoordinatorCommit:
     def __init__(self, namespace: str, storage_path: str | None) -> None:
         self._namespace = namespace
         self._storage_path = storage_path
-        self._commit: Any = None
+        self._commit: HandleCache[Any] = HandleCache(self._find)
+
+    async def _find(self, namespace: str) -> Any:
+        handle = await asyncio.to_thread(coordinator_actor, namespace, self._storage_path)
+        return internal(handle, namespace).commit
 
     async def method(self) -> Any:
-        if self._commit is None:
-            handle = await asyncio.to_thread(coordinator_actor, self._namespace, self._storage_path)
-            self._commit = internal(handle, self._namespace).commit
-        return self._commit
+        return await self._commit.get(self._namespace)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 from .access import internal, named_actor
 from .coordinator import CoordinatorCommit
+from .handles import HandleCache
 
 __all__ = ["BATCH", "MAX_HOPS", "Forwarder"]
 
@@ -67,23 +68,25 @@ class _Registry:
     a fresh lookup. Only for reads (``route``, ``router_config``): the call may run twice."""
 
     def __init__(self, namespace: str) -> None:
+        from .namespace import namespace_actor_name  # import cycle: it imports us
+
         self._namespace = namespace
-        self._handle: Any = None
+        self._name = namespace_actor_name(namespace)
+        self._handles: HandleCache[Any] = HandleCache(self._look_up)
+
+    async def _look_up(self, name: str) -> Any:
+        return internal(await named_actor(name), self._namespace)
 
     async def call(self, entity: str, method: str, *args: Any) -> Any:
-        for fresh in (self._handle is None, True):
-            if self._handle is None:
-                from .namespace import namespace_actor_name  # import cycle: it imports us
-
-                found = await named_actor(namespace_actor_name(self._namespace))
-                self._handle = internal(found, self._namespace)
+        for fresh in (self._name not in self._handles, True):
+            handle = await self._handles.get(self._name)
             try:
-                return await _rpc.call(entity, getattr(self._handle, method), *args)
+                return await _rpc.call(entity, getattr(handle, method), *args)
             except MessagingEntityNotFoundError as exc:
                 if fresh or not _rpc.actor_gone(exc):
                     raise
                 _log.info("the namespace actor of %s is gone; looking it up again", entity)
-                self._handle = None
+                self._handles.forget(self._name)
         raise AssertionError("unreachable")
 
 

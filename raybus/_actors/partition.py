@@ -335,15 +335,21 @@ class PartitionActor(Guarded):
 
     @guarded(LISTEN)
     async def receive_deferred(
-        self, sequence_numbers: list[int], delete: bool, session: tuple[str, str] | None = None
-    ) -> list[WireRecord]:
+        self,
+        sequence_numbers: list[int],
+        delete: bool,
+        session: tuple[str, str] | None = None,
+        pieces: int = 1,
+    ) -> list[WireRecord] | tuple[list[WireRecord], ...]:
+        """The deferred messages ``sequence_numbers`` (all or none), in ``pieces`` values
+        as ``receive`` returns them."""
         try:
             rows = to_wire(
                 self._core.receive_deferred(sequence_numbers, delete=delete, session=session)
             )
         finally:  # expired deferred messages were removed even when this raises
             await self._commit.durable()
-        return rows
+        return tuple(split_rows(rows, pieces)) if pieces > 1 else rows
 
     @guarded(LISTEN)
     async def peek(
@@ -352,12 +358,17 @@ class PartitionActor(Guarded):
         max_count: int,
         dead_letter: bool,
         session_id: str | None = None,
-    ) -> list[WireRecord]:
-        return to_wire(
+        pieces: int = 1,
+    ) -> list[WireRecord] | tuple[list[WireRecord], ...]:
+        """Up to ``max_count`` messages from ``from_sequence_number`` on, locking nothing, in
+        ``pieces`` values as ``receive`` returns them (a peek of 100 messages of 1 KiB is
+        over what Ray carries inside the call)."""
+        rows = to_wire(
             self._core.peek(
                 from_sequence_number, max_count, dead_letter=dead_letter, session_id=session_id
             )
         )
+        return tuple(split_rows(rows, pieces)) if pieces > 1 else rows
 
     # -------------------------------------------------------------- sessions
 

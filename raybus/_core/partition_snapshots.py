@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SnapshotOps"]
 
+_TXN_OPS = frozenset((journal.TXN_PREPARE, journal.TXN_COMMIT, journal.TXN_END))
+
 
 class SnapshotOps:
     """Journal, checkpoint and load methods of ``Partition``."""
@@ -128,6 +130,23 @@ class SnapshotOps:
             recover(cast("Partition", self), state.prepared)
         if self.visible_seq is not None:
             self.visible_seq = self._next_seq - 1
+
+    @property
+    def next_sequence_number(self) -> int:
+        """The sequence number the next message stored here gets (a transaction's commit
+        journals where its sends start, so that replay numbers them the same)."""
+        return self._next_seq
+
+    def record_transaction(self, op: int, payload: Any) -> None:
+        """Journal one step of a transaction (``raybus._core.transactions``): ``op`` is
+        ``TXN_PREPARE``, ``TXN_COMMIT`` or ``TXN_END``, ``payload`` as ``raybus._core.journal``
+        describes it. Nothing is recorded when the partition is not durable. Raises
+        ``ValueError`` for another ``op`` (the other entries belong to the partition's own
+        changes)."""
+        if op not in _TXN_OPS:
+            raise ValueError(f"journal op {op} is not a transaction's")
+        if self._journal is not None:
+            self._journal.append((op, journal.MAIN, 0, payload))
 
     def enable_journal(self) -> None:
         """Record every change for the storage log, and show receivers only messages up to

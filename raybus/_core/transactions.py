@@ -113,7 +113,7 @@ def prepare(
     # Validated: hold it.
     share = Share(list(sends), list(settles), list(renews), sum(r.size for r in fresh))
     _hold(p, txn_id, share)
-    p._record(journal.TXN_PREPARE, p._main, 0, (txn_id, _to_payload(p, share)))
+    p.record_transaction(journal.TXN_PREPARE, (txn_id, _to_payload(p, share)))
 
 
 def _hold(p: Partition, txn_id: str, share: Share) -> None:
@@ -159,8 +159,9 @@ def commit(p: Partition, txn_id: str) -> bool:
         # The bodies are in the log since the prepare: name what was stored where, once.
         # Recorded before the messages are stored, so a dead-lettered one's MOVE follows it.
         settings = (props.default_ttl_s, p._sessions is not None, dedup)
-        payload = (txn_id, now, p._next_seq, len(fresh), tuple(dropped), *settings)
-        p._record(journal.TXN_COMMIT, p._main, 0, payload)
+        first = p.next_sequence_number
+        payload = (txn_id, now, first, len(fresh), tuple(dropped), *settings)
+        p.record_transaction(journal.TXN_COMMIT, payload)
         p._store_fresh(fresh, now, journaled=False)
     for op in share.settles:
         try:
@@ -174,7 +175,7 @@ def commit(p: Partition, txn_id: str) -> bool:
             store, seq = entry
             store.messages[seq].locked_until = max(store.messages[seq].locked_until, until)
             heapq.heappush(p._lock_heap, (until, token))
-    p._record(journal.TXN_END, p._main, 0, txn_id)
+    p.record_transaction(journal.TXN_END, txn_id)
     return True
 
 
@@ -185,7 +186,7 @@ def abort(p: Partition, txn_id: str) -> bool:
     if share is None:
         return False
     _release(p, txn_id, share)
-    p._record(journal.TXN_END, p._main, 0, txn_id)
+    p.record_transaction(journal.TXN_END, txn_id)
     return True
 
 

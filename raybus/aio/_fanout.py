@@ -126,18 +126,28 @@ async def peek_partitioned(
         pid = sequence_number >> 48
         if route.handle(pid) is None:
             return []
-        rows = await receiver._call(
-            "peek", sequence_number, count, receiver._dead_letter, partition=pid, timeout=timeout
+        rows = await receiver._call_rows(
+            "peek",
+            sequence_number,
+            count,
+            receiver._dead_letter,
+            None,
+            receiver._pieces(count),
+            partition=pid,
+            timeout=timeout,
         )
         return receiver._wrap(rows, "peeked")
     parts = route.existing()
+    pieces = receiver._pieces(count)  # each partition may answer all of count
     results = await asyncio.gather(
         *(
-            receiver._call(
+            receiver._call_rows(
                 "peek",
                 receiver._peek_cursors.get(pid, pid << 48),
                 count,
                 receiver._dead_letter,
+                None,
+                pieces,
                 partition=pid,
                 timeout=timeout,
             )

@@ -168,7 +168,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         self._dead_letter = self.sub_queue is ServiceBusSubQueue.DEAD_LETTER
         self._delete = self.receive_mode is ServiceBusReceiveMode.RECEIVE_AND_DELETE
         self._buffer: deque[ServiceBusReceivedMessage] = deque()
-        self._row_bytes = 0.0  # the wire size of a row the last receive returned, on average
+        self._row_bytes = 0.0  # the wire size of a row the last call returned, on average
         self._want = 1  # max_message_count of the last receive_messages
         self._peek_cursor = 0
         self._peek_cursors: dict[int, int] = {}  # per partition, on a partitioned queue
@@ -311,8 +311,18 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
 
     async def _receive_call(self, args: tuple[Any, ...], pid: int) -> list[WireRecord]:
         """A partition's ``receive`` with ``args`` (``_receive_args``): its rows."""
+        return await self._call_rows("receive", *args, partition=pid)
+
+    async def _call_rows(
+        self, method_name: str, *args: Any, partition: int = 0, timeout: Any = None
+    ) -> list[WireRecord]:
+        """A partition call that returns rows, its last argument the number of pieces they
+        come back in (``receive``, ``peek``, ``receive_deferred``): the rows, joined."""
         pieces = args[-1]
-        return self._rows(await self._call("receive", *args, partition=pid, returns=pieces), args)
+        result = await self._call(
+            method_name, *args, partition=partition, timeout=timeout, returns=pieces
+        )
+        return self._rows(result, pieces)
 
     async def _release_rows(self, rows: list[WireRecord]) -> None:
         """Give back messages received by a call that must raise instead."""
@@ -357,12 +367,18 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         if wait_s is None:
             slice_s = _WAIT_SLICE_S if deadline is None else max(0.0, deadline - time.monotonic())
             wait_s = min(slice_s, _WAIT_SLICE_S)
-        pieces = pieces_for(int(fetch * self._row_bytes))
-        return (fetch, wait_s, self._dead_letter, self._delete, session, pieces)
+        return (fetch, wait_s, self._dead_letter, self._delete, session, self._pieces(fetch))
 
-    def _rows(self, result: Any, args: tuple[Any, ...]) -> list[WireRecord]:
-        """The rows of a ``receive`` made with ``args`` (joined if they came in pieces)."""
-        rows: list[WireRecord] = list(chain.from_iterable(result)) if args[-1] > 1 else result
+    def _pieces(self, count: int) -> int:
+        """How many pieces a call returning up to ``count`` rows asks for them in, from the
+        size of the rows this receiver last saw (received, peeked or deferred): a result Ray
+        can carry inside the call is much cheaper (``raybus._core.wire``)."""
+        return pieces_for(int(count * self._row_bytes))
+
+    def _rows(self, result: Any, pieces: int) -> list[WireRecord]:
+        """The rows of a call that asked for them in ``pieces`` (joined if more than one);
+        learns their size for the next call's ``_pieces``."""
+        rows: list[WireRecord] = list(chain.from_iterable(result)) if pieces > 1 else result
         if rows:
             self._row_bytes = sum(map(wire_size, rows)) / len(rows)
         return rows
@@ -382,7 +398,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         if not self.direct_ok(route):
             return None
         fetch = self.prefetch_count - held
-        return fetch, self._dead_letter, pieces_for(int(fetch * self._row_bytes))
+        return fetch, self._dead_letter, self._pieces(fetch)
 
     def _refilled(self, answer: Sequence[Any]) -> tuple[Any, list[WireRecord]]:
         """Buffer the messages of a ``settle_receive`` answer. Returns its settle results and
@@ -392,9 +408,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         rows: list[WireRecord] = list(chain.from_iterable(pieces))
         if rows and self._closing:
             return results, rows
-        if rows:
-            self._row_bytes = sum(map(wire_size, rows)) / len(rows)
-            self._buffer.extend(self._wrap(rows, "locked"))
+        self._buffer.extend(self._wrap(self._rows(rows, 1), "locked"))
         return results, []
 
     async def _release_orphans(self, rows: list[WireRecord]) -> None:
@@ -492,13 +506,22 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         if self.session is not None:
             session_id, _token, pid = await self.session.ensure()
             start = sequence_number or self._peek_cursors.get(pid, 0)
-            rows = await self._call(
-                "peek", start, count, False, session_id, partition=pid, timeout=timeout
+            rows = await self._call_rows(
+                "peek",
+                start,
+                count,
+                False,
+                session_id,
+                self._pieces(count),
+                partition=pid,
+                timeout=timeout,
             )
             peeked = self._wrap(rows, "peeked")
         elif route.single:
             start = sequence_number or self._peek_cursor
-            rows = await self._call("peek", start, count, self._dead_letter, timeout=timeout)
+            rows = await self._call_rows(
+                "peek", start, count, self._dead_letter, None, self._pieces(count), timeout=timeout
+            )
             peeked = self._wrap(rows, "peeked")
         else:
             peeked = await self._conn.retrying(
@@ -532,11 +555,12 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         kind = "deleted" if self._delete else "locked"
         if self.session is not None:
             _sid, _token, pid = await self.session.ensure()
-            rows = await self._call(
+            rows = await self._call_rows(
                 "receive_deferred",
                 seqs,
                 self._delete,
                 *self._session_args(),
+                self._pieces(len(seqs)),
                 partition=pid,
                 timeout=timeout,
             )
@@ -544,7 +568,15 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         by_partition = await self._conn.retrying(self.entity_path, lambda: self._locate(seqs))
         results = await asyncio.gather(
             *(
-                self._call("receive_deferred", ss, self._delete, partition=pid, timeout=timeout)
+                self._call_rows(
+                    "receive_deferred",
+                    ss,
+                    self._delete,
+                    None,
+                    self._pieces(len(ss)),
+                    partition=pid,
+                    timeout=timeout,
+                )
                 for pid, ss in by_partition.items()
             ),
             return_exceptions=True,

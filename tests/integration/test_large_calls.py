@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import ray
 
 import raybus
-from raybus import ServiceBusMessage, aio
+from raybus import ServiceBusMessage, _rpc, aio
 from raybus._core.record import MessageRecord
 from raybus._core.registry import partition_actor_name
 from raybus._core.wire import send_args
@@ -130,3 +132,126 @@ def test_a_receive_in_pieces_of_a_deleted_queue_raises_not_found(
         admin.delete_queue(queue)
         with pytest.raises(MessagingEntityNotFoundError):
             receiver.receive_messages(max_message_count=N, max_wait_time=1)
+
+
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """(method, pieces asked for) of every partition call that returns rows in pieces, as
+    the client makes them (sync calls of peeks and deferred receives run the same code)."""
+    calls: list[tuple[str, int]] = []
+    real = _rpc.call
+
+    async def recording(entity: str | None, method: Any, *args: Any, **kwargs: Any) -> Any:
+        name = getattr(method, "_method_name", "")
+        if name in ("peek", "receive_deferred"):
+            calls.append((name, kwargs.get("returns", 1)))
+        return await real(entity, method, *args, **kwargs)
+
+    monkeypatch.setattr(_rpc, "call", recording)
+    return calls
+
+
+def assert_second_asks_pieces(asked: list[tuple[str, int]], method: str, partitions: int) -> None:
+    """Two calls of ``method`` were made, one call a partition each: the first asked for one
+    value (no row size known yet), the second for several (300 rows of 1 KiB)."""
+    assert [m for m, _ in asked] == [method] * 2 * partitions, asked
+    first, second = asked[:partitions], asked[partitions:]
+    assert all(n == 1 for _, n in first) and all(n > 1 for _, n in second), asked
+
+
+def test_sync_peek_and_receive_deferred_of_300_kib_in_pieces(
+    client: raybus.ServiceBusClient,
+    admin: ServiceBusAdministrationClient,
+    asked: list[tuple[str, int]],
+) -> None:
+    for name, partitions in (("single", 1), ("parts", 2)):
+        admin.create_queue(name, partition_count=partitions)
+        sent = bodies(name)
+        with client.get_queue_sender(name) as sender:
+            sender.send_messages([ServiceBusMessage(b, partition_key="k") for b in sent])
+        asked.clear()
+        with client.get_queue_receiver(name) as peeker:
+            # A fresh receiver knows no row size: its first peek asks for one value.
+            peeked = peeker.peek_messages(N // 2) + peeker.peek_messages(N)
+            assert [m.body for m in peeked] == sent, name
+        assert_second_asks_pieces(asked, "peek", partitions)
+        seqs = deferred(client, name, sent)
+        asked.clear()
+        with client.get_queue_receiver(name) as receiver:
+            got = receiver.receive_deferred_messages(seqs[: N // 2])
+            got += receiver.receive_deferred_messages(seqs[N // 2 :])
+            assert [m.body for m in got] == sent, name
+            receiver.complete_messages(got)
+        # The messages are all in one partition (one key): one call each.
+        assert_second_asks_pieces(asked, "receive_deferred", 1)
+        assert admin.get_queue_runtime_properties(name).total_message_count == 0, name
+
+
+def deferred(client: raybus.ServiceBusClient, name: str, sent: list[bytes]) -> list[int]:
+    """Receive the ``sent`` messages of queue ``name`` and defer them all: their sequence
+    numbers, in order."""
+    with client.get_queue_receiver(name, prefetch_count=N) as receiver:
+        got: list[raybus.ServiceBusReceivedMessage] = []
+        while len(got) < len(sent):
+            batch = receiver.receive_messages(len(sent) - len(got), max_wait_time=5)
+            assert batch, f"{name}: only {len(got)} of {len(sent)} arrived"
+            got.extend(batch)
+        for m in got:
+            receiver.defer_message(m)
+    assert [m.body for m in got] == sent
+    return [m.sequence_number for m in got]
+
+
+async def test_aio_peek_and_receive_deferred_of_300_kib_in_pieces(
+    aclient: aio.ServiceBusClient,
+    aadmin: aio.ServiceBusAdministrationClient,
+    asked: list[tuple[str, int]],
+) -> None:
+    # A session's peeks and deferred receives take the session's own path.
+    for name, partitions, session in (("single", 1, None), ("parts", 2, None), ("sess", 1, "s")):
+        await aadmin.create_queue(
+            name, partition_count=partitions, requires_session=session is not None
+        )
+        sent = bodies(name)
+        key = {"partition_key": "k"} if session is None else {"session_id": session}
+        async with aclient.get_queue_sender(name) as sender:
+            await sender.send_messages([ServiceBusMessage(b, **key) for b in sent])
+        async with aclient.get_queue_receiver(name, session_id=session) as receiver:
+            asked.clear()
+            peeked = await receiver.peek_messages(N // 2)
+            peeked += await receiver.peek_messages(N)
+            assert [m.body for m in peeked] == sent, name
+            assert_second_asks_pieces(asked, "peek", partitions)
+            got: list[raybus.ServiceBusReceivedMessage] = []
+            while len(got) < N:
+                batch = await receiver.receive_messages(N - len(got), max_wait_time=5)
+                assert batch, f"{name}: only {len(got)} of {N} arrived"
+                got.extend(batch)
+            for m in got:
+                await receiver.defer_message(m)
+            seqs = [m.sequence_number for m in got]
+            asked.clear()
+            again = await receiver.receive_deferred_messages(seqs[: N // 2])
+            again += await receiver.receive_deferred_messages(seqs[N // 2 :])
+            assert [m.body for m in again] == sent, name
+            # This receiver has seen rows: every deferred call asks for pieces.
+            assert asked and all(n > 1 for _, n in asked), (name, asked)
+            await receiver.complete_messages(again)
+        props = await aadmin.get_queue_runtime_properties(name)
+        assert props.total_message_count == 0, name
+
+
+def test_a_peek_in_pieces_of_a_deleted_queue_raises_not_found(
+    client: raybus.ServiceBusClient,
+    admin: ServiceBusAdministrationClient,
+    queue: str,
+    asked: list[tuple[str, int]],
+) -> None:
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages([ServiceBusMessage(b) for b in bodies("d")])
+    with client.get_queue_receiver(queue) as receiver:
+        assert len(receiver.peek_messages(N)) == N
+        admin.delete_queue(queue)
+        with pytest.raises(MessagingEntityNotFoundError):
+            receiver.peek_messages(N, sequence_number=1)
+    assert asked[-1] == ("peek", receiver._aio._pieces(N)) and asked[-1][1] > 1

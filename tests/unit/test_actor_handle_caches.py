@@ -12,6 +12,7 @@ import pytest
 import ray.exceptions as rex
 
 from raybus._actors import forwarder
+from raybus._actors.handles import HandleCache
 from raybus.exceptions import MessagingEntityNotFoundError, ServiceBusConnectionError
 
 
@@ -174,10 +175,9 @@ def test_the_coordinator_keeps_the_most_recently_used_partitions(
 
     monkeypatch.setattr(coordinator, "named_actor", fake_named_actor)
     monkeypatch.setattr(coordinator, "internal", lambda handle, namespace: handle)
-    monkeypatch.setattr(coordinator, "PARTITION_CACHE", 2)
     actor = coordinator.CoordinatorActor.__new__(coordinator.CoordinatorActor)
     actor._namespace = "ns"
-    actor._partitions = coordinator.OrderedDict()
+    actor._partitions = coordinator.HandleCache(actor._look_up, 2)  # PARTITION_CACHE, smaller
 
     async def use(*names: str) -> None:
         for name in names:
@@ -210,7 +210,7 @@ def test_the_coordinator_drops_a_partition_that_died_for_good_and_keeps_a_restar
     monkeypatch.setattr(coordinator, "internal", lambda handle, namespace: handle)
     actor = coordinator.CoordinatorActor.__new__(coordinator.CoordinatorActor)
     actor._namespace = "ns"
-    actor._partitions = coordinator.OrderedDict()
+    actor._partitions = coordinator.HandleCache(actor._look_up, coordinator.PARTITION_CACHE)
     actor._decided = {"txn": ["dead", "restarting", "fine"]}
     actor._log = None
     actor._resume = None
@@ -229,3 +229,65 @@ def test_the_coordinator_drops_a_partition_that_died_for_good_and_keeps_a_restar
     assert [m for m, _ in actors["fine"].calls] == ["txn_commit"]
     asyncio.run(actor._partition("dead"))
     assert looked_up == ["dead", "restarting", "fine", "dead"]
+
+
+# ------------------------------------------------------------ the helper all three use
+
+
+class Lookups:
+    """A GCS of named actors for ``HandleCache``: counts lookups per name; names in
+    ``missing`` have no actor (``ValueError``, as ``named_actor`` raises)."""
+
+    def __init__(self) -> None:
+        self.made: list[str] = []
+        self.missing: set[str] = set()
+
+    async def __call__(self, name: str) -> tuple[str, int]:
+        if name in self.missing:
+            raise ValueError(f"no actor named {name!r}")
+        self.made.append(name)
+        return (name, len(self.made))  # a new value per lookup: a repeated one shows
+
+
+def test_handle_cache_looks_a_name_up_once_and_drops_the_least_recently_used() -> None:
+    lookups = Lookups()
+    cache: HandleCache[tuple[str, int]] = HandleCache(lookups, size=2)
+
+    async def use(*names: str) -> list[tuple[str, int]]:
+        return [await cache.get(n) for n in names]
+
+    assert asyncio.run(use("a", "b", "a")) == [("a", 1), ("b", 2), ("a", 1)]
+    asyncio.run(use("c"))  # "b" is the least recently used
+    assert list(cache) == ["a", "c"] and "b" not in cache and len(cache) == 2
+    assert asyncio.run(use("b")) == [("b", 4)]  # looked up again
+    assert lookups.made == ["a", "b", "c", "b"]
+    assert list(cache) == ["c", "b"]
+
+
+def test_handle_cache_keeps_nothing_when_a_lookup_fails() -> None:
+    lookups = Lookups()
+    lookups.missing.add("gone")
+    cache: HandleCache[tuple[str, int]] = HandleCache(lookups, size=2)
+    asyncio.run(cache.get("a"))
+    with pytest.raises(ValueError, match="no actor named 'gone'"):
+        asyncio.run(cache.get("gone"))
+    assert list(cache) == ["a"]
+    lookups.missing.clear()  # the actor exists now: the next get finds it
+    assert asyncio.run(cache.get("gone")) == ("gone", 2)
+
+
+def test_handle_cache_looks_a_forgotten_dead_handle_up_again() -> None:
+    lookups = Lookups()
+    cache: HandleCache[tuple[str, int]] = HandleCache(lookups)
+    assert asyncio.run(cache.get("ns")) == ("ns", 1)
+    cache.forget("ns")  # its actor died for good
+    cache.forget("never-kept")  # harmless
+    assert "ns" not in cache
+    assert asyncio.run(cache.get("ns")) == ("ns", 2)
+    assert asyncio.run(cache.get("ns")) == ("ns", 2)
+    assert lookups.made == ["ns", "ns"]
+
+
+def test_handle_cache_refuses_a_size_below_one() -> None:
+    with pytest.raises(ValueError, match="at least one name"):
+        HandleCache(Lookups(), size=0)
