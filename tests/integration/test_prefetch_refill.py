@@ -10,10 +10,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from settlement_support import _lose_lock
 
 import raybus
 from raybus import ServiceBusMessage, ServiceBusReceivedMessage, _rpc, aio
-from raybus._core.partition import COMPLETE, RELEASE, SettleOp
+from raybus._core.partition import COMPLETE, SettleOp
 from raybus._sync import run
 from raybus.exceptions import InvalidArgumentError, SettlementFailedError
 from raybus.management import ServiceBusAdministrationClient
@@ -137,9 +138,7 @@ def test_refused_completion_still_refills_and_the_rest_complete(
         got = receiver.receive_messages(3)
         assert len(got) == 3 and len(receiver._aio._buffer) == 0
         lost = got[1]
-        # The broker drops one lock behind the receiver's back (as an actor restart would).
-        op: Any = SettleOp(RELEASE, lost.lock_token or "").to_wire()
-        assert run(receiver._aio._call("settle", [op])) == [None]
+        run(_lose_lock(receiver._aio, lost))
         with pytest.raises(SettlementFailedError) as info:
             receiver.complete_messages(got)
         assert [f[0] for f in info.value.failures] == [lost.sequence_number]
