@@ -122,12 +122,16 @@ def test_a_fresh_cluster_with_the_same_storage_path_has_everything_back(
     _ = datetime.now(timezone.utc)
 
 
+@pytest.mark.parametrize("prefetch", [0, 100])
 async def test_partition_killed_under_load_loses_no_acknowledged_message(
-    namespace: str, storage: str
+    namespace: str, storage: str, prefetch: int
 ) -> None:
     """A sender and a receiver run while the partition actor is killed (and restarted by
     Ray). Every acknowledged send is received; a message comes twice only if the completion
-    of its earlier delivery was not acknowledged (its lock died with the actor)."""
+    of its earlier delivery was not acknowledged (its lock died with the actor). With
+    ``prefetch`` the receiver's ``complete_messages`` refills its buffer in the same call
+    (``settle_receive``): messages it holds when the actor dies come out of the buffer with
+    dead locks, and their completion is refused."""
     import asyncio
 
     from raybus import aio
@@ -141,6 +145,7 @@ async def test_partition_killed_under_load_loses_no_acknowledged_message(
     acked: set[str] = set()
     received: dict[str, int] = {}
     unacked_completion: set[str] = set()
+    refills: list[bool] = []  # per complete_messages: did it refill the buffer
     sending_done = asyncio.Event()
 
     async def sender() -> None:
@@ -160,7 +165,7 @@ async def test_partition_killed_under_load_loses_no_acknowledged_message(
 
     async def receiver() -> None:
         await asyncio.sleep(0.6)  # a backlog builds up, so the kill hits stored messages
-        r = client.get_queue_receiver("load", max_wait_time=1)
+        r = client.get_queue_receiver("load", max_wait_time=1, prefetch_count=prefetch)
         idle = 0
         while idle < 3:
             try:
@@ -173,10 +178,12 @@ async def test_partition_killed_under_load_loses_no_acknowledged_message(
                 continue
             for m in batch:
                 received[str(m)] = received.get(str(m), 0) + 1
+            held = len(r._buffer)
             try:
                 await r.complete_messages(batch)
             except ServiceBusError:
                 unacked_completion.update(str(m) for m in batch)
+            refills.append(len(r._buffer) > held)
         try:
             await r.close()
         except ServiceBusError:
@@ -192,3 +199,4 @@ async def test_partition_killed_under_load_loses_no_acknowledged_message(
     assert acked <= set(received), f"lost: {sorted(acked - set(received))[:5]}"
     twice = {i for i, n in received.items() if n > 1}
     assert twice <= unacked_completion, f"illegal duplicates: {sorted(twice)[:5]}"
+    assert any(refills) == bool(prefetch)  # the refill path ran (only) with prefetch
