@@ -47,6 +47,13 @@ _log = logging.getLogger("raybus.partition")
 TXN_INQUIRY_S = 2.0
 
 
+def _in_pieces(
+    rows: list[WireRecord], pieces: int
+) -> list[WireRecord] | tuple[list[WireRecord], ...]:
+    """A call's rows as it answers them: one list, or ``pieces`` values (``num_returns``)."""
+    return tuple(split_rows(rows, pieces)) if pieces > 1 else rows
+
+
 def _exit_for_restart(exc: BaseException) -> None:
     """The log can be neither written nor read: let Ray restart this actor, whose __init__
     recovers from the log once the storage answers again."""
@@ -282,6 +289,11 @@ class PartitionActor(Guarded):
             pass
         return True
 
+    def _sample_wait(self, got: Sequence[MessageRecord]) -> None:
+        """One metric sample per receiving call: how long its first message waited."""
+        if got and len(self._wait_times) < 1000:
+            self._wait_times.append(max(0.0, time.time() - got[0].enqueued_time))
+
     @guarded(LISTEN)
     async def receive(
         self,
@@ -309,15 +321,14 @@ class PartitionActor(Guarded):
             mark = core.journal_size()
             got = core.receive(max_count, dead_letter=dead_letter, delete=delete, session=session)
             if got or deadline <= time.monotonic():
-                if got and len(self._wait_times) < 1000:  # one sample per call
-                    self._wait_times.append(max(0.0, time.time() - got[0].enqueued_time))
+                self._sample_wait(got)
                 rows = to_wire(got)
                 # Deletions, expiries, activations; locks alone need no write.
                 if own:
                     await self._commit.durable_since(mark)
                 else:
                     await self._commit.durable(after_inflight=delete)
-                return tuple(split_rows(rows, pieces)) if pieces > 1 else rows
+                return _in_pieces(rows, pieces)
             await self._wait_change(deadline)
 
     @guarded(LISTEN)
@@ -349,7 +360,7 @@ class PartitionActor(Guarded):
             )
         finally:  # expired deferred messages were removed even when this raises
             await self._commit.durable()
-        return tuple(split_rows(rows, pieces)) if pieces > 1 else rows
+        return _in_pieces(rows, pieces)
 
     @guarded(LISTEN)
     async def peek(
@@ -368,7 +379,7 @@ class PartitionActor(Guarded):
                 from_sequence_number, max_count, dead_letter=dead_letter, session_id=session_id
             )
         )
-        return tuple(split_rows(rows, pieces)) if pieces > 1 else rows
+        return _in_pieces(rows, pieces)
 
     # -------------------------------------------------------------- sessions
 
@@ -446,8 +457,7 @@ class PartitionActor(Guarded):
         results = self._core.settle([SettleOp(*op) for op in ops])
         core = await self._settled_core(pending=dead_letter)
         got = core.receive(max_count, dead_letter=dead_letter, delete=False)
-        if got and len(self._wait_times) < 1000:
-            self._wait_times.append(max(0.0, time.time() - got[0].enqueued_time))
+        self._sample_wait(got)
         rows = to_wire(got)
         await self._commit.durable()  # raises the storage error for the whole call
         self._notify()  # abandoned or released messages are available again

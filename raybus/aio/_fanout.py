@@ -126,34 +126,15 @@ async def peek_partitioned(
         pid = sequence_number >> 48
         if route.handle(pid) is None:
             return []
-        rows = await receiver._call_rows(
-            "peek",
-            sequence_number,
-            count,
-            receiver._dead_letter,
-            None,
-            receiver._pieces(count),
-            partition=pid,
-            timeout=timeout,
-        )
-        return receiver._wrap(rows, "peeked")
+        return await receiver._peek_call(sequence_number, count, pid, timeout)
     parts = route.existing()
-    pieces = receiver._pieces(count)  # each partition may answer all of count
+    # Each partition may answer all of count: each call sizes its pieces for that.
     results = await asyncio.gather(
         *(
-            receiver._call_rows(
-                "peek",
-                receiver._peek_cursors.get(pid, pid << 48),
-                count,
-                receiver._dead_letter,
-                None,
-                pieces,
-                partition=pid,
-                timeout=timeout,
-            )
+            receiver._peek_call(receiver._peek_cursors.get(pid, pid << 48), count, pid, timeout)
             for pid, _h in parts
         )
     )
-    merged = [m for rows in results for m in receiver._wrap(rows, "peeked")]
+    merged = [m for peeked in results for m in peeked]
     merged.sort(key=lambda m: (m._record.enqueued_time, m.sequence_number))
     return merged[:count]

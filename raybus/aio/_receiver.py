@@ -324,6 +324,23 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         )
         return self._rows(result, pieces)
 
+    async def _peek_call(
+        self, start: int, count: int, pid: int, timeout: Any, session_id: str | None = None
+    ) -> list[ServiceBusReceivedMessage]:
+        """Partition ``pid``'s ``peek`` of up to ``count`` messages from ``start`` (of the
+        receiver's sub-queue, or of ``session_id``), in pieces sized from the rows last seen."""
+        rows = await self._call_rows(
+            "peek",
+            start,
+            count,
+            self._dead_letter,
+            session_id,
+            self._pieces(count),
+            partition=pid,
+            timeout=timeout,
+        )
+        return self._wrap(rows, "peeked")
+
     async def _release_rows(self, rows: list[WireRecord]) -> None:
         """Give back messages received by a call that must raise instead."""
         by_partition: dict[int, list[tuple[Any, ...]]] = {}
@@ -506,23 +523,10 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         if self.session is not None:
             session_id, _token, pid = await self.session.ensure()
             start = sequence_number or self._peek_cursors.get(pid, 0)
-            rows = await self._call_rows(
-                "peek",
-                start,
-                count,
-                False,
-                session_id,
-                self._pieces(count),
-                partition=pid,
-                timeout=timeout,
-            )
-            peeked = self._wrap(rows, "peeked")
+            peeked = await self._peek_call(start, count, pid, timeout, session_id)
         elif route.single:
             start = sequence_number or self._peek_cursor
-            rows = await self._call_rows(
-                "peek", start, count, self._dead_letter, None, self._pieces(count), timeout=timeout
-            )
-            peeked = self._wrap(rows, "peeked")
+            peeked = await self._peek_call(start, count, 0, timeout)
         else:
             peeked = await self._conn.retrying(
                 self.entity_path,

@@ -252,3 +252,33 @@ async def test_a_refill_landing_after_close_started_is_given_back_at_once(
             again += batch
         assert all(m.delivery_count == 0 for m in again)
         await other.complete_messages(again)
+
+
+def test_sync_refill_landing_after_close_started_is_given_back_at_once(
+    client: raybus.ServiceBusClient, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sync twin: ``close()`` runs (on the background loop) between the settle_receive
+    call's answer and its use, as it would from another thread."""
+    _send(client, queue, 8)
+    receiver = client.get_queue_receiver(queue, prefetch_count=4, max_wait_time=5)
+    got = receiver.receive_messages(4)
+    assert len(got) == 4 and not receiver._aio._buffer
+    real = receiver._aio.call_blocking
+
+    def closing_meanwhile(name: str, *args: Any, **kwargs: Any) -> Any:
+        answer = real(name, *args, **kwargs)
+        if name == "settle_receive":
+            receiver.close()
+        return answer
+
+    monkeypatch.setattr(receiver._aio, "call_blocking", closing_meanwhile)
+    receiver.complete_messages(got)  # the completions themselves succeeded
+    assert not receiver._aio._buffer
+    with client.get_queue_receiver(queue, max_wait_time=5) as other:
+        again: list[ServiceBusReceivedMessage] = []
+        while len(again) < 4:
+            batch = other.receive_messages(4, max_wait_time=2)
+            assert batch, "the messages refilled during close() stayed locked"
+            again += batch
+        assert all(m.delivery_count == 0 for m in again)
+        other.complete_messages(again)
