@@ -11,7 +11,10 @@ Points: ``participant.before_prepare``, ``participant.after_prepare`` (durable, 
 answering), ``participant.before_commit``, ``participant.after_commit`` (durable, before
 answering), ``coordinator.before_decision``, ``coordinator.after_decision`` (logged, before
 any participant is told), ``access.before_set_access`` (a pushed rule change, before it is
-applied).
+applied), ``router.after_log`` (a publish logged, before any partition is told),
+``router.after_ack`` (a partition stored its copies of a logged publish; others may not have),
+``participant.before_deliver``, ``participant.after_deliver`` (a partition stored a logged
+publish's copies, durable, before answering).
 """
 
 from __future__ import annotations

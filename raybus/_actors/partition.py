@@ -22,7 +22,7 @@ import ray
 
 from .. import _failpoints
 from .._clock import SystemClock
-from .._core import migration, transactions
+from .._core import deliveries, migration, transactions
 from .._core.access import ANY, INTERNAL
 from .._core.committer import Committer
 from .._core.partition import Partition, PartitionCounts, SettleOp
@@ -238,6 +238,31 @@ class PartitionActor(Guarded):
         if len(self._send_times) < 1000:
             self._send_times.append(time.perf_counter() - started)
         return results
+
+    @guarded(INTERNAL)
+    async def deliver(
+        self, source: str, number: int, layout: list[int], *pieces: list[WireRecord]
+    ) -> int:
+        """Store a topic router's delivery ``number`` unless applied already (at most once per
+        ``source``: ``raybus._core.deliveries``); answer the room left, once durable. Raises
+        ``PartitionMovedError`` (nothing stored) for a keyed copy of a slot given away."""
+        _failpoints.hit("participant.before_deliver")
+        self._kick()
+        if self._ask_slots:
+            await self._learn_slots()
+        (rows,) = join_groups(layout, pieces)
+        applied = deliveries.deliver(self._core, source, number, from_wire(rows))
+        # Applied before, it may still be in a flush under way: answer once that is durable.
+        await self._commit.durable()
+        if applied:
+            self._notify()
+        _failpoints.hit("participant.after_deliver")
+        return deliveries.room(self._core)
+
+    @guarded(INTERNAL)
+    async def room(self) -> int:
+        """The bytes this partition can still take (``raybus._core.deliveries.room``)."""
+        return deliveries.room(self._core)
 
     @guarded(SEND)
     async def cancel_scheduled(self, sequence_numbers: list[int]) -> None:

@@ -32,7 +32,8 @@ from .._batching import Coalescer, deliver_apart
 from .._core.access import INTERNAL
 from .._core.fanout import Target, plan
 from .._core.record import WireRecord, from_wire, to_wire, wire_size
-from .._core.registry import partition_actor_name
+from .._core.registry import partition_actor_name, router_log_name
+from .._core.sendable import check_sendable
 from .._core.wire import INLINE_BYTES, join_groups, send_args
 from .._topic_models import TopicProperties
 from ..auth import AccessRights
@@ -48,6 +49,7 @@ from ..exceptions import (
 )
 from .access import Guarded, guarded, internal, named_actor
 from .coordinator import CoordinatorCommit
+from .deliverer import Deliverer
 
 __all__ = ["RouterActor", "router_actor", "router_actor_name"]
 
@@ -64,7 +66,13 @@ def router_actor_name(namespace: str, topic: str, incarnation: int) -> str:
 class RouterActor(Guarded):
     """Fan-out for one topic (see the module docstring)."""
 
-    def __init__(self, namespace: str, topic: TopicProperties, storage_path: str | None) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        topic: TopicProperties,
+        storage_path: str | None,
+        incarnation: int = 0,
+    ) -> None:
         self._namespace = namespace
         self._storage_path = storage_path
         self._props = topic
@@ -79,6 +87,14 @@ class RouterActor(Guarded):
         )
         self.published = 0
         self.copies = 0
+        self._deliverer = Deliverer(
+            namespace,
+            storage_path,
+            router_log_name(topic.name, incarnation),
+            router_actor_name(namespace, topic.name, incarnation),
+        )
+        if self._deliverer.log.pending:  # deliver what a restart left undelivered, unasked
+            ray.get_runtime_context().current_actor.resume.remote()
 
     def _access_path(self) -> str:
         return str(self._props.name)
@@ -99,6 +115,7 @@ class RouterActor(Guarded):
         self._props = topic
         self._targets = [t for t, _route in subscriptions]
         self._routes = {t.path: route for t, route in subscriptions}
+        self._deliverer.log.forget_rooms()  # a subscription's size may have changed
 
     @guarded(AccessRights.MANAGE)
     async def stats(self) -> dict[str, int]:
@@ -106,7 +123,15 @@ class RouterActor(Guarded):
             "published": self.published,
             "copies": self.copies,
             "subscriptions": len(self._targets),
+            "logged": self._deliverer.delivered,
+            "undelivered": len(self._deliverer.log.pending),
         }
+
+    async def resume(self) -> None:
+        """Start delivering what the log holds undelivered (called by the actor itself after
+        a restart)."""
+        await self._ensure_configured()
+        self._deliverer.start_resume(self._replace)
 
     def _check(self, records: Sequence[Any]) -> None:
         props = self._props
@@ -238,6 +263,8 @@ class RouterActor(Guarded):
         return int(live[self._turn % len(live)])
 
     async def _send(self, shares: dict[tuple[str, int], list[Any]]) -> None:
+        if not shares:  # no subscription selected any of the messages
+            return
         if len(shares) == 1:  # one partition's batch send is atomic by itself
             (((path, pid), recs),) = shares.items()
             handle = self._routes[path].handle(pid)
@@ -245,6 +272,10 @@ class RouterActor(Guarded):
             (result,) = await _rpc.call(path, sender, *send_args([recs]))
             if isinstance(result, BaseException):
                 raise result
+            return
+        targets = self._logged_targets(shares) if self._deliverer.enabled else None
+        if targets is not None and await self._deliverer.fits(targets):
+            await self._deliverer.deliver(targets, self._replace)
             return
         # A share too big to travel inline (raybus._core.wire) travels as an object ref: the
         # coordinator passes it on to the participant untouched (Ray resolves it there),
@@ -267,6 +298,39 @@ class RouterActor(Guarded):
             participants.append((name, path, ref, [], []))
         commit = await self._coordinator.method()
         await _rpc.call(self._props.name, commit, uuid.uuid4().hex, participants)
+
+    def _logged_targets(
+        self, shares: dict[tuple[str, int], list[Any]]
+    ) -> list[tuple[str, str, list[Any]]] | None:
+        """The shares by partition name, if the publish may go through the publish log
+        (``raybus._core.publish_log``): only subscriptions of one partition, and copies each
+        would accept as a send (else the two-phase commit refuses them as a send would)."""
+        targets = []
+        for (path, pid), recs in shares.items():
+            route = self._routes[path]
+            if not route.single:
+                return None
+            try:
+                check_sendable(path, route.properties, recs)
+            except ServiceBusError:
+                return None
+            name = partition_actor_name(self._namespace, path, route.incarnation, pid)
+            targets.append((name, path, recs))
+        return targets
+
+    async def _replace(self, path: str, records: list[Any]) -> list[tuple[str, list[Any]]]:
+        """Place one subscription's copies again on its refreshed route: (partition name,
+        copies) each. Raises the error if the route cannot be had."""
+        from .namespace import namespace_actor_name
+
+        registry = await named_actor(namespace_actor_name(self._namespace))
+        route = await _rpc.call(path, internal(registry, self._namespace).route, path)
+        self._routes[path] = route
+        placed = self._shares({path: records})
+        return [
+            (partition_actor_name(self._namespace, p, route.incarnation, pid), recs)
+            for (p, pid), recs in placed.items()
+        ]
 
     async def _refresh(self, copies: dict[str, list[Any]]) -> None:
         from .namespace import namespace_actor_name
@@ -292,4 +356,4 @@ def router_actor(
         num_cpus=0,
         max_restarts=-1,
         max_concurrency=1000,
-    ).remote(namespace, topic, storage_path)
+    ).remote(namespace, topic, storage_path, incarnation)

@@ -202,6 +202,7 @@ class TopicOps:
         router = self._routers.pop(entry.properties.name.lower(), None)
         if router is not None:
             ray.kill(router, no_restart=True)
+        await self._delete_storage(entry)  # the router's publish log
         await self._forget_rules(entry.properties.name)
 
     @guarded(ANY, lambda name: name)

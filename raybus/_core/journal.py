@@ -36,6 +36,7 @@ __all__ = [
     "ALIAS",
     "DEDUP",
     "DEL",
+    "DELIVERED",
     "MAIN",
     "MOVE",
     "NEXT",
@@ -81,6 +82,7 @@ TXN_END = 15  # payload: the transaction id (committed or aborted: its effects a
 # duplicate detection flag): the share's sends minus the dropped ones got consecutive numbers
 # from the first; the settings are those at commit (the entity's may change later).
 TXN_COMMIT = 16
+DELIVERED = 17  # seq: the number of a topic router's delivery applied; payload: its source key
 
 # stores
 MAIN, SUB_DLQ = 0, 1
@@ -144,6 +146,7 @@ class ReplayedState:
         self.dedup_slots: dict[str, int] = {}
         self.outbox: dict[str, tuple[int, Any]] = {}  # move id -> (target, bundle)
         self.prepared: dict[str, tuple[Any, ...]] = {}  # transaction id -> logged share
+        self.delivered: dict[str, int] = {}  # router source key -> last delivery applied
 
     def sorted(self) -> ReplayedState:
         self.main = dict(sorted(self.main.items()))
@@ -204,6 +207,8 @@ def replay(entries: Iterable[Entry], state: ReplayedState | None = None) -> Repl
             _replay_commit(st, payload)
         elif op == TXN_END:
             st.prepared.pop(payload, None)
+        elif op == DELIVERED:
+            st.delivered[payload] = max(seq, st.delivered.get(payload, -1))
         elif op == SESSION:
             session_id, data, updated = payload
             if data is None:

@@ -32,7 +32,6 @@ from ..exceptions import (
     InvalidArgumentError,
     MessageLockLostError,
     MessageNotFoundError,
-    MessageSizeExceededError,
     MessagingEntityDisabledError,
     PartitionMovedError,
     ServiceBusError,
@@ -52,6 +51,7 @@ from .record import (
     snapshot,
     stamp_accepted,
 )
+from .sendable import check_sendable
 from .sessions import SessionTable
 from .slots import dedup_slot, partition_key, slot_of
 from .store import LockTokens, PartitionCounts, SettleOp, Store
@@ -130,6 +130,9 @@ class Partition(SessionOps, SnapshotOps):
         self.prepared: dict[str, Any] = {}
         self.pinned: dict[str, str] = {}  # lock token -> transaction id
         self.reserved = 0
+        # Per topic router (its source key), the number of the last delivery applied here
+        # (raybus._core.deliveries).
+        self.delivered: dict[str, int] = {}
         self.ended_transactions: dict[str, None] = {}  # recent ones (a late prepare is refused)
         # Running totals for metrics (raybus._metrics); plain ints, cheap on hot paths.
         self.stats = dict.fromkeys(
@@ -177,43 +180,8 @@ class Partition(SessionOps, SnapshotOps):
         props = self._props
         if self.owned is not None or self.retiring:
             self._check_owned(records)
-        if not props.status.can_send:
-            raise MessagingEntityDisabledError(
-                f"the queue is {props.status.value}; sending is not allowed",
-                self.entity,
-                props.status.value,
-            )
-        limit = props.max_message_size
-        for rec in records:
-            if rec.size > limit:
-                raise MessageSizeExceededError(
-                    f"message of {rec.size} bytes exceeds the queue's limit of {limit} bytes",
-                    self.entity,
-                    rec.size,
-                    limit,
-                )
-        for rec in records:
-            if rec.session_id == "":
-                raise InvalidArgumentError(
-                    "session_id must not be empty", self.entity, "session_id"
-                )
-            if rec.partition_key is not None and rec.session_id not in (None, rec.partition_key):
-                raise InvalidArgumentError(
-                    f"partition_key {rec.partition_key!r} differs from session_id "
-                    f"{rec.session_id!r}: a session's messages are partitioned by their session",
-                    self.entity,
-                    "partition_key",
-                )
-        dedup = props.requires_duplicate_detection
-        batch_ids: set[str] = set()
-        is_fresh: list[bool] = []
-        for rec in records:
-            mid = rec.message_id
-            duplicate = dedup and mid is not None and (mid in self._dedup or mid in batch_ids)
-            if dedup and mid is not None:
-                batch_ids.add(mid)
-            is_fresh.append(not duplicate)
-        fresh = [rec for rec, ok in zip(records, is_fresh, strict=True) if ok]
+        check_sendable(self.entity, props, records)
+        fresh, is_fresh = self._fresh(records)
         incoming = sum(rec.size for rec in fresh)
         held = self._size + self.reserved
         if held + incoming > props.max_size:
@@ -225,6 +193,19 @@ class Partition(SessionOps, SnapshotOps):
                 props.max_size,
             )
         return fresh, is_fresh
+
+    def _fresh(self, records: Sequence[MessageRecord]) -> tuple[list[MessageRecord], list[bool]]:
+        """A batch's messages that duplicate detection keeps, and a freshness flag each."""
+        dedup = self._props.requires_duplicate_detection
+        batch_ids: set[str] = set()
+        is_fresh: list[bool] = []
+        for rec in records:
+            mid = rec.message_id
+            duplicate = dedup and mid is not None and (mid in self._dedup or mid in batch_ids)
+            if dedup and mid is not None:
+                batch_ids.add(mid)
+            is_fresh.append(not duplicate)
+        return [rec for rec, ok in zip(records, is_fresh, strict=True) if ok], is_fresh
 
     def _store_fresh(
         self, fresh: Sequence[MessageRecord], now: float, *, journaled: bool = True

@@ -44,6 +44,7 @@ class SnapshotOps:
         retiring: bool
         outbox: dict[str, tuple[int, Any]]
         prepared: dict[str, Any]
+        delivered: dict[str, int]
         visible_seq: int | None
         _journal: list[journal.Entry] | None
 
@@ -69,6 +70,8 @@ class SnapshotOps:
             out.append((journal.ALIAS, journal.MAIN, new, old))
         for move_id in self._adopted:
             out.append((journal.ADOPTED, journal.MAIN, 0, move_id))
+        for source, number in self.delivered.items():
+            out.append((journal.DELIVERED, journal.MAIN, number, source))
         for move_id, (target, bundle) in self.outbox.items():
             out.append((journal.OUTBOX, journal.MAIN, 0, (move_id, target, bundle)))
         if self.prepared:
@@ -101,6 +104,7 @@ class SnapshotOps:
             self.owned, self.retiring = state.slots
         self._aliases = state.aliases
         self._adopted = state.adopted
+        self.delivered = state.delivered
         self.outbox = state.outbox
         self._next_seq = max(self._next_seq, state.next_seq)
         for store in (self._main, self._dlq):

@@ -55,6 +55,12 @@ def entity_storage_dirs(namespace: str, entity: str, incarnation: int) -> tuple[
     return (namespace, "queues", _folder(entity), str(incarnation))
 
 
+def router_log_name(topic: str, incarnation: int) -> str:
+    """The router's publish log, below the namespace's folder: in the topic incarnation's
+    folder (``entity_storage_dirs``), so it goes with the topic."""
+    return f"queues/{_folder(topic)}/{incarnation}/router"
+
+
 def partition_actor_name(namespace: str, entity: str, incarnation: int, partition: int) -> str:
     """The Ray actor name of one partition (entity names are case-insensitive)."""
     return f"raybus/{namespace}/queue/{entity.lower()}/{incarnation}/{partition}"

@@ -295,10 +295,16 @@ def test_killed_router_comes_back_and_routes_with_its_configuration(
     assert stats["subscriptions"] == 2
     assert stats["published"] <= n - 10  # a new instance: it only saw sends after the kill
 
-    all_got = [int(m.body[1:]) for m in _drain(client, t, "all", len(acknowledged))]
-    even_want = [a for a in acknowledged if a % 2 == 0]
+    # A send that failed has an unknown outcome (ServiceBusConnectionError): the old process
+    # may have taken it before it died (``ray.kill`` returns first), and the publish then
+    # completes whole. Such a send is in every subscription whose rules select it, or none.
+    time.sleep(0.5)  # a publish under way when the sender gave up completes meanwhile
+    all_count = _counts(admin, t, "all")[0]
+    all_got = [int(m.body[1:]) for m in _drain(client, t, "all", all_count)]
+    stored_failed = [n for n in all_got if n in failed]
+    assert all_got == sorted(acknowledged + stored_failed)
+    even_want = [a for a in all_got if a % 2 == 0]
     even_got = [int(m.body[1:]) for m in _drain(client, t, "even", len(even_want))]
-    assert all_got == acknowledged
     assert even_got == even_want
 
     # Its configuration follows later changes too: a new subscription gets copies.

@@ -1,0 +1,219 @@
+"""The router's logged deliveries: one durable write and one call per subscription partition.
+
+The actor half of ``raybus._core.publish_log`` (read it for the protocol and its guarantees):
+it writes the log (``ChangeLog``), calls the partitions, retries those that did not answer,
+and finishes, after a restart, what the log holds undelivered. A namespace without a storage
+path has no log and keeps the two-phase commit (see ``enabled``).
+
+Measured (``benchmarks/profile_topics.py``): see ``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .. import _failpoints, _rpc
+from .._core.publish_log import PublishLog, Share
+from .._core.record import from_wire, to_wire
+from .._core.wire import split_groups
+from ..exceptions import (
+    MessagingEntityNotFoundError,
+    PartitionMovedError,
+    ServiceBusConnectionError,
+    ServiceBusError,
+)
+from .access import internal, named_actor
+from .changelog import ChangeLog
+from .handles import HandleCache
+
+__all__ = ["Deliverer"]
+
+_log = logging.getLogger("raybus.router")
+# A partition that does not answer (restarting: ~1 s) is called again this often within one
+# publish; the publish then fails with its outcome unknown and the rest is delivered later.
+ATTEMPTS = 8
+RETRY_S = 0.5
+# Partitions whose handles the router keeps.
+HANDLES = 1024
+
+# (partition actor name, subscription path, copies) of one publish, the copies as records.
+Target = tuple[str, str, list[Any]]
+# Places a subscription's copies again after a partition refused them (it gave a slot away):
+# (subscription path, copies as records) -> [(partition name, copies)].
+Replace = Callable[[str, list[Any]], Awaitable[list[tuple[str, list[Any]]]]]
+
+
+class Deliverer:
+    """Logged deliveries of one router (see the module docstring)."""
+
+    def __init__(self, namespace: str, storage_path: str | None, name: str, prefix: str) -> None:
+        self._namespace = namespace
+        # Only with a storage path: a log in memory dies with the router, and a router killed
+        # between two partitions' deliveries would leave the publish half delivered (the
+        # two-phase commit's coordinator, an actor of its own, finishes it instead).
+        self.enabled = storage_path is not None
+        self._changes: ChangeLog | None = None
+        if storage_path is not None:
+            self._changes = ChangeLog(
+                storage_path, namespace, name, lambda: self.log.snapshot(), every=1000
+            )
+            self.log, first = PublishLog.replayed(self._changes.replay(), prefix)
+        else:
+            self.log, first = PublishLog.replayed((), prefix)
+        self._first = first  # the fresh source key, logged before the first publish
+        self._handles: HandleCache[Any] = HandleCache(self._look_up, HANDLES)
+        self._lock = asyncio.Lock()  # one pusher at a time: numbers reach a partition in order
+        self._resume: asyncio.Task[None] | None = None
+        self.delivered = 0
+
+    async def _look_up(self, name: str) -> Any:
+        return internal(await named_actor(name), self._namespace)
+
+    async def _append(self, change: Any) -> None:
+        if self._changes is not None:
+            if self._first is not None:
+                await self._changes.append(self._first)
+                self._first = None
+            await self._changes.append(change)
+
+    def _append_soon(self, change: Any) -> None:
+        if self._changes is not None and change is not None:
+            self._changes.append_soon(change)
+
+    # ------------------------------------------------------------------ room
+
+    async def fits(self, targets: list[Target]) -> bool:
+        """Whether every partition has room for its copies (asking those not known)."""
+        unknown = [name for name, _p, recs in targets if self.log.fits(name, _size(recs)) is None]
+        if unknown:
+            try:
+                handles = await asyncio.gather(*map(self._handles.get, unknown))
+                rooms = await asyncio.gather(*(h.room.remote() for h in handles))
+            except Exception as exc:  # not reachable now: the two-phase commit reports it
+                _log.info("room of a subscription partition unknown: %r", exc)
+                return False
+            self.log.rooms.update(zip(unknown, rooms, strict=True))
+        return all(self.log.fits(name, _size(recs)) for name, _p, recs in targets)
+
+    # ------------------------------------------------------------------ delivering
+
+    async def deliver(self, targets: list[Target], replace: Replace) -> None:
+        """Log and deliver one publish; return once every partition applied it. Raises the
+        storage error if it could not be logged (nothing delivered), or
+        ``ServiceBusConnectionError`` if a partition did not answer (it is delivered later:
+        the outcome is all, the caller cannot know when)."""
+        async with self._lock:
+            await self._push_all(replace)  # anything undelivered goes first
+            rows: dict[tuple[int, ...], list[Any]] = {}  # equal copies: logged (pickled) once
+            shares: dict[str, Share] = {}
+            for name, path, recs in targets:
+                key = tuple(map(id, recs))
+                if key not in rows:
+                    rows[key] = to_wire(recs)
+                shares[name] = (path, rows[key])
+            number, change = self.log.begin(shares, {n: _size(r) for n, _p, r in targets})
+            try:
+                await self._append(change)
+            except BaseException:
+                self.log.abandon(number)
+                raise
+            _failpoints.hit("router.after_log")
+            await self._push_all(replace)
+            self.delivered += 1
+
+    async def _push_all(self, replace: Replace) -> None:
+        """Deliver every undelivered publish, in order, retrying partitions that do not answer;
+        raise ``ServiceBusConnectionError`` if some remain (a background task goes on)."""
+        for attempt in range(ATTEMPTS):
+            for number in sorted(self.log.pending):
+                await self._push(number, replace)
+            if not self.log.pending:
+                return
+            if attempt < ATTEMPTS - 1:
+                await asyncio.sleep(RETRY_S)
+        self.start_resume(replace)
+        raise ServiceBusConnectionError(
+            "a subscription partition did not take its copies yet; they are delivered when it "
+            "answers (the publish is logged: it reaches every subscription)",
+            None,
+        )
+
+    async def _push(self, number: int, replace: Replace) -> None:
+        shares = dict(self.log.pending.get(number, {}))
+        source = self.log.source
+        args: dict[int, tuple[Any, ...]] = {}  # per rows list: equal copies are cut once
+        for _path, rows in shares.values():
+            if id(rows) not in args:
+                args[id(rows)] = split_groups([rows])
+
+        async def one(name: str, path: str, rows: list[Any]) -> tuple[str, Any]:
+            try:
+                handle = await self._handles.get(name)
+                room = await _rpc.call(path, handle.deliver, source, number, *args[id(rows)])
+                return name, room
+            except ValueError:  # no actor of that name: the subscription was deleted
+                return name, None
+            except BaseException as exc:
+                if _rpc.actor_gone(exc):
+                    self._handles.forget(name)
+                return name, exc
+
+        answers = await asyncio.gather(*(one(n, p, r) for n, (p, r) in shares.items()))
+        for name, answer in answers:
+            path, rows = shares[name]
+            if isinstance(answer, PartitionMovedError):
+                await self._redo(number, name, path, rows, replace)
+            elif answer is None or isinstance(answer, MessagingEntityNotFoundError):
+                self._append_soon(self.log.acked(number, name, None))  # deleted: nothing due
+            elif isinstance(answer, BaseException):
+                _log.info("delivery %d to %s not confirmed yet: %r", number, name, answer)
+            else:
+                self._append_soon(self.log.acked(number, name, answer))
+                _failpoints.hit("router.after_ack")
+
+    async def _redo(
+        self, number: int, name: str, path: str, rows: list[Any], replace: Replace
+    ) -> None:
+        """``name`` refused ``number`` because it gave slots away: place its copies again."""
+        try:
+            placed = await replace(path, from_wire(rows))
+        except MessagingEntityNotFoundError:  # the subscription was deleted: nothing due
+            self._append_soon(self.log.acked(number, name, None))
+            return
+        except ServiceBusError as exc:  # the route could not be refreshed: try again later
+            _log.info("copies of delivery %d to %s not placed again yet: %r", number, name, exc)
+            return
+        new, change = self.log.redo(number, name, {n: (path, to_wire(r)) for n, r in placed})
+        try:
+            await self._append(change)
+        except BaseException:
+            # Not logged: the state must match the log. The old share is due again.
+            self.log.pending.pop(new, None)
+            self.log.pending.setdefault(number, {})[name] = (path, rows)
+            raise
+
+    # ------------------------------------------------------------------ after a restart
+
+    def start_resume(self, replace: Replace) -> None:
+        """Deliver what is undelivered in the background (after a restart, or a partition
+        that did not answer in time), until nothing is."""
+        if self.log.pending and (self._resume is None or self._resume.done()):
+            self._resume = asyncio.get_running_loop().create_task(self._finish(replace))
+
+    async def _finish(self, replace: Replace) -> None:
+        while self.log.pending:
+            try:
+                async with self._lock:
+                    for number in sorted(self.log.pending):
+                        await self._push(number, replace)
+            except Exception as exc:  # a failed log write: try again
+                _log.warning("undelivered publishes not finished yet: %r", exc)
+            if self.log.pending:
+                await asyncio.sleep(1.0)
+
+
+def _size(records: list[Any]) -> int:
+    return sum(rec.size for rec in records)

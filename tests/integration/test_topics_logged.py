@@ -1,0 +1,141 @@
+"""Topic publishes through the router's publish log (``raybus._core.publish_log``), on a real
+cluster with a storage path (the suite's default): the router or a subscription partition dies
+at each step of a publish, and every subscription still gets each copy exactly once.
+
+Fail points (``raybus._failpoints``): ``router.after_log`` (logged, no partition told),
+``router.after_ack`` (one partition stored its copies, the others may not have),
+``participant.before_deliver`` and ``participant.after_deliver`` (a partition's call fails
+before it stores anything, or after it stored its copies, before it answers).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import ray
+import topics_support
+from topics_support import _bodies, _drain, _name
+
+import raybus
+from raybus import ServiceBusMessage
+from raybus.exceptions import ServiceBusError
+from raybus.management import ServiceBusAdministrationClient
+
+namespace = topics_support.namespace
+
+
+def _topic(admin: ServiceBusAdministrationClient, *subs: str) -> str:
+    t = _name("logged")
+    admin.create_topic(t)
+    for s in subs:
+        admin.create_subscription(t, s)
+    return t
+
+
+def _router(client: raybus.ServiceBusClient, topic: str) -> Any:
+    _entry, router = ray.get(client._aio._conn.registry.get_topic.remote(topic))
+    return router
+
+
+def _partition(client: raybus.ServiceBusClient, topic: str, sub: str) -> Any:
+    _sub, route = ray.get(client._aio._conn.registry.get_subscription.remote(topic, sub))
+    return route.partitions[0]
+
+
+def _stats(router: Any, timeout: float = 30.0) -> dict[str, int]:
+    """The router's stats once it answers (it may be restarting)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return dict(ray.get(router.stats.remote(), timeout=5))
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_publishes_to_several_subscriptions_go_through_the_log(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    t = _topic(admin, "a", "b", "c")
+    with client.get_topic_sender(t) as sender:
+        for i in range(3):
+            sender.send_messages([ServiceBusMessage(f"m{i}-{j}") for j in range(4)])
+    stats = _stats(_router(client, t))
+    assert stats["logged"] == 3 and stats["undelivered"] == 0
+    for sub in ("a", "b", "c"):
+        assert _bodies(_drain(client, t, sub, 12)) == [
+            f"m{i}-{j}" for i in range(3) for j in range(4)
+        ]
+
+
+@pytest.mark.parametrize("point", ["router.after_log", "router.after_ack"])
+def test_a_router_that_dies_mid_publish_delivers_it_whole_when_it_comes_back(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, point: str
+) -> None:
+    """``after_ack``: subscription c refuses its first call (a fault, not a refusal: the call
+    raises), so the router dies with a and b stored and c not."""
+    t = _topic(admin, "a", "b", "c")
+    router = _router(client, t)
+    with client.get_topic_sender(t) as sender:
+        sender.send_messages(ServiceBusMessage("before"))
+        if point == "router.after_ack":
+            part = _partition(client, t, "c")
+            ray.get(part.arm_failpoint.remote("participant.before_deliver", "raise"))
+        ray.get(router.arm_failpoint.remote(point))
+        with pytest.raises(ServiceBusError):  # the router died: the outcome is unknown
+            sender.send_messages(ServiceBusMessage("logged"))
+        # The restarted router finishes the logged publish before it takes new ones.
+        sender.send_messages(ServiceBusMessage("after"))
+    for sub in ("a", "b", "c"):
+        assert _bodies(_drain(client, t, sub, 3)) == ["before", "logged", "after"], sub
+    assert _stats(router)["undelivered"] == 0
+
+
+def test_a_router_restarted_with_a_publish_undelivered_finishes_it_unasked(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    t = _topic(admin, "a", "b")
+    router = _router(client, t)
+    with client.get_topic_sender(t) as sender:
+        ray.get(router.arm_failpoint.remote("router.after_log"))
+        with pytest.raises(ServiceBusError):
+            sender.send_messages(ServiceBusMessage("logged"))
+    # Nobody publishes again: the restarted router delivers what its log holds by itself.
+    for sub in ("a", "b"):
+        assert _bodies(_drain(client, t, sub, 1)) == ["logged"], sub
+
+
+@pytest.mark.parametrize("mode", ["exit", "raise"])
+def test_a_partition_that_stored_its_copies_but_did_not_answer_gets_them_once(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, mode: str
+) -> None:
+    """The router calls it again (after its restart, for ``exit``); it skips the number it
+    applied. The publish itself succeeds."""
+    t = _topic(admin, "a", "b")
+    part = _partition(client, t, "a")
+    with client.get_topic_sender(t) as sender:
+        sender.send_messages([ServiceBusMessage("m0")])
+        ray.get(part.arm_failpoint.remote("participant.after_deliver", mode))
+        sender.send_messages([ServiceBusMessage("m1"), ServiceBusMessage("m2")])
+        sender.send_messages([ServiceBusMessage("m3")])
+    for sub in ("a", "b"):
+        assert _bodies(_drain(client, t, sub, 4)) == ["m0", "m1", "m2", "m3"], sub
+
+
+def test_a_deleted_subscription_does_not_hold_up_the_others(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    t = _topic(admin, "a", "b", "gone")
+    router = _router(client, t)
+    with client.get_topic_sender(t) as sender:
+        sender.send_messages(ServiceBusMessage("m0"))
+        # Deleted behind the router's back (it learns of it only with its next configuration).
+        part = _partition(client, t, "gone")
+        ray.kill(part, no_restart=True)
+        sender.send_messages(ServiceBusMessage("m1"))
+    for sub in ("a", "b"):
+        assert _bodies(_drain(client, t, sub, 2)) == ["m0", "m1"], sub
+    assert _stats(router)["undelivered"] == 0

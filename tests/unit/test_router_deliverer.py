@@ -1,0 +1,203 @@
+"""The router's logged deliveries (``raybus._actors.deliverer``) against partitions that lose
+answers, stay down, give slots away or are deleted, and a router that restarts from its log:
+every copy of a logged publish is stored exactly once.
+
+No Ray: the partitions are pure ``Partition`` cores behind fake handles (a method's
+``remote`` returns a coroutine, which ``_rpc.call`` awaits as it would a Ray call), and a
+restart is a new ``Deliverer`` on the same storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from transactions_core_support import all_ids, props, rec
+
+from raybus._actors import deliverer as deliverer_module
+from raybus._actors.deliverer import Deliverer
+from raybus._actors.handles import HandleCache
+from raybus._core import deliveries
+from raybus._core.partition import Partition
+from raybus._core.record import from_wire
+from raybus._core.slots import slot_of
+from raybus._core.wire import join_groups
+from raybus.exceptions import ServiceBusConnectionError
+from raybus.testing import FakeClock
+
+PATH = "t/Subscriptions/s"
+
+
+class _Method:
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+
+    def remote(self, *args: Any) -> Any:
+        return self._fn(*args)
+
+
+class FakePartition:
+    """A partition core behind a handle; ``down`` calls fail before it applies anything,
+    ``lose`` answers are lost after it applied the delivery."""
+
+    def __init__(self, clock: FakeClock, **options: Any) -> None:
+        self.core = Partition(props(**options), clock)
+        self.down = 0
+        self.lose = 0
+        self.calls = 0
+        self.deliver = _Method(self._deliver)
+        self.room = _Method(self._room)
+
+    async def _deliver(self, source: str, number: int, layout: list[int], *pieces: Any) -> int:
+        self.calls += 1
+        if self.down:
+            self.down -= 1
+            raise ServiceBusConnectionError("restarting", None)
+        (rows,) = join_groups(layout, pieces)
+        deliveries.deliver(self.core, source, number, from_wire(rows))
+        if self.lose:
+            self.lose -= 1
+            raise ServiceBusConnectionError("the answer was lost", None)
+        return deliveries.room(self.core)
+
+    async def _room(self) -> int:
+        return deliveries.room(self.core)
+
+
+@pytest.fixture(autouse=True)
+def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(deliverer_module, "ATTEMPTS", 3)
+    monkeypatch.setattr(deliverer_module, "RETRY_S", 0.0)
+
+
+def router(storage: Path, parts: dict[str, FakePartition]) -> Deliverer:
+    """A router's deliverer (a new one on the same storage is the router restarted)."""
+    d = Deliverer("ns", str(storage), "router", "raybus/ns/topic/t/0/router")
+
+    async def look_up(name: str) -> Any:
+        if name not in parts:
+            raise ValueError(f"no actor named {name}")
+        return parts[name]
+
+    d._handles = HandleCache(look_up, 16)
+    return d
+
+
+async def no_replace(path: str, records: list[Any]) -> list[tuple[str, list[Any]]]:
+    raise AssertionError("nothing was refused")
+
+
+def publish(*names: str, ids: tuple[str, ...] = ("a", "b")) -> list[tuple[str, str, list[Any]]]:
+    copies = [rec(i) for i in ids]
+    return [(name, PATH, copies) for name in names]
+
+
+def test_a_publish_reaches_every_partition_once_through_lost_answers(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    parts = {n: FakePartition(clock) for n in ("p1", "p2", "p3")}
+    parts["p2"].lose = 1
+    parts["p3"].down = 1
+    d = router(tmp_path, parts)
+
+    async def run() -> None:
+        assert await d.fits(publish("p1", "p2", "p3"))
+        await d.deliver(publish("p1", "p2", "p3"), no_replace)
+        await d.deliver(publish("p1", "p2", "p3", ids=("c",)), no_replace)
+
+    asyncio.run(run())
+    for p in parts.values():
+        assert all_ids(p.core) == ["a", "b", "c"]
+    assert parts["p2"].calls == 3 and parts["p3"].calls == 3  # one retry each
+    assert d.log.pending == {}
+    assert d.log.rooms["p1"] == deliveries.room(parts["p1"].core)
+
+
+def test_a_restarted_router_finishes_a_publish_a_partition_did_not_take(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    parts = {n: FakePartition(clock) for n in ("p1", "p2")}
+    parts["p2"].down = 100  # down past the publish's attempts
+
+    async def first_life() -> None:
+        d = router(tmp_path, parts)
+        with pytest.raises(ServiceBusConnectionError):
+            await d.deliver(publish("p1", "p2"), no_replace)
+        assert d._resume is not None
+        d._resume.cancel()  # the process dies
+
+    asyncio.run(first_life())
+    assert all_ids(parts["p1"].core) == ["a", "b"] and all_ids(parts["p2"].core) == []
+    parts["p2"].down = 0
+
+    async def second_life() -> Deliverer:
+        d = router(tmp_path, parts)
+        assert list(d.log.pending) == [0]
+        d.start_resume(no_replace)
+        assert d._resume is not None
+        await d._resume
+        return d
+
+    d = asyncio.run(second_life())
+    assert all_ids(parts["p1"].core) == ["a", "b"]  # p1 skipped the redelivery
+    assert all_ids(parts["p2"].core) == ["a", "b"]
+    assert d.log.pending == {}
+
+
+def test_numbers_stay_above_those_delivered_across_restarts(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    parts = {"p1": FakePartition(clock), "p2": FakePartition(clock)}
+    for life in range(3):
+        d = router(tmp_path, parts)
+        asyncio.run(d.deliver(publish("p1", "p2", ids=(f"m{life}",)), no_replace))
+    assert all_ids(parts["p1"].core) == ["m0", "m1", "m2"]
+    assert list(parts["p1"].core.delivered.values()) == [2]
+
+
+def test_a_partition_that_gave_its_slot_away_gets_its_copies_placed_again(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    parts = {n: FakePartition(clock) for n in ("p1", "s0", "s1")}
+    parts["s0"].core.owned = frozenset({slot_of("k0")})  # gave k1's slot to s1
+    placed: list[list[str | None]] = []
+
+    async def replace(path: str, records: list[Any]) -> list[tuple[str, list[Any]]]:
+        assert path == PATH
+        placed.append([r.message_id for r in records])
+        by = {"k0": "s0", "k1": "s1"}
+        out: dict[str, list[Any]] = {}
+        for r in records:
+            out.setdefault(by[r.partition_key], []).append(r)
+        return list(out.items())
+
+    copies = [rec("x", partition_key="k0"), rec("y", partition_key="k1")]
+    d = router(tmp_path, parts)
+    asyncio.run(d.deliver([("p1", PATH, copies), ("s0", PATH, copies)], replace))
+    assert placed == [["x", "y"]]
+    assert all_ids(parts["p1"].core) == ["x", "y"]
+    assert all_ids(parts["s0"].core) == ["x"]
+    assert all_ids(parts["s1"].core) == ["y"]
+    assert d.log.pending == {}
+
+
+def test_a_deleted_partition_is_owed_nothing(tmp_path: Path, clock: FakeClock) -> None:
+    parts = {"p1": FakePartition(clock)}
+    d = router(tmp_path, parts)
+    asyncio.run(d.deliver(publish("p1", "gone"), no_replace))
+    assert all_ids(parts["p1"].core) == ["a", "b"]
+    assert d.log.pending == {}
+
+
+def test_room_is_asked_once_and_a_full_partition_does_not_fit(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    parts = {"p1": FakePartition(clock), "small": FakePartition(clock, max_size_in_megabytes=1)}
+    parts["small"].core.send([rec(f"f{i}", b"x" * 200_000) for i in range(5)])
+    d = router(tmp_path, parts)
+    big = [rec("big", b"x" * 100_000)]
+    assert not asyncio.run(d.fits([("p1", PATH, big), ("small", PATH, big)]))
+    assert set(d.log.rooms) == {"p1", "small"}
+    assert asyncio.run(d.fits([("p1", PATH, big)]))
