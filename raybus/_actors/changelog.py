@@ -13,7 +13,9 @@ with a checkpoint now and then. ``ChangeLog`` is the one implementation of that 
   records whose loss in a crash costs only repeated work after the restart (the coordinator's
   "transaction done" marks: a lost one makes it tell the participants again, which they
   ignore). A failed write of such a change is logged, not raised;
-* every ``every`` appends it writes ``snapshot()`` as a checkpoint, which keeps replay short.
+* every ``every`` appends (or ``every_bytes`` written, for logs whose changes carry messages:
+  the router's) it writes ``snapshot()`` as a checkpoint, which keeps replay short and deletes
+  the log files it covers.
   A failed checkpoint — whatever it raises: a storage error, a raw ``OSError``, a snapshot that
   cannot be encoded — is only logged and tried again after the next write: the changes are
   already durable, so ``append`` must not report them as failed (the caller would undo in
@@ -50,12 +52,15 @@ class ChangeLog:
         name: str,
         snapshot: Callable[[], list[Any]],
         every: int,
+        every_bytes: int | None = None,
     ) -> None:
         self._log = DurableLog.from_storage_path(storage_path, namespace, name)
         self._what = f"{name} of {namespace}"
         self._snapshot = snapshot
         self._every = every
+        self._every_bytes = every_bytes
         self._since_checkpoint = 0
+        self._bytes_since_checkpoint = 0
         self._pending: list[Any] = []  # changes queued for the next write
         self._written: asyncio.Future[None] | None = None  # resolved by that write
         self._writer: asyncio.Task[None] | None = None
@@ -100,14 +105,19 @@ class ChangeLog:
             batch, self._pending = self._pending, []
             written, self._written = self._written, None
             assert written is not None
+            table = journal.to_table([(0, 0, 0, c) for c in batch])
             try:
-                await asyncio.to_thread(log.append, journal.to_table([(0, 0, 0, c) for c in batch]))
+                await asyncio.to_thread(log.append, table)
             except Exception as exc:  # the storage error, for every change of this write
                 written.set_exception(exc)
                 continue
             written.set_result(None)
             self._since_checkpoint += len(batch)
-            if self._since_checkpoint >= self._every:
+            self._bytes_since_checkpoint += table.nbytes
+            big = (
+                self._every_bytes is not None and self._bytes_since_checkpoint >= self._every_bytes
+            )
+            if self._since_checkpoint >= self._every or big:
                 await self._checkpoint()
 
     async def _checkpoint(self) -> None:
@@ -116,5 +126,6 @@ class ChangeLog:
             snap = journal.to_table([(0, 0, 0, c) for c in self._snapshot()])
             await asyncio.to_thread(log.checkpoint, snap, log.next_lsn - 1)
             self._since_checkpoint = 0
+            self._bytes_since_checkpoint = 0
         except Exception as exc:  # the changes are durable already: see the module docstring
             _log.warning("checkpoint of the %s failed: %r", self._what, exc)

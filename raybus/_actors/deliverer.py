@@ -15,10 +15,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import ray
+
 from .. import _failpoints, _rpc
 from .._core.publish_log import PublishLog, Share
-from .._core.record import from_wire, to_wire
-from .._core.wire import split_groups
+from .._core.record import from_wire, to_wire, wire_size
+from .._core.wire import INLINE_BYTES, split_groups
 from ..exceptions import (
     MessagingEntityNotFoundError,
     PartitionMovedError,
@@ -38,6 +40,9 @@ ATTEMPTS = 8
 RETRY_S = 0.5
 # Partitions whose handles the router keeps.
 HANDLES = 1024
+# The log carries the copies: a checkpoint (the undelivered publishes only, usually none) after
+# this many bytes keeps it small on disk and short to replay.
+CHECKPOINT_BYTES = 16 * 1024 * 1024
 
 # (partition actor name, subscription path, copies) of one publish, the copies as records.
 Target = tuple[str, str, list[Any]]
@@ -58,7 +63,12 @@ class Deliverer:
         self._changes: ChangeLog | None = None
         if storage_path is not None:
             self._changes = ChangeLog(
-                storage_path, namespace, name, lambda: self.log.snapshot(), every=1000
+                storage_path,
+                namespace,
+                name,
+                lambda: self.log.snapshot(),
+                every=1000,
+                every_bytes=CHECKPOINT_BYTES,
             )
             self.log, first = PublishLog.replayed(self._changes.replay(), prefix)
         else:
@@ -147,7 +157,7 @@ class Deliverer:
         args: dict[int, tuple[Any, ...]] = {}  # per rows list: equal copies are cut once
         for _path, rows in shares.values():
             if id(rows) not in args:
-                args[id(rows)] = split_groups([rows])
+                args[id(rows)] = _call_args(rows)
 
         async def one(name: str, path: str, rows: list[Any]) -> tuple[str, Any]:
             try:
@@ -213,6 +223,16 @@ class Deliverer:
                 _log.warning("undelivered publishes not finished yet: %r", exc)
             if self.log.pending:
                 await asyncio.sleep(1.0)
+
+
+def _call_args(rows: list[Any]) -> tuple[Any, ...]:
+    """A ``deliver`` call's (layout, *pieces) for ``rows``: in inline pieces, or, too big for
+    that, put in the object store once for every partition that gets the same copies (Ray
+    resolves it in each; otherwise each call would put its own)."""
+    layout, *pieces = split_groups([rows])
+    if len(pieces) == 1 and sum(map(wire_size, rows)) > INLINE_BYTES:
+        return (layout, ray.put(pieces[0]))
+    return (layout, *pieces)
 
 
 def _size(records: list[Any]) -> int:

@@ -1,21 +1,27 @@
 """The router of a topic: fans published messages out to the subscriptions' partitions.
 
-One named, detached actor per topic (restarted forever by Ray; it holds no messages, so a
-restart loses nothing). The namespace actor pushes it the topic's settings and every
-subscription's rules and route (``configure``, versioned); senders call ``publish`` with many
-callers' batches at once (coalesced by the client).
+One named, detached actor per topic (restarted forever by Ray). The namespace actor pushes it
+the topic's settings and every subscription's rules and route (``configure``, versioned);
+senders call ``publish`` with many callers' batches at once (coalesced by the client).
 
 A publish evaluates each subscription's compiled rules (``raybus._core.fanout``) and delivers
 each subscription partition's copies in one call — never one call per message per
 subscription. One delivery is in flight at a time: the publish calls (of any clients) that
-arrive meanwhile are delivered together as the next one. When the copies of a delivery go to
-one subscription partition, that partition's atomic batch send is enough; when they go to
-several, they are delivered as one transaction
-through the namespace's coordinator (two-phase commit), so a publish is all-or-nothing across
-subscriptions: a crash of the router (or of a subscription partition) in the middle neither
-loses nor duplicates a copy — the caller's send either returns (every copy stored) or raises
-(none stored, or, if the error is ``ServiceBusConnectionError``/``OperationTimeoutError``,
-all-or-nothing with the outcome unknown).
+arrive meanwhile are delivered together as the next one. A delivery is all-or-nothing across
+subscriptions, in one of three ways:
+
+* copies for one subscription partition only: that partition's atomic batch send;
+* copies for several, each of a subscription with one partition, each of which that
+  subscription would accept, with room for them, in a namespace with a storage path: the
+  router's publish log (``raybus._core.publish_log``, ``raybus._actors.deliverer``), one durable
+  write and one call per partition;
+* otherwise one transaction through the namespace's coordinator (two-phase commit), which
+  refuses the whole publish if one subscription refuses its copies.
+
+A crash of the router (or of a subscription partition) in the middle neither loses nor
+duplicates a copy — the caller's send either returns (every copy stored) or raises (none
+stored, or, if the error is ``ServiceBusConnectionError``/``OperationTimeoutError``,
+all-or-nothing with the outcome unknown: a logged publish is finished by the restarted router).
 """
 
 from __future__ import annotations

@@ -31,8 +31,9 @@ Only publishes to partitions of subscriptions with one partition take this path 
 router): a partition that gave slots away can then hold none of a publish's copies it refused.
 
 Deviation: the quota is checked against the room each partition reported on its last answer.
-A transaction that sends to the topic (the only writer besides the router) is not counted
-until then, so a subscription can end above its quota by at most one publish.
+Transactions and forwarding entities that send to the topic (they deliver to the subscriptions
+themselves, through the coordinator) are not counted until then, so a subscription can end
+above its quota by up to one publish.
 """
 
 from __future__ import annotations

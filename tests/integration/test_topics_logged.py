@@ -139,3 +139,16 @@ def test_a_deleted_subscription_does_not_hold_up_the_others(
     for sub in ("a", "b"):
         assert _bodies(_drain(client, t, sub, 2)) == ["m0", "m1"], sub
     assert _stats(router)["undelivered"] == 0
+
+
+def test_copies_too_big_to_travel_inline_reach_every_subscription(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """1.2 MB of copies per partition: put in the object store once, fetched by each."""
+    t = _topic(admin, "a", "b", "c")
+    bodies = [bytes([i]) * (120 * 1024) for i in range(10)]
+    with client.get_topic_sender(t) as sender:
+        sender.send_messages([ServiceBusMessage(b) for b in bodies])
+    assert _stats(_router(client, t))["logged"] == 1
+    for sub in ("a", "b", "c"):
+        assert _bodies(_drain(client, t, sub, 10)) == bodies, sub

@@ -90,3 +90,21 @@ def test_a_failed_checkpoint_keeps_every_append_durable_and_replayable(
     restarted_state.extend(state)
     append_all(restarted, restarted_state, [("put", "g", 7)])
     assert list(open_log(tmp_path, []).replay()) == [*state, ("put", "g", 7)]
+
+
+def test_a_log_of_big_changes_checkpoints_by_bytes_and_drops_what_the_checkpoint_covers(
+    tmp_path: Path,
+) -> None:
+    """The router's log carries messages: it checkpoints after ``every_bytes`` written, long
+    before ``every`` appends, and the files the checkpoint covers go."""
+    state: list[Any] = []
+    log = ChangeLog(
+        str(tmp_path), "ns", "router", lambda: state[-1:], every=1000, every_bytes=50_000
+    )
+    big = [("pub", i, b"x" * 20_000) for i in range(5)]
+    append_all(log, state, big)
+    assert len(checkpoints(tmp_path)) == 1  # after the third append (60 KB)
+    logged = [p for p in tmp_path.rglob("*.arrow") if "checkpoint" not in p.parts]
+    assert sum(p.stat().st_size for p in logged) < 50_000  # the first three appends are gone
+    again = ChangeLog(str(tmp_path), "ns", "router", lambda: [], every=1000)
+    assert list(again.replay()) == [big[2], big[3], big[4]]
