@@ -9,7 +9,7 @@ forwarders the coordinator's ``commit``, the coordinator its participant partiti
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 __all__ = ["HandleCache"]
@@ -40,13 +40,6 @@ class HandleCache(Generic[V]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._kept
-
-    def __iter__(self) -> Iterator[str]:
-        """The names kept, least recently used first."""
-        return iter(list(self._kept))
-
-    def __len__(self) -> int:
-        return len(self._kept)
 
     async def get(self, name: str) -> V:
         """What was made of actor ``name``: kept, or looked up now (see the class)."""

@@ -453,9 +453,11 @@ class Partition(SessionOps, SnapshotOps):
         return results
 
     def lock_expiries(self, lock_tokens: Sequence[str]) -> list[float | ServiceBusError]:
-        """Each lock's expiry as it stands, or ``MessageLockLostError`` for one not held;
-        changes nothing. A transaction joining a settlement or renewal by lock token asks
-        this first, so a bad token is refused when it joins, not later at the commit."""
+        """Each lock's expiry as it stands, or ``MessageLockLostError`` for one not held.
+        Changes no lock; like every call it first applies what time made due (``_begin``:
+        expired locks), journaled with the next write. A transaction joining a settlement or
+        renewal by lock token asks this first, so a bad token is refused when it joins, not
+        later at the commit."""
         self._begin()
         out: list[float | ServiceBusError] = []
         for token in lock_tokens:
