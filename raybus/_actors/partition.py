@@ -33,7 +33,7 @@ from .._metrics import EXPORT_INTERVAL_S, PartitionMetrics
 from .._models import EXPRESS_FLUSH_INTERVAL, QueueProperties
 from .._storage import DurableLog, StorageCorruptedError, StorageUnavailableError
 from ..auth import AccessRights
-from ..exceptions import InvalidArgumentError, ServiceBusError
+from ..exceptions import ServiceBusError
 from .access import Guarded, guarded, internal, named_actor
 
 __all__ = ["PartitionActor"]
@@ -472,13 +472,7 @@ class PartitionActor(Guarded):
         settle results, then the rows in ``pieces`` values (``num_returns`` is pieces + 1).
         """
         self._kick()
-        if self._core.properties.requires_session and not dead_letter:
-            # Checked before settling: a refused call changes nothing.
-            raise InvalidArgumentError(
-                "the queue requires sessions: settle_receive is for queues without them",
-                self._core.entity,
-                "session_id",
-            )
+        self._core.receive_source(dead_letter)  # refused before settling: it changes nothing
         results = self._core.settle([SettleOp(*op) for op in ops])
         core = await self._settled_core(pending=dead_letter)
         got = core.receive(max_count, dead_letter=dead_letter, delete=False)

@@ -291,6 +291,18 @@ class Partition(SessionOps, SnapshotOps):
 
     # ------------------------------------------------------------------ receiving
 
+    def receive_source(
+        self, dead_letter: bool = False, session: tuple[str, str] | None = None
+    ) -> tuple[Store, list[int]]:
+        """The store and the heap of available numbers a receive with these arguments takes
+        from; raises what that receive would raise (receiving disabled, a session missing or
+        not held), changing nothing: a call that settles first checks this before it does."""
+        self._check_receive()
+        store = self._dlq if dead_letter else self._main
+        if not dead_letter and (session is not None or self._sessions is not None):
+            return store, self._held_session(session).available
+        return store, store.available
+
     def receive(
         self,
         max_count: int,
@@ -308,13 +320,8 @@ class Partition(SessionOps, SnapshotOps):
         session lock ends.
         """
         now = self._begin()
-        self._check_receive()
-        store = self._dlq if dead_letter else self._main
+        store, heap = self.receive_source(dead_letter, session)
         out: list[MessageRecord] = []
-        heap = store.available
-        if not dead_letter and (session is not None or self._sessions is not None):
-            s = self._held_session(session)
-            heap = s.available
         limit = self.visible_seq
         while heap and len(out) < max_count:
             seq = heapq.heappop(heap)
