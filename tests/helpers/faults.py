@@ -30,7 +30,7 @@ import faulty_fs
 import pyarrow as pa
 import ray
 from faulty_fs import FaultyHandler
-from history import Fault, History, Receive, Release
+from history import Anomaly, Fault, Final, History, Receive, Release
 from workload import LOCK_S, Workload, create_entities, drain
 
 from raybus import aio
@@ -299,6 +299,10 @@ async def run_scenario(sc: Scenario, storage: Path) -> dict[str, Any]:
             topic, "all", lock_duration=timedelta(seconds=LOCK_S), max_delivery_count=6
         )
         entities.append(f"{topic}/Subscriptions/all")
+        # A second subscription nobody reads: every publish then has copies for two
+        # partitions, so it goes through the router's publish log (one alone is a plain send),
+        # and its content, compared with "all", checks that each publish reached both or none.
+        await admin.create_subscription(topic, "mirror")
     inj = Injector(client, h, namespace, str(storage), rng)
     wl = Workload(
         client,
@@ -355,6 +359,8 @@ async def run_scenario(sc: Scenario, storage: Path) -> dict[str, Any]:
         assert scan(data, int(path.stem), 0).damage is None, f"{path} still torn"
         inj.effects["torn segment LSN rewritten"] += 1
     anomalies = h.check()
+    if sc.topic:
+        anomalies += await check_mirror(client, h, topic)
     counts = h.counts()
     result = {
         "scenario": sc.name,
@@ -387,6 +393,31 @@ async def run_scenario(sc: Scenario, storage: Path) -> dict[str, Any]:
                 f.write(json.dumps(asdict(e)) + "\n")
     await _cleanup(admin, namespace, [q, sq], topic if sc.topic else None)
     return result
+
+
+async def check_mirror(client: aio.ServiceBusClient, h: History, topic: str) -> list[Anomaly]:
+    """The topic's publishes reached both subscriptions or neither: the unread "mirror" holds
+    each message once (``TOPIC_DUPLICATE``), and exactly the messages "all" was seen to hold
+    (received, or found by the final drain: ``TOPIC_PARTIAL``)."""
+    from workload import _census
+
+    mirror = [f.mid for f in await _census(client, f"{topic}/Subscriptions/mirror")]
+    path = f"{topic}/Subscriptions/all"
+    seen = {e.mid for e in h.events if isinstance(e, Receive | Final) and e.entity == path}
+    out = [
+        Anomaly("TOPIC_DUPLICATE", mid, "the mirror subscription holds it twice")
+        for mid, n in Counter(mirror).items()
+        if n > 1
+    ]
+    out += [
+        Anomaly("TOPIC_PARTIAL", mid, "in the mirror subscription, never in 'all'")
+        for mid in sorted(set(mirror) - seen)
+    ]
+    out += [
+        Anomaly("TOPIC_PARTIAL", mid, "in 'all', not in the mirror subscription")
+        for mid in sorted(seen - set(mirror))
+    ]
+    return out
 
 
 def _sink(storage: Path, sc: Scenario, n: int) -> Path:
