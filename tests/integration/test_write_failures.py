@@ -1,0 +1,100 @@
+"""A partition whose log writes fail (EIO) in the middle of two combined calls: a completion
+that refills the prefetch buffer (``settle_receive``) fails as a whole and leaves every message
+where it was, and a topic's logged publish (``deliver``) is retried by the router until the
+writes succeed, storing each copy once.
+
+The fault is the fault suite's (``faults._arm_storage_fault``, run inside the partition actor
+through ``__ray_call__``): every log write fails until disarmed.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from typing import Any
+
+import faults
+import faulty_fs
+import ray
+from topics_support import _bodies, _drain
+
+import raybus
+from raybus import ServiceBusMessage
+from raybus.exceptions import ServiceBusError
+from raybus.management import ServiceBusAdministrationClient
+
+
+def _writes_fail(handle: Any) -> None:
+    for mod in (faulty_fs, faults):
+        ray.cloudpickle.register_pickle_by_value(mod)
+    ray.get(handle.__ray_call__.remote(faults._arm_storage_fault, errno.EIO, 0))
+
+
+def _writes_work(handle: Any) -> int:
+    return int(ray.get(handle.__ray_call__.remote(faults._disarm_storage_fault)))
+
+
+def _partition(client: raybus.ServiceBusClient, entity: str) -> Any:
+    return ray.get(client._aio._conn.registry.route.remote(entity)).partitions[0]
+
+
+def test_a_refilling_completion_whose_write_fails_completes_nothing(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
+) -> None:
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(30)])
+    part = _partition(client, queue)
+    with client.get_queue_receiver(queue, prefetch_count=15, max_wait_time=5) as receiver:
+        first = receiver.receive_messages(10)
+        assert len(first) == 10 and len(receiver._aio._buffer) == 5
+        calls: list[str] = []
+        blocking = receiver._aio.call_blocking
+
+        def spy(name: str, *args: Any, **kw: Any) -> Any:
+            calls.append(name)
+            return blocking(name, *args, **kw)
+
+        receiver._aio.call_blocking = spy
+        _writes_fail(part)
+        try:
+            try:
+                receiver.complete_messages(first)  # refills: one settle_receive call
+            except ServiceBusError:
+                pass
+            else:
+                raise AssertionError("the completion's write failed: it must not succeed")
+        finally:
+            assert _writes_work(part) > 0
+        assert calls == ["settle_receive"]
+    # Nothing was completed: all 30 are still there (the failed write's locks went with it).
+    assert admin.get_queue_runtime_properties(queue).active_message_count == 30
+    with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        got: list[str] = []
+        while len(got) < 30:
+            batch = receiver.receive_messages(30 - len(got), max_wait_time=10)
+            assert batch, f"only {len(got)} of 30 came back"
+            receiver.complete_messages(batch)
+            got += [str(m) for m in batch]
+    assert sorted(got) == sorted(f"m{i}" for i in range(30))
+
+
+def test_a_logged_publish_waits_out_a_subscription_whose_writes_fail(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    t = f"wf-{time.monotonic_ns()}"
+    admin.create_topic(t)
+    for sub in ("a", "b"):
+        admin.create_subscription(t, sub)
+    with client.get_topic_sender(t) as sender:
+        sender.send_messages(ServiceBusMessage("m0"))
+        part = _partition(client, f"{t}/Subscriptions/a")
+        _writes_fail(part)
+        # The router retries for a few seconds; the writes work again after one.
+        threading.Timer(1.0, _writes_work, (part,)).start()
+        started = time.monotonic()
+        sender.send_messages([ServiceBusMessage("m1"), ServiceBusMessage("m2")])
+        assert time.monotonic() - started > 0.9  # it did wait for the writes
+    for sub in ("a", "b"):
+        assert _bodies(_drain(client, t, sub, 3)) == ["m0", "m1", "m2"], sub
+    admin.delete_topic(t)
