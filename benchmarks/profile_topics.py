@@ -58,10 +58,9 @@ async def publish(namespace: str, storage: str, args: argparse.Namespace) -> Non
         for rep in range(args.repeats):
             spied: dict[str, int] = {}
             if rep == 0 and args.py_spy:
-                spied = {
-                    "router": pids["RouterActor"][0],
-                    "coordinator": pids["CoordinatorActor"][0],
-                }
+                # No coordinator when every publish goes through the router's publish log.
+                spied = {"router": pids["RouterActor"][0]}
+                spied.update({"coordinator": p for p in pids.get("CoordinatorActor", [])[:1]})
                 spied.update({f"partition{i}": p for i, p in enumerate(pids["PartitionActor"][:2])})
             prof = Profiler(Path(args.py_spy) if spied else None, f"topic{rep}", spied)
             if args.gil:

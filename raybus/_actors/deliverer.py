@@ -19,8 +19,8 @@ import ray
 
 from .. import _failpoints, _rpc
 from .._core.publish_log import PublishLog, Share
-from .._core.record import from_wire, to_wire, wire_size
-from .._core.wire import INLINE_BYTES, split_groups
+from .._core.record import from_wire, to_wire
+from .._core.wire import INLINE_BYTES, pack_rows
 from ..exceptions import (
     MessagingEntityNotFoundError,
     PartitionMovedError,
@@ -226,13 +226,13 @@ class Deliverer:
 
 
 def _call_args(rows: list[Any]) -> tuple[Any, ...]:
-    """A ``deliver`` call's (layout, *pieces) for ``rows``: in inline pieces, or, too big for
-    that, put in the object store once for every partition that gets the same copies (Ray
-    resolves it in each; otherwise each call would put its own)."""
-    layout, *pieces = split_groups([rows])
-    if len(pieces) == 1 and sum(map(wire_size, rows)) > INLINE_BYTES:
-        return (layout, ray.put(pieces[0]))
-    return (layout, *pieces)
+    """A ``deliver`` call's pieces for ``rows``: pickled once for every partition that gets the
+    same copies (``pack_rows``), in inline pieces, or, too big for that, put in the object
+    store once (Ray resolves it in each; otherwise each call would put its own)."""
+    pieces = pack_rows(rows)
+    if len(pieces) == 1 and len(pieces[0]) > INLINE_BYTES:
+        return (ray.put(pieces[0]),)
+    return tuple(pieces)
 
 
 def _size(records: list[Any]) -> int:

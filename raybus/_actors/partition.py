@@ -28,7 +28,7 @@ from .._core.committer import Committer
 from .._core.partition import Partition, PartitionCounts, SettleOp
 from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
 from .._core.registry import partition_storage_dirs
-from .._core.wire import join_groups, split_rows
+from .._core.wire import join_groups, split_rows, unpack_rows
 from .._metrics import EXPORT_INTERVAL_S, PartitionMetrics
 from .._models import EXPRESS_FLUSH_INTERVAL, QueueProperties
 from .._storage import DurableLog, StorageCorruptedError, StorageUnavailableError
@@ -240,9 +240,7 @@ class PartitionActor(Guarded):
         return results
 
     @guarded(INTERNAL)
-    async def deliver(
-        self, source: str, number: int, layout: list[int], *pieces: list[WireRecord]
-    ) -> int:
+    async def deliver(self, source: str, number: int, *pieces: bytes) -> int:
         """Store a topic router's delivery ``number`` unless applied already (at most once per
         ``source``: ``raybus._core.deliveries``); answer the room left, once durable. Raises
         ``PartitionMovedError`` (nothing stored) for a keyed copy of a slot given away."""
@@ -250,7 +248,7 @@ class PartitionActor(Guarded):
         self._kick()
         if self._ask_slots:
             await self._learn_slots()
-        (rows,) = join_groups(layout, pieces)
+        rows = unpack_rows(pieces)  # pickled once by the router for every subscription
         applied = deliveries.deliver(self._core, source, number, from_wire(rows))
         # Applied before, it may still be in a flush under way: answer once that is durable.
         await self._commit.durable()

@@ -23,7 +23,7 @@ from raybus._core import deliveries
 from raybus._core.partition import Partition
 from raybus._core.record import from_wire
 from raybus._core.slots import slot_of
-from raybus._core.wire import join_groups
+from raybus._core.wire import unpack_rows
 from raybus.exceptions import ServiceBusConnectionError
 from raybus.testing import FakeClock
 
@@ -50,13 +50,12 @@ class FakePartition:
         self.deliver = _Method(self._deliver)
         self.room = _Method(self._room)
 
-    async def _deliver(self, source: str, number: int, layout: list[int], *pieces: Any) -> int:
+    async def _deliver(self, source: str, number: int, *pieces: bytes) -> int:
         self.calls += 1
         if self.down:
             self.down -= 1
             raise ServiceBusConnectionError("restarting", None)
-        (rows,) = join_groups(layout, pieces)
-        deliveries.deliver(self.core, source, number, from_wire(rows))
+        deliveries.deliver(self.core, source, number, from_wire(unpack_rows(pieces)))
         if self.lose:
             self.lose -= 1
             raise ServiceBusConnectionError("the answer was lost", None)

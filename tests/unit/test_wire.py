@@ -13,9 +13,11 @@ from raybus._core.wire import (
     INLINE_BYTES,
     MAX_PIECES,
     join_groups,
+    pack_rows,
     pieces_for,
     split_groups,
     split_rows,
+    unpack_rows,
 )
 
 RAY_INLINE_LIMIT = 100 * 1024  # Ray's default max_direct_call_object_size
@@ -92,3 +94,20 @@ def test_groups_round_trip(lengths: list[int]) -> None:
 def test_a_layout_that_does_not_match_the_rows_is_refused(layout: list[int], carried: int) -> None:
     with pytest.raises(ValueError, match="records"):
         join_groups(layout, [rows(carried)])
+
+
+@pytest.mark.parametrize(("n", "body", "pieces"), [(3, 100, 1), (100, 1024, 2), (400, 1024, 6)])
+def test_packed_rows_round_trip_in_inline_pieces(n: int, body: int, pieces: int) -> None:
+    """Rows pickled once for many calls: pieces of bytes each under the inline limit."""
+    original = rows(n, body)
+    packed = pack_rows(original)
+    assert len(packed) == pieces
+    assert all(isinstance(p, bytes) and len(p) <= INLINE_BYTES for p in packed)
+    assert unpack_rows(packed) == original
+
+
+def test_packed_rows_past_the_piece_limit_are_one_piece() -> None:
+    original = rows(700, 1024)  # about 700 KiB: more than MAX_PIECES inline pieces
+    packed = pack_rows(original)
+    assert len(packed) == 1 and len(packed[0]) > MAX_PIECES * INLINE_BYTES
+    assert unpack_rows(packed) == original
