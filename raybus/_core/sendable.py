@@ -13,7 +13,7 @@ from ..exceptions import (
 )
 from .record import MessageRecord
 
-__all__ = ["check_sendable"]
+__all__ = ["check_records", "check_sendable"]
 
 
 def check_sendable(entity: str, props: QueueProperties, records: Sequence[MessageRecord]) -> None:
@@ -27,6 +27,12 @@ def check_sendable(entity: str, props: QueueProperties, records: Sequence[Messag
             entity,
             props.status.value,
         )
+    check_records(entity, props, records)
+
+
+def check_records(entity: str, props: QueueProperties, records: Sequence[MessageRecord]) -> None:
+    """The checks of ``check_sendable`` that depend on the messages alone (not on the entity's
+    status): also made by a client before it sends a list in shares to several partitions."""
     limit = props.max_message_size
     for rec in records:
         if rec.size > limit:

@@ -13,13 +13,12 @@ from .._actors.namespace import Route, TopicRoute
 from .._clock import to_timestamp
 from .._connection import Connection
 from .._core.record import SCHEDULED, MessageRecord, snapshot
+from .._core.sendable import check_records
 from .._core.wire import send_args
 from .._topic_models import is_subscription
 from ..exceptions import (
     InvalidArgumentError,
     MessageNotFoundError,
-    MessageSizeExceededError,
-    MessagingEntityDisabledError,
     MessagingEntityNotFoundError,
     OperationTimeoutError,
     PartitionMovedError,
@@ -64,28 +63,7 @@ def _records(messages: SendInput) -> list[MessageRecord]:
 def _check_spanning(route: Route, records: list[MessageRecord]) -> None:
     """A list that spans partitions is refused for bad input before any share is sent, so a
     rejected list stores nothing (the partitions repeat these checks)."""
-    name = route.properties.name
-    limit = route.properties.max_message_size
-    for rec in records:
-        if rec.partition_key is not None and rec.session_id not in (None, rec.partition_key):
-            raise InvalidArgumentError(
-                f"partition_key {rec.partition_key!r} differs from session_id "
-                f"{rec.session_id!r}: a session's messages are partitioned by their session",
-                name,
-                "partition_key",
-            )
-        if rec.size > limit:
-            raise MessageSizeExceededError(
-                f"message of {rec.size} bytes exceeds the queue's limit of {limit} bytes",
-                name,
-                rec.size,
-                limit,
-            )
-    status = route.properties.status
-    if not status.can_send:
-        raise MessagingEntityDisabledError(
-            f"the queue is {status.value}; sending is not allowed", name, status.value
-        )
+    check_records(route.properties.name, route.properties, records)
 
 
 def _check_timeout(timeout: Any, entity: str) -> float | None:
