@@ -282,3 +282,43 @@ def test_sync_refill_landing_after_close_started_is_given_back_at_once(
             again += batch
         assert all(m.delivery_count == 0 for m in again)
         other.complete_messages(again)
+
+
+def test_sync_completion_whose_route_goes_stale_settles_through_the_loop(
+    admin: ServiceBusAdministrationClient,
+    client: raybus.ServiceBusClient,
+    queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The route is forgotten (by another thread) between the plan and the refill: the direct
+    call is not made, and the completions go as a plain settle through the event loop."""
+    _send(client, queue, 30)
+    with client.get_queue_receiver(queue, prefetch_count=15, max_wait_time=5) as receiver:
+        inner = receiver._aio
+        first = receiver.receive_messages(10)
+        blocking = inner.call_blocking
+        names: list[str] = []
+
+        def stale(name: str, *args: Any, **kw: Any) -> Any:
+            names.append(name)
+            inner._conn.forget(inner.entity_path)
+            return blocking(name, *args, **kw)
+
+        monkeypatch.setattr(inner, "call_blocking", stale)
+        looped = _calls_on_loop(inner, monkeypatch)
+        receiver.complete_messages(first)
+        assert names == ["settle_receive"] and looped == ["settle"]
+        assert len(inner._buffer) == 5  # no refill: the plain settle does not receive
+    assert admin.get_queue_runtime_properties(queue).active_message_count == 20
+
+
+def _calls_on_loop(inner: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    names: list[str] = []
+    call = inner._call
+
+    async def _call(name: str, *args: Any, **kw: Any) -> Any:
+        names.append(name)
+        return await call(name, *args, **kw)
+
+    monkeypatch.setattr(inner, "_call", _call)
+    return names
