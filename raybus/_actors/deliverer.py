@@ -52,10 +52,14 @@ Replace = Callable[[str, list[Any]], Awaitable[list[tuple[str, list[Any]]]]]
 
 
 class Deliverer:
-    """Logged deliveries of one router (see the module docstring)."""
+    """Logged deliveries of one router (see the module docstring): ``name`` is its log's
+    folder below the namespace's, ``prefix`` starts its source key."""
 
-    def __init__(self, namespace: str, storage_path: str | None, name: str, prefix: str) -> None:
+    def __init__(
+        self, namespace: str, storage_path: str | None, name: str, prefix: str, entity: str
+    ) -> None:
         self._namespace = namespace
+        self._entity = entity  # the topic, named in errors
         # Only with a storage path: a log in memory dies with the router, and a router killed
         # between two partitions' deliveries would leave the publish half delivered (the
         # two-phase commit's coordinator, an actor of its own, finishes it instead).
@@ -138,17 +142,20 @@ class Deliverer:
         """Deliver every undelivered publish, in order, retrying partitions that do not answer;
         raise ``ServiceBusConnectionError`` if some remain (a background task goes on)."""
         for attempt in range(ATTEMPTS):
-            for number in sorted(self.log.pending):
+            before = set(self.log.pending)
+            for number in sorted(before):
                 await self._push(number, replace)
             if not self.log.pending:
                 return
+            if set(self.log.pending) - before:
+                continue  # copies placed again as a new publish: deliver it without waiting
             if attempt < ATTEMPTS - 1:
                 await asyncio.sleep(RETRY_S)
         self.start_resume(replace)
         raise ServiceBusConnectionError(
             "a subscription partition did not take its copies yet; they are delivered when it "
             "answers (the publish is logged: it reaches every subscription)",
-            None,
+            self._entity,
         )
 
     async def _push(self, number: int, replace: Replace) -> None:

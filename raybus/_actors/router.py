@@ -98,6 +98,7 @@ class RouterActor(Guarded):
             storage_path,
             router_log_name(topic.name, incarnation),
             router_actor_name(namespace, topic.name, incarnation),
+            topic.name,
         )
         if self._deliverer.log.pending:  # deliver what a restart left undelivered, unasked
             ray.get_runtime_context().current_actor.resume.remote()
@@ -135,8 +136,7 @@ class RouterActor(Guarded):
 
     async def resume(self) -> None:
         """Start delivering what the log holds undelivered (called by the actor itself after
-        a restart)."""
-        await self._ensure_configured()
+        a restart). Needs no configuration: the log names the partitions."""
         self._deliverer.start_resume(self._replace)
 
     def _check(self, records: Sequence[Any]) -> None:

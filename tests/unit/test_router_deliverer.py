@@ -73,7 +73,7 @@ def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def router(storage: Path, parts: dict[str, FakePartition]) -> Deliverer:
     """A router's deliverer (a new one on the same storage is the router restarted)."""
-    d = Deliverer("ns", str(storage), "router", "raybus/ns/topic/t/0/router")
+    d = Deliverer("ns", str(storage), "router", "raybus/ns/topic/t/0/router", "t")
 
     async def look_up(name: str) -> Any:
         if name not in parts:
@@ -122,8 +122,9 @@ def test_a_restarted_router_finishes_a_publish_a_partition_did_not_take(
 
     async def first_life() -> None:
         d = router(tmp_path, parts)
-        with pytest.raises(ServiceBusConnectionError):
+        with pytest.raises(ServiceBusConnectionError, match="delivered when it answers") as got:
             await d.deliver(publish("p1", "p2"), no_replace)
+        assert got.value.entity == "t"  # the topic
         assert d._resume is not None
         d._resume.cancel()  # the process dies
 
