@@ -152,3 +152,38 @@ def test_copies_too_big_to_travel_inline_reach_every_subscription(
     assert _stats(_router(client, t))["logged"] == 1
     for sub in ("a", "b", "c"):
         assert _bodies(_drain(client, t, sub, 10)) == bodies, sub
+
+
+def test_a_partition_that_gave_slots_away_has_its_copies_placed_again(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """The router still holds a subscription's route from before it grew (one partition): the
+    partition refuses the keys it gave away, nothing stored, and the router places those
+    copies again on the new map, as a new logged publish. Every copy arrives once."""
+    t = _topic(admin, "grows", "fixed")
+    path = f"{t}/Subscriptions/grows"
+    router = _router(client, t)
+    with client.get_topic_sender(t) as sender:
+        sender.send_messages(ServiceBusMessage("m0", partition_key="k0"))
+        stale = ray.get(router.__ray_call__.remote(lambda r: r._routes[path]))
+        assert stale.single
+        sub = admin.get_subscription(t, "grows")
+        admin.update_subscription(t, sub, partition_count=2)
+        p0 = stale.partitions[0]
+        deadline = time.monotonic() + 60
+        while ray.get(p0.slots.remote())[0] is None:  # partition 0 still owns every slot
+            assert time.monotonic() < deadline, "the subscription did not grow"
+            time.sleep(0.2)
+
+        def set_route(r: Any) -> None:
+            r._routes[path] = stale
+
+        ray.get(router.__ray_call__.remote(set_route))
+        sender.send_messages(
+            [ServiceBusMessage(f"m{i}", partition_key=f"k{i}") for i in range(1, 41)]
+        )
+    want = [f"m{i}" for i in range(41)]
+    for sub_name in ("grows", "fixed"):
+        got = _drain(client, t, sub_name, 41, timeout=60)
+        assert sorted(_bodies(got)) == sorted(want), sub_name
+    assert _stats(router)["undelivered"] == 0
