@@ -60,7 +60,8 @@ async def publish(namespace: str, storage: str, args: argparse.Namespace) -> Non
             if rep == 0 and args.py_spy:
                 # No coordinator when every publish goes through the router's publish log.
                 spied = {"router": pids["RouterActor"][0]}
-                spied.update({"coordinator": p for p in pids.get("CoordinatorActor", [])[:1]})
+                if pids.get("CoordinatorActor"):
+                    spied["coordinator"] = pids["CoordinatorActor"][0]
                 spied.update({f"partition{i}": p for i, p in enumerate(pids["PartitionActor"][:2])})
             prof = Profiler(Path(args.py_spy) if spied else None, f"topic{rep}", spied)
             if args.gil:
