@@ -20,7 +20,7 @@ import ray
 from .. import _failpoints, _rpc
 from .._core.publish_log import PublishLog, Share
 from .._core.record import from_wire, to_wire
-from .._core.wire import INLINE_BYTES, pack_rows
+from .._core.wire import INLINE_BYTES, pack_rows, unpack_rows
 from ..exceptions import (
     MessagingEntityNotFoundError,
     PartitionMovedError,
@@ -60,10 +60,6 @@ class Deliverer:
     ) -> None:
         self._namespace = namespace
         self._entity = entity  # the topic, named in errors
-        # Only with a storage path: a log in memory dies with the router, and a router killed
-        # between two partitions' deliveries would leave the publish half delivered (the
-        # two-phase commit's coordinator, an actor of its own, finishes it instead).
-        self.enabled = storage_path is not None
         self._changes: ChangeLog | None = None
         if storage_path is not None:
             self._changes = ChangeLog(
@@ -83,15 +79,23 @@ class Deliverer:
         self._resume: asyncio.Task[None] | None = None
         self.delivered = 0
 
+    @property
+    def enabled(self) -> bool:
+        """Only with a storage path: a log in memory dies with the router, and a router killed
+        between two partitions' deliveries would leave the publish half delivered (the
+        two-phase commit's coordinator, an actor of its own, finishes it instead)."""
+        return self._changes is not None
+
     async def _look_up(self, name: str) -> Any:
         return internal(await named_actor(name), self._namespace)
 
     async def _append(self, change: Any) -> None:
         if self._changes is not None:
-            if self._first is not None:
-                await self._changes.append(self._first)
-                self._first = None
-            await self._changes.append(change)
+            # The fresh source key goes in the same write as the first publish (queued
+            # together, the log writes them as one record).
+            first = [self._first] if self._first is not None else []
+            await asyncio.gather(*(self._changes.append(c) for c in (*first, change)))
+            self._first = None
 
     def _append_soon(self, change: Any) -> None:
         if self._changes is not None and change is not None:
@@ -121,13 +125,15 @@ class Deliverer:
         the outcome is all, the caller cannot know when)."""
         async with self._lock:
             await self._push_all(replace)  # anything undelivered goes first
-            rows: dict[tuple[int, ...], list[Any]] = {}  # equal copies: logged (pickled) once
+            # Equal copies (subscriptions whose rules select the same messages unchanged) are
+            # pickled once, for the log and for every call.
+            packed: dict[tuple[int, ...], list[bytes]] = {}
             shares: dict[str, Share] = {}
             for name, path, recs in targets:
                 key = tuple(map(id, recs))
-                if key not in rows:
-                    rows[key] = to_wire(recs)
-                shares[name] = (path, rows[key])
+                if key not in packed:
+                    packed[key] = pack_rows(to_wire(recs))
+                shares[name] = (path, packed[key])
             number, change = self.log.begin(shares, {n: _size(r) for n, _p, r in targets})
             try:
                 await self._append(change)
@@ -135,20 +141,27 @@ class Deliverer:
                 self.log.abandon(number)
                 raise
             _failpoints.hit("router.after_log")
-            await self._push_all(replace)
+            try:
+                await self._push_all(replace)
+            except ServiceBusConnectionError:
+                raise
+            except Exception as exc:  # logged: it is delivered later, whatever failed now
+                self.start_resume(replace)
+                raise ServiceBusConnectionError(
+                    f"the publish is logged but not delivered yet ({exc!r}): it reaches every "
+                    "subscription later",
+                    self._entity,
+                ) from exc
             self.delivered += 1
 
     async def _push_all(self, replace: Replace) -> None:
         """Deliver every undelivered publish, in order, retrying partitions that do not answer;
         raise ``ServiceBusConnectionError`` if some remain (a background task goes on)."""
         for attempt in range(ATTEMPTS):
-            before = set(self.log.pending)
-            for number in sorted(before):
-                await self._push(number, replace)
+            if await self._push_round(replace):
+                continue  # copies placed again as a new publish: deliver it without waiting
             if not self.log.pending:
                 return
-            if set(self.log.pending) - before:
-                continue  # copies placed again as a new publish: deliver it without waiting
             if attempt < ATTEMPTS - 1:
                 await asyncio.sleep(RETRY_S)
         self.start_resume(replace)
@@ -158,18 +171,26 @@ class Deliverer:
             self._entity,
         )
 
+    async def _push_round(self, replace: Replace) -> bool:
+        """Deliver every undelivered publish once, in order; True if copies were placed again
+        as a new publish meanwhile (it is due at once)."""
+        before = set(self.log.pending)
+        for number in sorted(before):
+            await self._push(number, replace)
+        return bool(set(self.log.pending) - before)
+
     async def _push(self, number: int, replace: Replace) -> None:
         shares = dict(self.log.pending.get(number, {}))
         source = self.log.source
-        args: dict[int, tuple[Any, ...]] = {}  # per rows list: equal copies are cut once
-        for _path, rows in shares.values():
-            if id(rows) not in args:
-                args[id(rows)] = _call_args(rows)
+        args: dict[int, tuple[Any, ...]] = {}  # per packed copies: put in the store once
+        for _path, pieces in shares.values():
+            if id(pieces) not in args:
+                args[id(pieces)] = _call_args(pieces)
 
-        async def one(name: str, path: str, rows: list[Any]) -> tuple[str, Any]:
+        async def one(name: str, path: str, pieces: list[bytes]) -> tuple[str, Any]:
             try:
                 handle = await self._handles.get(name)
-                room = await _rpc.call(path, handle.deliver, source, number, *args[id(rows)])
+                room = await _rpc.call(path, handle.deliver, source, number, *args[id(pieces)])
                 return name, room
             except ValueError:  # no actor of that name: the subscription was deleted
                 return name, None
@@ -180,9 +201,8 @@ class Deliverer:
 
         answers = await asyncio.gather(*(one(n, p, r) for n, (p, r) in shares.items()))
         for name, answer in answers:
-            path, rows = shares[name]
             if isinstance(answer, PartitionMovedError):
-                await self._redo(number, name, path, rows, replace)
+                await self._redo(number, name, shares[name], replace)
             elif answer is None or isinstance(answer, MessagingEntityNotFoundError):
                 self._append_soon(self.log.acked(number, name, None))  # deleted: nothing due
             elif isinstance(answer, BaseException):
@@ -191,25 +211,23 @@ class Deliverer:
                 self._append_soon(self.log.acked(number, name, answer))
                 _failpoints.hit("router.after_ack")
 
-    async def _redo(
-        self, number: int, name: str, path: str, rows: list[Any], replace: Replace
-    ) -> None:
+    async def _redo(self, number: int, name: str, share: Share, replace: Replace) -> None:
         """``name`` refused ``number`` because it gave slots away: place its copies again."""
+        path, pieces = share
         try:
-            placed = await replace(path, from_wire(rows))
+            placed = await replace(path, from_wire(unpack_rows(pieces)))
         except MessagingEntityNotFoundError:  # the subscription was deleted: nothing due
             self._append_soon(self.log.acked(number, name, None))
             return
         except ServiceBusError as exc:  # the route could not be refreshed: try again later
             _log.info("copies of delivery %d to %s not placed again yet: %r", number, name, exc)
             return
-        new, change = self.log.redo(number, name, {n: (path, to_wire(r)) for n, r in placed})
+        shares = {n: (path, pack_rows(to_wire(r))) for n, r in placed}
+        new, change = self.log.redo(number, name, shares)
         try:
             await self._append(change)
         except BaseException:
-            # Not logged: the state must match the log. The old share is due again.
-            self.log.pending.pop(new, None)
-            self.log.pending.setdefault(number, {})[name] = (path, rows)
+            self.log.undo_redo(number, name, share, new)
             raise
 
     # ------------------------------------------------------------------ after a restart
@@ -224,19 +242,17 @@ class Deliverer:
         while self.log.pending:
             try:
                 async with self._lock:
-                    for number in sorted(self.log.pending):
-                        await self._push(number, replace)
+                    await self._push_round(replace)
             except Exception as exc:  # a failed log write: try again
                 _log.warning("undelivered publishes not finished yet: %r", exc)
             if self.log.pending:
                 await asyncio.sleep(1.0)
 
 
-def _call_args(rows: list[Any]) -> tuple[Any, ...]:
-    """A ``deliver`` call's pieces for ``rows``: pickled once for every partition that gets the
-    same copies (``pack_rows``), in inline pieces, or, too big for that, put in the object
-    store once (Ray resolves it in each; otherwise each call would put its own)."""
-    pieces = pack_rows(rows)
+def _call_args(pieces: list[bytes]) -> tuple[Any, ...]:
+    """A ``deliver`` call's arguments for packed copies (``pack_rows``): the inline pieces, or,
+    one piece too big to stay inline, put in the object store once for every partition that
+    gets the same copies (Ray resolves it in each; otherwise each call would put its own)."""
     if len(pieces) == 1 and len(pieces[0]) > INLINE_BYTES:
         return (ray.put(pieces[0]),)
     return tuple(pieces)

@@ -162,12 +162,8 @@ class RouterActor(Guarded):
         (routing with none would drop every copy)."""
         if self._version >= 0:
             return
-        from .namespace import namespace_actor_name
-
-        registry = await named_actor(namespace_actor_name(self._namespace))
-        version, topic, subscriptions = await internal(
-            registry, self._namespace
-        ).router_config.remote(self._props.name)
+        registry = await self._registry()
+        version, topic, subscriptions = await registry.router_config.remote(self._props.name)
         self._configure(version, topic, subscriptions)
 
     @guarded(AccessRights.SEND)
@@ -324,13 +320,16 @@ class RouterActor(Guarded):
             targets.append((name, path, recs))
         return targets
 
+    async def _registry(self) -> Any:
+        """The namespace actor, with the broker's own token (routes and configuration)."""
+        from .namespace import namespace_actor_name
+
+        return internal(await named_actor(namespace_actor_name(self._namespace)), self._namespace)
+
     async def _replace(self, path: str, records: list[Any]) -> list[tuple[str, list[Any]]]:
         """Place one subscription's copies again on its refreshed route: (partition name,
         copies) each. Raises the error if the route cannot be had."""
-        from .namespace import namespace_actor_name
-
-        registry = await named_actor(namespace_actor_name(self._namespace))
-        route = await _rpc.call(path, internal(registry, self._namespace).route, path)
+        route = await _rpc.call(path, (await self._registry()).route, path)
         self._routes[path] = route
         placed = self._shares({path: records})
         return [
@@ -339,12 +338,10 @@ class RouterActor(Guarded):
         ]
 
     async def _refresh(self, copies: dict[str, list[Any]]) -> None:
-        from .namespace import namespace_actor_name
-
-        registry = await named_actor(namespace_actor_name(self._namespace))
+        registry = await self._registry()
         for path in copies:
             try:
-                self._routes[path] = await internal(registry, self._namespace).route.remote(path)
+                self._routes[path] = await registry.route.remote(path)
             except Exception as exc:  # deleted meanwhile: the next publish has no such target
                 _log.info("route of %s not refreshed: %s", path, exc)
 

@@ -34,13 +34,9 @@ __all__ = ["deliver", "room"]
 
 def deliver(p: Partition, source: str, number: int, records: Sequence[MessageRecord]) -> bool:
     """Store delivery ``number`` of ``source`` unless it was applied here already (False)."""
-    now = p._begin()
     if p.delivered.get(source, -1) >= number:
         return False
-    if p.owned is not None or p.retiring:
-        p._check_owned(records)
-    fresh, _ = p._fresh(records)
-    p._store_fresh(fresh, now)
+    p.send(records, forced=True)
     p.delivered[source] = number
     p._record(journal.DELIVERED, p._main, number, source)
     return True

@@ -157,15 +157,18 @@ class Partition(SessionOps, SnapshotOps):
 
     # ------------------------------------------------------------------ sending
 
-    def send(self, records: Sequence[MessageRecord]) -> list[int]:
+    def send(self, records: Sequence[MessageRecord], *, forced: bool = False) -> list[int]:
         """Accept a batch atomically; return each message's sequence number.
 
         A message whose ``message_id`` was accepted within the duplicate-detection window is
         dropped silently and reported with the sequence number of the first copy. Messages with
-        a future ``scheduled_enqueue_time`` are stored as scheduled.
+        a future ``scheduled_enqueue_time`` are stored as scheduled. ``forced``: a topic
+        router's logged delivery (``raybus._core.deliveries``), checked against the settings
+        and the room before it was logged, so no status, message or quota check refuses it;
+        a keyed message of a slot given away still does (``PartitionMovedError``).
         """
         now = self._begin()
-        fresh, is_fresh = self._validate_send(records)
+        fresh, is_fresh = self._validate_send(records, forced)
         self._store_fresh(fresh, now)
         return [
             rec.sequence_number if ok else self._dedup[rec.message_id or ""][1]
@@ -173,13 +176,16 @@ class Partition(SessionOps, SnapshotOps):
         ]
 
     def _validate_send(
-        self, records: Sequence[MessageRecord]
+        self, records: Sequence[MessageRecord], forced: bool = False
     ) -> tuple[list[MessageRecord], list[bool]]:
         """Check a batch (raising, changing nothing); its fresh (non-duplicate) messages and
-        a freshness flag per message. Transactions' reserved bytes count toward the quota."""
+        a freshness flag per message. Transactions' reserved bytes count toward the quota.
+        ``forced``: only the slots are checked (see ``send``)."""
         props = self._props
         if self.owned is not None or self.retiring:
             self._check_owned(records)
+        if forced:
+            return self._fresh(records)
         check_sendable(self.entity, props, records)
         fresh, is_fresh = self._fresh(records)
         incoming = sum(rec.size for rec in fresh)

@@ -45,7 +45,8 @@ from typing import Any
 
 __all__ = ["PublishLog", "Share"]
 
-# (subscription path, copies as wire rows), per partition actor name.
+# (subscription path, copies as ``raybus._core.wire.pack_rows`` pieces), per partition actor
+# name: the copies are pickled once, for the log and for the calls.
 Share = tuple[str, list[Any]]
 
 
@@ -143,6 +144,12 @@ class PublishLog:
         self.pending[new] = dict(shares)
         self._drop(number, name)
         return new, ("redo", number, name, new, shares)
+
+    def undo_redo(self, number: int, name: str, share: Share, new: int) -> None:
+        """The ``redo`` change was not logged: the state must match the log again. The refused
+        share is due again under ``number``; ``new`` never happened (its number stays used)."""
+        self.pending.pop(new, None)
+        self.pending.setdefault(number, {})[name] = share
 
     def _drop(self, number: int, name: str) -> Any:
         shares = self.pending.get(number)

@@ -1,5 +1,5 @@
-"""What an entity may store, checked before anything changes (shared by a partition's sends and
-the topic router's deliveries)."""
+"""What an entity may store, checked before anything changes (shared by a partition's sends, the
+client's spanning lists and the topic router's deliveries)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from ..exceptions import (
 )
 from .record import MessageRecord
 
-__all__ = ["check_records", "check_sendable"]
+__all__ = ["check_sendable"]
 
 
 def check_sendable(entity: str, props: QueueProperties, records: Sequence[MessageRecord]) -> None:
     """Refuse messages an entity with these settings may not store: sending disabled, a
     message over the size limit, an empty session id, a partition key that is not the
-    session's. Shared by sends and by the topic router, which checks a subscription's copies
+    session's. Shared by sends, by a client sending a list in shares to several partitions
+    (before any share goes), and by the topic router, which checks a subscription's copies
     before it delivers them (``raybus._core.deliveries``)."""
     if not props.status.can_send:
         raise MessagingEntityDisabledError(
@@ -27,12 +28,6 @@ def check_sendable(entity: str, props: QueueProperties, records: Sequence[Messag
             entity,
             props.status.value,
         )
-    check_records(entity, props, records)
-
-
-def check_records(entity: str, props: QueueProperties, records: Sequence[MessageRecord]) -> None:
-    """The checks of ``check_sendable`` that depend on the messages alone (not on the entity's
-    status): also made by a client before it sends a list in shares to several partitions."""
     limit = props.max_message_size
     for rec in records:
         if rec.size > limit:

@@ -13,7 +13,7 @@ from .._actors.namespace import Route, TopicRoute
 from .._clock import to_timestamp
 from .._connection import Connection
 from .._core.record import SCHEDULED, MessageRecord, snapshot
-from .._core.sendable import check_records
+from .._core.sendable import check_sendable
 from .._core.wire import send_args
 from .._topic_models import is_subscription
 from ..exceptions import (
@@ -63,7 +63,7 @@ def _records(messages: SendInput) -> list[MessageRecord]:
 def _check_spanning(route: Route, records: list[MessageRecord]) -> None:
     """A list that spans partitions is refused for bad input before any share is sent, so a
     rejected list stores nothing (the partitions repeat these checks)."""
-    check_records(route.properties.name, route.properties, records)
+    check_sendable(route.properties.name, route.properties, records)
 
 
 def _check_timeout(timeout: Any, entity: str) -> float | None:

@@ -73,6 +73,16 @@ def test_a_refused_share_becomes_a_new_publish_in_one_change() -> None:
     assert replayed.next_number == new + 1
 
 
+def test_a_redo_that_was_not_logged_is_undone() -> None:
+    log, _ = PublishLog.replayed([], "r")
+    n, _ = log.begin(shares("p1", "p2"), {})
+    log.acked(n, "p1", 5)
+    new, _ = log.redo(n, "p2", shares("p2a"))
+    log.undo_redo(n, "p2", shares("p2")["p2"], new)
+    assert log.pending == {n: shares("p2")}
+    assert log.next_number == new + 1  # the number stays used
+
+
 # One step of a router's life: begin a publish to some partitions, ack one partition of the
 # oldest undelivered publish, redo one of its shares, or fail to log the next publish.
 _step = st.one_of(

@@ -24,6 +24,7 @@ from raybus._core.partition import Partition
 from raybus._core.record import from_wire
 from raybus._core.slots import slot_of
 from raybus._core.wire import unpack_rows
+from raybus._storage import StorageUnavailableError
 from raybus.exceptions import ServiceBusConnectionError
 from raybus.testing import FakeClock
 
@@ -47,6 +48,7 @@ class FakePartition:
         self.down = 0
         self.lose = 0
         self.calls = 0
+        self.rooms_asked = 0
         self.deliver = _Method(self._deliver)
         self.room = _Method(self._room)
 
@@ -62,6 +64,7 @@ class FakePartition:
         return deliveries.room(self.core)
 
     async def _room(self) -> int:
+        self.rooms_asked += 1
         return deliveries.room(self.core)
 
 
@@ -201,3 +204,47 @@ def test_room_is_asked_once_and_a_full_partition_does_not_fit(
     assert not asyncio.run(d.fits([("p1", PATH, big), ("small", PATH, big)]))
     assert set(d.log.rooms) == {"p1", "small"}
     assert asyncio.run(d.fits([("p1", PATH, big)]))
+    assert [p.rooms_asked for p in parts.values()] == [1, 1]
+
+
+def test_a_logged_publish_whose_redo_cannot_be_logged_reports_an_unknown_outcome(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The publish is logged, so a later failure (here: logging the copies placed again) must
+    not read as a refusal (nothing stored): it raises ``ServiceBusConnectionError``, and the
+    refused copies are delivered once the log works again."""
+    parts = {n: FakePartition(clock) for n in ("p1", "s0", "s1")}
+    parts["s0"].core.owned = frozenset({slot_of("k0")})
+
+    async def replace(path: str, records: list[Any]) -> list[tuple[str, list[Any]]]:
+        by = {"k0": "s0", "k1": "s1"}
+        out: dict[str, list[Any]] = {}
+        for r in records:
+            out.setdefault(by[r.partition_key], []).append(r)
+        return list(out.items())
+
+    copies = [rec("x", partition_key="k0"), rec("y", partition_key="k1")]
+    d = router(tmp_path, parts)
+    assert d._changes is not None
+    append = d._changes.append
+    failing = {"redo"}
+
+    async def flaky(change: Any) -> None:
+        if change[0] in failing:
+            raise StorageUnavailableError("the disk is gone", None, "EIO")
+        await append(change)
+
+    d._changes.append = flaky  # type: ignore[method-assign]
+
+    async def run() -> None:
+        with pytest.raises(ServiceBusConnectionError, match="logged but not delivered"):
+            await d.deliver([("p1", PATH, copies), ("s0", PATH, copies)], replace)
+        assert list(d.log.pending) == [0] and list(d.log.pending[0]) == ["s0"]
+        failing.clear()
+        assert d._resume is not None
+        await d._resume
+
+    asyncio.run(run())
+    assert all_ids(parts["p1"].core) == ["x", "y"]
+    assert all_ids(parts["s0"].core) == ["x"] and all_ids(parts["s1"].core) == ["y"]
+    assert d.log.pending == {}
