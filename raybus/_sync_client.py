@@ -14,10 +14,11 @@ from typing import Any
 from . import _sync, aio
 from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ._core.pool import ProcessorStatistics
+from ._core.record import from_wire
 from ._sync import run
 from .aio import EntityInfo, _complete
 from .aio._processor import DEFAULT_STOP_TIMEOUT_S, Handler, Seconds, in_thread
-from .aio._receiver import _past, lock_token_of
+from .aio._receiver import _past, lock_token_of, release_ops
 from .aio._sender import SendInput, _records
 from .auth import Credential
 from .enums import ServiceBusDisposition, ServiceBusReceiveMode, ServiceBusSubQueue
@@ -124,7 +125,7 @@ class ServiceBusReceiver:
         # back what this call received.
         inner.wait_answers_blocking(handed_before)
         if inner._failures and rows:
-            inner.call_blocking("settle", inner._release_ops(rows))
+            inner.call_blocking("settle", release_ops(from_wire(rows))[0])
         return inner._receive_done(rows, count)
 
     def peek_messages(
@@ -178,22 +179,12 @@ class ServiceBusReceiver:
             run(inner.complete_messages(messages))
             return
         failures: _complete.Failures = []
-        refill = inner._refill(route)
         for items in by_partition.values():
             ops = _complete.wire(items)
             try:
-                results: Any
-                if refill is None:
-                    results = inner.call_blocking("settle", ops)
-                else:  # the same call refills the prefetch buffer
-                    answer = inner.call_blocking(
-                        "settle_receive", ops, *refill, returns=refill[-1] + 1
-                    )
-                    results = None
-                    if answer is not None:
-                        results, orphans = inner._refilled(answer)
-                        if orphans:
-                            run(inner._release_orphans(orphans))
+                # The same call may refill the prefetch buffer; close() from another thread
+                # waits for it (``raybus.aio._prefetch``).
+                results = inner.settle_refilling_blocking(ops)
                 if results is None:  # the route went stale meanwhile: the loop resolves it
                     results = run(inner._call("settle", ops))
             except BaseException as exc:

@@ -20,6 +20,7 @@ from ..message import ServiceBusReceivedMessage
 
 if TYPE_CHECKING:
     from ._receiver import ServiceBusReceiver
+    from ._sequence_reads import SequenceReads
 
 __all__ = ["peek_partitioned", "receive_partitioned", "wait_any"]
 
@@ -117,7 +118,7 @@ async def receive_partitioned(
 
 
 async def peek_partitioned(
-    receiver: ServiceBusReceiver, count: int, sequence_number: int, timeout: Any
+    receiver: SequenceReads, count: int, sequence_number: int, timeout: Any
 ) -> list[ServiceBusReceivedMessage]:
     """Peek a partitioned queue: from ``sequence_number`` within the partition it names,
     else from where this receiver left off in every partition, oldest first."""

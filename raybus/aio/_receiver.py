@@ -16,12 +16,11 @@ with little lock time left, an abandon in a session (so that the abandoned messa
 next one received), and ``complete_messages`` wait for the broker's answer. Processing
 must therefore be idempotent (it must be anyway under at-least-once delivery).
 
-Prefetch refill: on a queue of one partition without sessions, ``complete_messages`` of a
-peek-lock receiver with ``prefetch_count`` asks the broker, in the same call
-(``settle_receive``), for the messages available right then that fill the buffer up to
-``prefetch_count``, once the buffer holds fewer than the last ``receive_messages`` asked for
-and ``prefetch_count`` is at least that many (``_refill``). A receive-then-complete loop
-thus makes one call per batch, not two (measured: 24-30 % more messages/s end to end).
+The receiver is put together from mixins, each a part with a rule of its own: ``Settlement``
+(settling message objects), ``LockTokenSettlement`` (by lock token), ``Prefetch`` (the buffer,
+its refill by ``complete_messages``, and how ``close()`` waits for a refill under way, which
+the sync API runs on its callers' threads) and ``SequenceReads`` (peek, deferred receive).
+This module keeps receiving, the plumbing the parts share, and closing.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
 from itertools import chain
@@ -40,26 +38,27 @@ from .._actors.namespace import Route, TopicRoute
 from .._clock import from_timestamp
 from .._connection import Connection, SettleResults
 from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
-from .._core.record import WireRecord, from_wire, wire_size
+from .._core.record import MessageRecord, WireRecord, from_wire, wire_size
 from .._core.wire import pieces_for
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import (
     InvalidArgumentError,
     MessageLockLostError,
-    MessageNotFoundError,
     MessagingEntityNotFoundError,
     ServiceBusError,
 )
 from ..message import ServiceBusReceivedMessage
 from . import _complete
-from ._fanout import peek_partitioned, receive_partitioned
+from ._fanout import receive_partitioned
 from ._lock_token import LockTokenSettlement
+from ._prefetch import Prefetch
 from ._refusal import Failure
+from ._sequence_reads import SequenceReads
 from ._session import ServiceBusSession, check_session_id
 from ._settlement import Settlement
 from ._transaction import ServiceBusTransaction
 
-__all__ = ["ServiceBusReceiver"]
+__all__ = ["ServiceBusReceiver", "release_ops"]
 
 # A receive with no max_wait_time waits in slices of this length, so a deleted queue or a
 # closed receiver is noticed.
@@ -82,6 +81,16 @@ def lock_token_of(message: Any) -> str:
     return message._record.lock_token or ""
 
 
+def release_ops(records: Iterable[MessageRecord]) -> dict[int, list[tuple[Any, ...]]]:
+    """The settle ops that give back the locks of ``records``, by partition (the top 16 bits
+    of a sequence number): for close() and for a receive that must raise instead."""
+    by_partition: dict[int, list[tuple[Any, ...]]] = {}
+    for rec in records:
+        op = SettleOp(RELEASE, rec.lock_token or "").to_wire()
+        by_partition.setdefault(rec.sequence_number >> 48, []).append(op)
+    return by_partition
+
+
 def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
@@ -89,6 +98,12 @@ def _past(deadline: float | None) -> bool:
 def _check_count(value: Any, name: str, entity: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}", entity, name)
+    return value
+
+
+def _check_non_negative(value: Any, name: str, entity: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"{name} must be an int >= 0, not {value!r}", entity, name)
     return value
 
 
@@ -102,7 +117,7 @@ def _check_wait(value: Any, name: str, entity: str) -> float | None:
     return float(value)
 
 
-class ServiceBusReceiver(Settlement, LockTokenSettlement):
+class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceReads):
     """Receives from one queue (or its dead-letter sub-queue).
 
     Get one from ``ServiceBusClient.get_queue_receiver``. Not safe to share across event loops;
@@ -154,24 +169,12 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
                 )
             self.session = ServiceBusSession(self, check_session_id(session_id, queue_name))
         self.max_wait_time = _check_wait(max_wait_time, "max_wait_time", queue_name)
-        if (
-            isinstance(prefetch_count, bool)
-            or not isinstance(prefetch_count, int)
-            or (prefetch_count < 0)
-        ):
-            raise InvalidArgumentError(
-                f"prefetch_count must be an int >= 0, not {prefetch_count!r}",
-                queue_name,
-                "prefetch_count",
-            )
-        self.prefetch_count = prefetch_count
+        self.prefetch_count = _check_non_negative(prefetch_count, "prefetch_count", queue_name)
         self._dead_letter = self.sub_queue is ServiceBusSubQueue.DEAD_LETTER
         self._delete = self.receive_mode is ServiceBusReceiveMode.RECEIVE_AND_DELETE
-        self._buffer: deque[ServiceBusReceivedMessage] = deque()
+        self._init_prefetch()
+        self._init_reads()
         self._row_bytes = 0.0  # the wire size of a row the last call returned, on average
-        self._want = 1  # max_message_count of the last receive_messages
-        self._peek_cursor = 0
-        self._peek_cursors: dict[int, int] = {}  # per partition, on a partitioned queue
         self._turn = 0
         self._pending: set[asyncio.Future[SettleResults]] = set()
         # Settlements sent without waiting (from any thread) and how many the broker has
@@ -181,7 +184,6 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         self._answered = 0
         self._failures: list[Failure] = []
         self._closed = False
-        self._closing = False  # close() has started: refilled messages go back at once
         self._renewer = auto_lock_renewer
         # Settlements handed over by the sync API's threads (see settle_from_thread).
         self._handoff: list[tuple[ServiceBusReceivedMessage, SettleOp, str, Any]] = []
@@ -324,30 +326,9 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         )
         return self._rows(result, pieces)
 
-    async def _peek_call(
-        self, start: int, count: int, pid: int, timeout: Any, session_id: str | None = None
-    ) -> list[ServiceBusReceivedMessage]:
-        """Partition ``pid``'s ``peek`` of up to ``count`` messages from ``start`` (of the
-        receiver's sub-queue, or of ``session_id``), in pieces sized from the rows last seen."""
-        rows = await self._call_rows(
-            "peek",
-            start,
-            count,
-            self._dead_letter,
-            session_id,
-            self._pieces(count),
-            partition=pid,
-            timeout=timeout,
-        )
-        return self._wrap(rows, "peeked")
-
     async def _release_rows(self, rows: list[WireRecord]) -> None:
         """Give back messages received by a call that must raise instead."""
-        by_partition: dict[int, list[tuple[Any, ...]]] = {}
-        for rec in from_wire(rows):
-            op = SettleOp(RELEASE, rec.lock_token or "").to_wire()
-            by_partition.setdefault(rec.sequence_number >> 48, []).append(op)
-        for pid, ops in by_partition.items():
+        for pid, ops in release_ops(from_wire(rows)).items():
             await self._call("settle", ops, partition=pid)
 
     # receive_messages in three steps, so the sync API can run the same steps with a blocking
@@ -400,59 +381,13 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
             self._row_bytes = sum(map(wire_size, rows)) / len(rows)
         return rows
 
-    def _refill(self, route: Route | None) -> tuple[int, bool, int] | None:
-        """The receive half of a ``settle_receive`` call, ``(max_count, dead_letter,
-        pieces)``, when ``complete_messages`` should refill the prefetch buffer: a peek-lock
-        receiver on a queue of one partition, no session, whose buffer holds fewer messages
-        than its last ``receive_messages`` asked for (so that the next one would call the
-        broker) and whose ``prefetch_count`` is at least that many (a smaller buffer would
-        hand the next receive fewer than it asked for, where a call of its own could fetch
-        them all). It asks for what fills the buffer to ``prefetch_count``. None otherwise:
-        the completions go alone, as ``settle``."""
-        held = len(self._buffer)
-        if self._delete or self._closing or not held < self._want <= self.prefetch_count:
-            return None
-        if not self.direct_ok(route):
-            return None
-        fetch = self.prefetch_count - held
-        return fetch, self._dead_letter, self._pieces(fetch)
-
-    def _refilled(self, answer: Sequence[Any]) -> tuple[Any, list[WireRecord]]:
-        """Buffer the messages of a ``settle_receive`` answer. Returns its settle results and
-        the rows to give back at once (``_release_orphans``): all of them if ``close()``
-        started while the call was under way (it has released the buffer already)."""
-        results, *pieces = answer
-        rows: list[WireRecord] = list(chain.from_iterable(pieces))
-        if rows and self._closing:
-            return results, rows
-        self._buffer.extend(self._wrap(self._rows(rows, 1), "locked"))
-        return results, []
-
-    async def _release_orphans(self, rows: list[WireRecord]) -> None:
-        """Give back refilled messages that arrived after ``close()`` started (best effort:
-        a lock not given back ends by itself and the message is delivered again)."""
-        try:
-            route = await self._conn.route(self.entity_path)
-            handle = route.handle(0)
-            if handle is not None:
-                await _rpc.call(route.properties.name, handle.settle, self._release_ops(rows))
-        except ServiceBusError:
-            pass
-
-    def _release_ops(self, rows: list[WireRecord]) -> list[tuple[Any, ...]]:
-        """Ops that give back messages received by a call that must raise instead."""
-        return [SettleOp(RELEASE, r.lock_token or "").to_wire() for r in from_wire(rows)]
-
     def _receive_done(self, rows: list[WireRecord], count: int) -> list[ServiceBusReceivedMessage]:
         """Raise refused settlements (the caller released ``rows`` first), else wrap."""
         self._raise_failures()
         got = self._wrap(rows, "deleted" if self._delete else "locked")
         out, extra = got[:count], got[count:]
-        self._buffer.extend(extra)
-        if self._renewer is not None and not self._delete and self.session is None:
-            for msg in out:
-                self._renewer.register(self, msg)
-        return out
+        self._buffer_more(extra)
+        return self._handed_out(out)
 
     def wait_answers_blocking(self, handed_before: int) -> None:
         """For the sync API: block until the broker answered the first ``handed_before``
@@ -485,127 +420,6 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
     def direct_ok(self, route: Route | None) -> bool:
         """Whether the sync API may call the (single) partition from its own thread."""
         return route is not None and route.single and self.session is None
-
-    def _from_buffer(self, count: int) -> list[ServiceBusReceivedMessage]:
-        out: list[ServiceBusReceivedMessage] = []
-        now = time.time()
-        while self._buffer and len(out) < count:
-            msg = self._buffer.popleft()
-            # A prefetched message whose lock ran out is already back in the queue: skip it.
-            if msg._kind == "locked" and self._lock_expiry(msg) <= now:
-                continue
-            out.append(msg)
-        if out and self._renewer is not None and not self._delete and self.session is None:
-            for msg in out:
-                self._renewer.register(self, msg)
-        return out
-
-    async def peek_messages(
-        self, max_message_count: int = 1, *, sequence_number: int = 0, timeout: Any = None
-    ) -> list[ServiceBusReceivedMessage]:
-        """Up to ``max_message_count`` messages without locking them, from ``sequence_number``
-        on (default: after the last one this receiver peeked). Includes locked, deferred and
-        scheduled messages; peeked messages cannot be settled."""
-        await self._settle_pending()
-        count = _check_count(max_message_count, "max_message_count", self.entity_path)
-        if (
-            isinstance(sequence_number, bool)
-            or not isinstance(sequence_number, int)
-            or (sequence_number < 0)
-        ):
-            raise InvalidArgumentError(
-                f"sequence_number must be an int >= 0, not {sequence_number!r}",
-                self.entity_path,
-                "sequence_number",
-            )
-        route = await self._conn.route(self.entity_path)
-        self._check_receivable(route)
-        if self.session is not None:
-            session_id, _token, pid = await self.session.ensure()
-            start = sequence_number or self._peek_cursors.get(pid, 0)
-            peeked = await self._peek_call(start, count, pid, timeout, session_id)
-        elif route.single:
-            start = sequence_number or self._peek_cursor
-            peeked = await self._peek_call(start, count, 0, timeout)
-        else:
-            peeked = await self._conn.retrying(
-                self.entity_path,
-                lambda: peek_partitioned(self, count, sequence_number, timeout),
-            )
-        if peeked:
-            self._peek_cursor = peeked[-1].sequence_number + 1
-            for msg in peeked:
-                pid = msg.partition_id
-                self._peek_cursors[pid] = max(
-                    self._peek_cursors.get(pid, 0), msg.sequence_number + 1
-                )
-        return peeked
-
-    async def receive_deferred_messages(
-        self, sequence_numbers: int | Iterable[int], *, timeout: Any = None
-    ) -> list[ServiceBusReceivedMessage]:
-        """Receive deferred messages by sequence number (all or none: ``MessageNotFoundError``
-        names the missing ones)."""
-        await self._settle_pending()
-        seqs = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
-        if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seqs):
-            raise InvalidArgumentError(
-                f"sequence numbers must be non-negative ints: {seqs!r}",
-                self.entity_path,
-                "sequence_numbers",
-            )
-        if not seqs:
-            return []
-        kind = "deleted" if self._delete else "locked"
-        if self.session is not None:
-            _sid, _token, pid = await self.session.ensure()
-            rows = await self._call_rows(
-                "receive_deferred",
-                seqs,
-                self._delete,
-                *self._session_args(),
-                self._pieces(len(seqs)),
-                partition=pid,
-                timeout=timeout,
-            )
-            return self._wrap(rows, kind)
-        by_partition = await self._conn.retrying(self.entity_path, lambda: self._locate(seqs))
-        results = await asyncio.gather(
-            *(
-                self._call_rows(
-                    "receive_deferred",
-                    ss,
-                    self._delete,
-                    None,
-                    self._pieces(len(ss)),
-                    partition=pid,
-                    timeout=timeout,
-                )
-                for pid, ss in by_partition.items()
-            ),
-            return_exceptions=True,
-        )
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:  # all or none: give back what the other partitions locked
-            got = [row for r in results if not isinstance(r, BaseException) for row in r]
-            if got and not self._delete:
-                await self._release_rows(got)
-            not_found = [e for e in errors if isinstance(e, MessageNotFoundError)]
-            if len(not_found) == len(errors):
-                missing = [seq for e in not_found for seq in e.sequence_numbers]
-                raise MessageNotFoundError(
-                    f"no deferred message is available with sequence number(s) {missing}",
-                    self.entity_path,
-                    missing,
-                )
-            raise errors[0]
-        rows = [row for r in results if not isinstance(r, BaseException) for row in r]
-        return self._wrap(rows, kind)
-
-    async def _locate(self, seqs: list[int]) -> dict[int, list[int]]:
-        route = await self._conn.route(self.entity_path)
-        by_partition, _missing = await self._conn.locate(route, seqs)
-        return by_partition
 
     def __aiter__(self) -> AsyncIterator[ServiceBusReceivedMessage]:
         return self._iterate()
@@ -688,19 +502,13 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
         await self._settle_pending()
         by_partition = _complete.plan(self, messages)
         failures: _complete.Failures = []
-        refill = self._refill(self._conn.cached_route(self.entity_path))
 
         async def settle(pid: int, items: _complete.Items) -> None:
             ops = _complete.wire(items)
             try:
                 entity, actor, _ = await self._actor(pid)
-                if refill is not None and pid == 0:
-                    answer = await _rpc.call(
-                        entity, actor.settle_receive, ops, *refill, returns=refill[-1] + 1
-                    )
-                    results, orphans = self._refilled(answer)
-                    if orphans:
-                        await self._release_orphans(orphans)
+                if pid == 0:  # it may refill the prefetch buffer (``raybus.aio._prefetch``)
+                    results = await self._settle_refilling(entity, actor, ops)
                 else:
                     results = await _rpc.call(entity, actor.settle, ops)
             except BaseException as exc:
@@ -758,20 +566,18 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement):
 
     async def close(self) -> None:
         """Release prefetched messages at once, wait for pending settlements, and raise
-        ``SettlementFailedError`` if the broker refused any of them."""
+        ``SettlementFailedError`` if the broker refused any of them.
+
+        A prefetch refill under way (``complete_messages`` on another task or thread) is
+        waited for first, up to 30 s, so that its messages are released with the rest
+        (``raybus.aio._prefetch``).
+        """
         if self._closed:
             return
-        self._closing = True
-        buffered = [m for m in self._buffer if m._kind == "locked"]
-        self._buffer.clear()
+        buffered = await self._close_buffer()
         if buffered:
             try:
-                by_partition: dict[int, list[tuple[Any, ...]]] = {}
-                for m in buffered:
-                    by_partition.setdefault(m.partition_id, []).append(
-                        SettleOp(RELEASE, m._record.lock_token or "").to_wire()
-                    )
-                for pid, ops in by_partition.items():
+                for pid, ops in release_ops(m._record for m in buffered).items():
                     await self._call("settle", ops, partition=pid)
             except ServiceBusError:
                 pass  # their locks will expire and release them anyway

@@ -24,6 +24,7 @@ from ..exceptions import (
     PartitionMovedError,
 )
 from ..message import ServiceBusMessage, ServiceBusMessageBatch
+from ._sequence_reads import check_sequence_numbers
 
 if TYPE_CHECKING:
     from ._transaction import ServiceBusTransaction
@@ -277,13 +278,7 @@ class ServiceBusSender:
         self, sequence_numbers: int | Iterable[int], *, timeout: float | None = None
     ) -> None:
         """Cancel scheduled messages; all or none (``MessageNotFoundError`` names missing)."""
-        seqs = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
-        if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seqs):
-            raise InvalidArgumentError(
-                f"sequence numbers must be non-negative ints: {seqs!r}",
-                self.entity_path,
-                "sequence_numbers",
-            )
+        seqs = check_sequence_numbers(sequence_numbers, self.entity_path)
         if not seqs:
             return
         route = await self._route()

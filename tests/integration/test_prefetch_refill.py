@@ -7,6 +7,8 @@ as without the refill."""
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ import raybus
 from raybus import ServiceBusMessage, ServiceBusReceivedMessage, _rpc, aio
 from raybus._core.partition import COMPLETE, SettleOp
 from raybus._sync import run
+from raybus.aio import _prefetch
 from raybus.exceptions import InvalidArgumentError, SettlementFailedError
 from raybus.management import ServiceBusAdministrationClient
 
@@ -254,34 +257,119 @@ async def test_a_refill_landing_after_close_started_is_given_back_at_once(
         await other.complete_messages(again)
 
 
-def test_sync_refill_landing_after_close_started_is_given_back_at_once(
-    client: raybus.ServiceBusClient, queue: str, monkeypatch: pytest.MonkeyPatch
+class _Held:
+    """Holds the sync ``settle_receive`` call of ``receiver`` (its prefetch refill) on the
+    calling thread, ``before`` the broker gets it or after it answered, until ``go_on``."""
+
+    def __init__(self, receiver: Any, monkeypatch: pytest.MonkeyPatch, before: bool) -> None:
+        self.holding, self.go_on = threading.Event(), threading.Event()
+        real = receiver._aio.call_blocking
+
+        def held(name: str, *args: Any, **kwargs: Any) -> Any:
+            if name != "settle_receive":
+                return real(name, *args, **kwargs)
+            if before:
+                self._hold()
+            answer = real(name, *args, **kwargs)
+            if not before:
+                self._hold()
+            return answer
+
+        monkeypatch.setattr(receiver._aio, "call_blocking", held)
+
+    def _hold(self) -> None:
+        self.holding.set()
+        assert self.go_on.wait(60)
+
+
+def _in_thread(target: Any, *args: Any) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``target(*args)`` in a thread of its own; the list gets what it raised."""
+    errors: list[BaseException] = []
+
+    def run_it() -> None:
+        try:
+            target(*args)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run_it, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def _all_at_once(client: raybus.ServiceBusClient, queue: str, n: int) -> None:
+    """A second receiver gets ``n`` messages without waiting for a lock to expire (the
+    queue's lock lasts a minute), none with a delivery counted; it completes them."""
+    with client.get_queue_receiver(queue, max_wait_time=5) as other:
+        again: list[ServiceBusReceivedMessage] = []
+        while len(again) < n:
+            batch = other.receive_messages(n, max_wait_time=2)
+            assert batch, f"{n - len(again)} refilled messages stayed locked"
+            again += batch
+        assert all(m.delivery_count == 0 for m in again)  # a release counts no delivery
+        other.complete_messages(again)
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["before-the-call", "after-the-answer"])
+def test_close_from_another_thread_waits_for_a_sync_refill_under_way(
+    client: raybus.ServiceBusClient,
+    queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+    eventually: Callable[..., None],
+    before: bool,
 ) -> None:
-    """The sync twin: ``close()`` runs (on the background loop) between the settle_receive
-    call's answer and its use, as it would from another thread."""
+    """The sync ``complete_messages`` refills from its caller's thread; ``close()`` from
+    another thread meanwhile waits until the refilled messages are in the buffer, then
+    releases them with it: none stays locked to the closed receiver."""
     _send(client, queue, 8)
     receiver = client.get_queue_receiver(queue, prefetch_count=4, max_wait_time=5)
     got = receiver.receive_messages(4)
     assert len(got) == 4 and not receiver._aio._buffer
-    real = receiver._aio.call_blocking
+    held = _Held(receiver, monkeypatch, before)
+    completing, completion_errors = _in_thread(receiver.complete_messages, got)
+    assert held.holding.wait(60)
+    closing, close_errors = _in_thread(receiver.close)
 
-    def closing_meanwhile(name: str, *args: Any, **kwargs: Any) -> Any:
-        answer = real(name, *args, **kwargs)
-        if name == "settle_receive":
-            receiver.close()
-        return answer
+    def close_started() -> None:
+        assert receiver._aio._closing
 
-    monkeypatch.setattr(receiver._aio, "call_blocking", closing_meanwhile)
-    receiver.complete_messages(got)  # the completions themselves succeeded
+    eventually(close_started)
+    closing.join(0.2)
+    assert closing.is_alive(), "close() did not wait for the refill under way"
+    held.go_on.set()
+    completing.join(60)
+    closing.join(60)
+    assert not completing.is_alive() and not closing.is_alive()
+    assert completion_errors == [] and close_errors == []  # the completions succeeded
     assert not receiver._aio._buffer
+    _all_at_once(client, queue, 4)
+    with client.get_queue_receiver(queue, max_wait_time=5) as last:
+        assert last.receive_messages(8, max_wait_time=0.3) == []  # the first 4: completed
+
+
+def test_close_waits_for_a_refill_no_longer_than_its_bound(
+    client: raybus.ServiceBusClient, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refill that does not answer within ``REFILL_WAIT_S`` is left behind: close()
+    returns, and the messages it brings are not buffered by the closed receiver (their
+    locks end by themselves)."""
+    monkeypatch.setattr(_prefetch, "REFILL_WAIT_S", 0.3)
+    _send(client, queue, 8)
+    receiver = client.get_queue_receiver(queue, prefetch_count=4, max_wait_time=5)
+    got = receiver.receive_messages(4)
+    held = _Held(receiver, monkeypatch, before=False)
+    completing, completion_errors = _in_thread(receiver.complete_messages, got)
+    assert held.holding.wait(60)
+    receiver.close()  # returns although the refill is still held
+    held.go_on.set()
+    completing.join(60)
+    assert not completing.is_alive() and completion_errors == []
+    assert not receiver._aio._buffer
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        receiver.receive_messages(4)
     with client.get_queue_receiver(queue, max_wait_time=5) as other:
-        again: list[ServiceBusReceivedMessage] = []
-        while len(again) < 4:
-            batch = other.receive_messages(4, max_wait_time=2)
-            assert batch, "the messages refilled during close() stayed locked"
-            again += batch
-        assert all(m.delivery_count == 0 for m in again)
-        other.complete_messages(again)
+        # Locked by the refill that landed after close() gave up on it.
+        assert other.receive_messages(4, max_wait_time=0.5) == []
 
 
 def test_sync_completion_whose_route_goes_stale_settles_through_the_loop(

@@ -1,0 +1,209 @@
+"""The prefetch buffer of ``ServiceBusReceiver``: what fills it, what empties it, and how
+``close()`` orders itself after a refill that is under way.
+
+Why a module of its own (split from ``_receiver``): the buffer is the one piece of receiver
+state that two threads write. The sync API's ``complete_messages`` refills it from the
+caller's own thread (its direct path, ``raybus._sync_client``) while ``close()`` runs on
+raybus's event loop, called from any thread. Keeping the buffer, the refill and close's
+hand-back together, under one lock, keeps that ordering in one place. ``Prefetch`` is a mixin
+of ``ServiceBusReceiver`` as ``Settlement`` is; unlike it, it owns its state
+(``_init_prefetch``), which nothing else writes.
+
+What fills the buffer: a receive that fetched ``prefetch_count`` messages hands out those
+asked for and keeps the rest (``_buffer_more``), and the prefetch refill. What empties it: a
+receive (``_from_buffer``) and ``close()`` (``_close_buffer``), which gives its messages back
+(RELEASE: available to other receivers at once, no delivery counted).
+
+Prefetch refill: on a queue of one partition without sessions, ``complete_messages`` of a
+peek-lock receiver with ``prefetch_count`` asks the broker, in the same call
+(``settle_receive``), for the messages available right then that fill the buffer up to
+``prefetch_count``, once the buffer holds fewer than the last ``receive_messages`` asked for
+and ``prefetch_count`` is at least that many (``_refill``). A receive-then-complete loop thus
+makes one call per batch, not two (measured: 24-30 % more messages/s end to end).
+
+Closing during a refill: ``close()`` first stops new refills, then waits for those under way
+(each is one ``settle_receive`` call, awaited on the event loop or, in the sync API, blocking
+a caller's thread), so their messages land in the buffer before close gives the buffer back:
+every prefetched message goes back through that one path. The wait is bounded
+(``REFILL_WAIT_S``): a refill whose call has not answered by then (a partition that hangs) is
+left behind; the messages it locks are not buffered (the receiver is closed) and come back
+when their locks expire, with a delivery counted, as a vanished receiver's do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from itertools import chain
+from typing import TYPE_CHECKING, Any
+
+from .. import _rpc
+from .._core.record import WireRecord
+from ..message import ServiceBusReceivedMessage
+
+if TYPE_CHECKING:
+    from .._actors.namespace import Route
+    from .._connection import Connection
+    from ._session import ServiceBusSession
+
+__all__ = ["REFILL_WAIT_S", "Prefetch"]
+
+# How long close() waits for a refill under way: one actor call, which answers in
+# milliseconds unless the partition hangs; as long as a receive waits at the most in one go.
+REFILL_WAIT_S = 30.0
+
+# The receive half of a settle_receive call: (max_count, dead_letter, pieces).
+Refill = tuple[int, bool, int]
+
+
+class Prefetch:
+    """The prefetch half of ``ServiceBusReceiver`` (see the module docstring)."""
+
+    if TYPE_CHECKING:
+        entity_path: str
+        session: ServiceBusSession | None
+        prefetch_count: int
+        _conn: Connection
+        _delete: bool
+        _dead_letter: bool
+        _renewer: Any
+
+        def _wrap(
+            self, rows: Iterable[WireRecord], kind: str
+        ) -> list[ServiceBusReceivedMessage]: ...
+
+        def _rows(self, result: Any, pieces: int) -> list[WireRecord]: ...
+
+        def _pieces(self, count: int) -> int: ...
+
+        def _lock_expiry(self, message: ServiceBusReceivedMessage) -> float: ...
+
+        def direct_ok(self, route: Route | None) -> bool: ...
+
+        def call_blocking(self, method_name: str, *args: Any, returns: int = 1) -> Any | None: ...
+
+    def _init_prefetch(self) -> None:
+        self._buffer: deque[ServiceBusReceivedMessage] = deque()
+        self._want = 1  # max_message_count of the last receive_messages
+        # Guards the three below and the buffer's hand-over to close(); refills run on the
+        # event loop or on the sync API's calling threads, close() on the loop.
+        self._refilling = threading.Condition()
+        self._refills = 0  # settle_receive calls under way
+        self._closing = False  # close() has started: no new refill
+        self._buffer_closed = False  # close() took the buffer: nothing more goes in
+
+    def _buffer_more(self, messages: list[ServiceBusReceivedMessage]) -> None:
+        """Keep ``messages`` for the next receives, unless close() took the buffer already
+        (then their locks end by themselves: see the module docstring)."""
+        if messages:
+            with self._refilling:
+                if not self._buffer_closed:
+                    self._buffer.extend(messages)
+
+    def _from_buffer(self, count: int) -> list[ServiceBusReceivedMessage]:
+        out: list[ServiceBusReceivedMessage] = []
+        now = time.time()
+        while self._buffer and len(out) < count:
+            msg = self._buffer.popleft()
+            # A prefetched message whose lock ran out is already back in the queue: skip it.
+            if msg._kind == "locked" and self._lock_expiry(msg) <= now:
+                continue
+            out.append(msg)
+        return self._handed_out(out)
+
+    def _handed_out(self, out: list[ServiceBusReceivedMessage]) -> list[ServiceBusReceivedMessage]:
+        """``out``, the messages a receive returns, registered with the lock renewer if any."""
+        if out and self._renewer is not None and not self._delete and self.session is None:
+            for msg in out:
+                self._renewer.register(self, msg)
+        return out
+
+    def _refill(self, route: Route | None) -> Refill | None:
+        """The receive half of a ``settle_receive`` call, ``(max_count, dead_letter,
+        pieces)``, when ``complete_messages`` should refill the prefetch buffer: a peek-lock
+        receiver on a queue of one partition, no session, whose buffer holds fewer messages
+        than its last ``receive_messages`` asked for (so that the next one would call the
+        broker) and whose ``prefetch_count`` is at least that many (a smaller buffer would
+        hand the next receive fewer than it asked for, where a call of its own could fetch
+        them all). It asks for what fills the buffer to ``prefetch_count``. None otherwise
+        (and once close() has started): the completions go alone, as ``settle``.
+
+        A refill returned is counted under way until ``_refill_ended``: use ``_refill_call``.
+        """
+        held = len(self._buffer)
+        if self._delete or not held < self._want <= self.prefetch_count:
+            return None
+        if not self.direct_ok(route):
+            return None
+        fetch = self.prefetch_count - held
+        with self._refilling:
+            if self._closing:
+                return None
+            self._refills += 1
+        return fetch, self._dead_letter, self._pieces(fetch)
+
+    def _refill_ended(self) -> None:
+        with self._refilling:
+            self._refills -= 1
+            self._refilling.notify_all()
+
+    @contextmanager
+    def _refill_call(self) -> Iterator[Refill | None]:
+        """The refill (``_refill``) for the settle call made inside the block, if one is due;
+        close() waits for the block to end before it takes the buffer."""
+        refill = self._refill(self._conn.cached_route(self.entity_path))
+        try:
+            yield refill
+        finally:
+            if refill is not None:
+                self._refill_ended()
+
+    def _refilled(self, answer: Sequence[Any]) -> Any:
+        """Buffer the messages of a ``settle_receive`` answer; returns its settle results."""
+        results, *pieces = answer
+        rows: list[WireRecord] = list(chain.from_iterable(pieces))
+        if rows:
+            self._buffer_more(self._wrap(self._rows(rows, 1), "locked"))
+        return results
+
+    async def _settle_refilling(self, entity: str, actor: Any, ops: list[tuple[Any, ...]]) -> Any:
+        """``complete_messages``'s settle call to partition 0: with the refill when one is due
+        (``settle_receive``), else a plain ``settle``. Returns the settle results."""
+        with self._refill_call() as refill:
+            if refill is None:
+                return await _rpc.call(entity, actor.settle, ops)
+            answer = await _rpc.call(
+                entity, actor.settle_receive, ops, *refill, returns=refill[-1] + 1
+            )
+            return self._refilled(answer)
+
+    def settle_refilling_blocking(self, ops: list[tuple[Any, ...]]) -> Any | None:
+        """For the sync API: ``_settle_refilling`` from the caller's thread, blocking. None when
+        the route is not cached (any more): the caller then settles through the loop."""
+        with self._refill_call() as refill:
+            if refill is None:
+                return self.call_blocking("settle", ops)
+            answer = self.call_blocking("settle_receive", ops, *refill, returns=refill[-1] + 1)
+            return None if answer is None else self._refilled(answer)
+
+    async def _close_buffer(self) -> list[ServiceBusReceivedMessage]:
+        """For close(): stop new refills, wait up to ``REFILL_WAIT_S`` for those under way
+        and take the buffer; returns its locked messages, to give back."""
+        with self._refilling:
+            self._closing = True
+            busy = self._refills > 0
+        if busy:  # a thread waits, so that a refill awaited on this loop can end meanwhile
+            await asyncio.to_thread(self._wait_refills)
+        with self._refilling:
+            self._buffer_closed = True
+            buffered = [m for m in self._buffer if m._kind == "locked"]
+            self._buffer.clear()
+        return buffered
+
+    def _wait_refills(self) -> None:
+        with self._refilling:
+            self._refilling.wait_for(lambda: self._refills == 0, REFILL_WAIT_S)

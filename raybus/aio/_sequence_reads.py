@@ -1,0 +1,182 @@
+"""Reads by sequence number: ``peek_messages`` (from a sequence number on, locking nothing)
+and ``receive_deferred_messages`` (by the numbers ``defer_message`` left the caller).
+
+Why a module of its own (split from ``_receiver``, which had grown to the house limit): both
+address messages by sequence number rather than taking the next available ones, so they share
+neither the prefetch buffer nor the receive's waiting; what they share with the receiver is
+its plumbing (``_call_rows``, ``_pieces``, ``_wrap``) and the rule that they first report the
+refused settlements sent before them. ``SequenceReads`` is a mixin of ``ServiceBusReceiver``
+as ``Settlement`` is; it owns the peek cursors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .._core.record import WireRecord
+from ..exceptions import InvalidArgumentError, MessageNotFoundError
+from ..message import ServiceBusReceivedMessage
+from ._fanout import peek_partitioned
+
+if TYPE_CHECKING:
+    from .._connection import Connection
+    from ._session import ServiceBusSession
+
+__all__ = ["SequenceReads", "check_sequence_numbers"]
+
+
+def check_sequence_numbers(sequence_numbers: int | Iterable[int], entity: str) -> list[int]:
+    """One sequence number or several, as a list; ``InvalidArgumentError`` for anything but
+    non-negative ints (for the deferred receive here and the sender's scheduled cancel)."""
+    seqs = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
+    if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seqs):
+        raise InvalidArgumentError(
+            f"sequence numbers must be non-negative ints: {seqs!r}", entity, "sequence_numbers"
+        )
+    return seqs
+
+
+class SequenceReads:
+    """The peek and deferred-receive half of ``ServiceBusReceiver``."""
+
+    if TYPE_CHECKING:
+        entity_path: str
+        session: ServiceBusSession | None
+        _conn: Connection
+        _delete: bool
+        _dead_letter: bool
+
+        async def _settle_pending(self) -> None: ...
+
+        def _check_receivable(self, route: Any) -> None: ...
+
+        async def _call_rows(
+            self, method_name: str, *args: Any, partition: int = 0, timeout: Any = None
+        ) -> list[WireRecord]: ...
+
+        def _pieces(self, count: int) -> int: ...
+
+        def _session_args(self) -> tuple[Any, ...]: ...
+
+        def _wrap(
+            self, rows: Iterable[WireRecord], kind: str
+        ) -> list[ServiceBusReceivedMessage]: ...
+
+        async def _release_rows(self, rows: list[WireRecord]) -> None: ...
+
+    def _init_reads(self) -> None:
+        self._peek_cursor = 0
+        self._peek_cursors: dict[int, int] = {}  # per partition, on a partitioned queue
+
+    async def peek_messages(
+        self, max_message_count: int = 1, *, sequence_number: int = 0, timeout: Any = None
+    ) -> list[ServiceBusReceivedMessage]:
+        """Up to ``max_message_count`` messages without locking them, from ``sequence_number``
+        on (default: after the last one this receiver peeked). Includes locked, deferred and
+        scheduled messages; peeked messages cannot be settled."""
+        await self._settle_pending()
+        from ._receiver import _check_count, _check_non_negative  # _receiver imports this
+
+        count = _check_count(max_message_count, "max_message_count", self.entity_path)
+        _check_non_negative(sequence_number, "sequence_number", self.entity_path)
+        route = await self._conn.route(self.entity_path)
+        self._check_receivable(route)
+        if self.session is not None:
+            session_id, _token, pid = await self.session.ensure()
+            start = sequence_number or self._peek_cursors.get(pid, 0)
+            peeked = await self._peek_call(start, count, pid, timeout, session_id)
+        elif route.single:
+            start = sequence_number or self._peek_cursor
+            peeked = await self._peek_call(start, count, 0, timeout)
+        else:
+            peeked = await self._conn.retrying(
+                self.entity_path,
+                lambda: peek_partitioned(self, count, sequence_number, timeout),
+            )
+        if peeked:
+            self._peek_cursor = peeked[-1].sequence_number + 1
+            for msg in peeked:
+                pid = msg.partition_id
+                self._peek_cursors[pid] = max(
+                    self._peek_cursors.get(pid, 0), msg.sequence_number + 1
+                )
+        return peeked
+
+    async def receive_deferred_messages(
+        self, sequence_numbers: int | Iterable[int], *, timeout: Any = None
+    ) -> list[ServiceBusReceivedMessage]:
+        """Receive deferred messages by sequence number (all or none: ``MessageNotFoundError``
+        names the missing ones)."""
+        await self._settle_pending()
+        seqs = check_sequence_numbers(sequence_numbers, self.entity_path)
+        if not seqs:
+            return []
+        kind = "deleted" if self._delete else "locked"
+        if self.session is not None:
+            _sid, _token, pid = await self.session.ensure()
+            rows = await self._call_rows(
+                "receive_deferred",
+                seqs,
+                self._delete,
+                *self._session_args(),
+                self._pieces(len(seqs)),
+                partition=pid,
+                timeout=timeout,
+            )
+            return self._wrap(rows, kind)
+        by_partition = await self._conn.retrying(self.entity_path, lambda: self._locate(seqs))
+        results = await asyncio.gather(
+            *(
+                self._call_rows(
+                    "receive_deferred",
+                    ss,
+                    self._delete,
+                    None,
+                    self._pieces(len(ss)),
+                    partition=pid,
+                    timeout=timeout,
+                )
+                for pid, ss in by_partition.items()
+            ),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:  # all or none: give back what the other partitions locked
+            got = [row for r in results if not isinstance(r, BaseException) for row in r]
+            if got and not self._delete:
+                await self._release_rows(got)
+            not_found = [e for e in errors if isinstance(e, MessageNotFoundError)]
+            if len(not_found) == len(errors):
+                missing = [seq for e in not_found for seq in e.sequence_numbers]
+                raise MessageNotFoundError(
+                    f"no deferred message is available with sequence number(s) {missing}",
+                    self.entity_path,
+                    missing,
+                )
+            raise errors[0]
+        rows = [row for r in results if not isinstance(r, BaseException) for row in r]
+        return self._wrap(rows, kind)
+
+    async def _locate(self, seqs: list[int]) -> dict[int, list[int]]:
+        route = await self._conn.route(self.entity_path)
+        by_partition, _missing = await self._conn.locate(route, seqs)
+        return by_partition
+
+    async def _peek_call(
+        self, start: int, count: int, pid: int, timeout: Any, session_id: str | None = None
+    ) -> list[ServiceBusReceivedMessage]:
+        """Partition ``pid``'s ``peek`` of up to ``count`` messages from ``start`` (of the
+        receiver's sub-queue, or of ``session_id``), in pieces sized from the rows last seen."""
+        rows = await self._call_rows(
+            "peek",
+            start,
+            count,
+            self._dead_letter,
+            session_id,
+            self._pieces(count),
+            partition=pid,
+            timeout=timeout,
+        )
+        return self._wrap(rows, "peeked")
