@@ -1,11 +1,12 @@
 """The prefetch buffer of ``ServiceBusReceiver``: what fills it, what empties it, and how
 ``close()`` orders itself after a refill that is under way.
 
-Why a module of its own (split from ``_receiver``): the buffer is the one piece of receiver
-state that two threads write. The sync API's ``complete_messages`` refills it from the
-caller's own thread (its direct path, ``raybus._sync_client``) while ``close()`` runs on
-raybus's event loop, called from any thread. Keeping the buffer, the refill and close's
-hand-back together, under one lock, keeps that ordering in one place. ``Prefetch`` is a mixin
+Why a module of its own (split from ``_receiver``): the buffer is receiver state that two
+threads change at once. The sync API's ``complete_messages`` refills it, and its
+``receive_messages`` empties it, from the caller's own thread (their direct paths,
+``raybus._sync_client``) while ``close()`` runs on raybus's event loop, called from any
+thread. Keeping the buffer, the refill and close's hand-back together, under one lock, keeps
+that ordering in one place. ``Prefetch`` is a mixin
 of ``ServiceBusReceiver`` as ``Settlement`` is; unlike it, it owns its state
 (``_init_prefetch``), which nothing else writes.
 
@@ -61,7 +62,7 @@ Refill = tuple[int, bool, int]
 
 
 class Prefetch:
-    """The prefetch half of ``ServiceBusReceiver`` (see the module docstring)."""
+    """The prefetch part of ``ServiceBusReceiver`` (see the module docstring)."""
 
     if TYPE_CHECKING:
         entity_path: str
@@ -107,12 +108,13 @@ class Prefetch:
     def _from_buffer(self, count: int) -> list[ServiceBusReceivedMessage]:
         out: list[ServiceBusReceivedMessage] = []
         now = time.time()
-        while self._buffer and len(out) < count:
-            msg = self._buffer.popleft()
-            # A prefetched message whose lock ran out is already back in the queue: skip it.
-            if msg._kind == "locked" and self._lock_expiry(msg) <= now:
-                continue
-            out.append(msg)
+        with self._refilling:  # not while close() copies the buffer
+            while self._buffer and len(out) < count:
+                msg = self._buffer.popleft()
+                # A prefetched message whose lock ran out is already back in the queue: skip.
+                if msg._kind == "locked" and self._lock_expiry(msg) <= now:
+                    continue
+                out.append(msg)
         return self._handed_out(out)
 
     def _handed_out(self, out: list[ServiceBusReceivedMessage]) -> list[ServiceBusReceivedMessage]:

@@ -39,7 +39,7 @@ def check_sequence_numbers(sequence_numbers: int | Iterable[int], entity: str) -
 
 
 class SequenceReads:
-    """The peek and deferred-receive half of ``ServiceBusReceiver``."""
+    """The peek and deferred-receive part of ``ServiceBusReceiver`` (see the module docstring)."""
 
     if TYPE_CHECKING:
         entity_path: str
