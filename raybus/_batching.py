@@ -87,6 +87,7 @@ async def deliver_apart(
     *,
     refused: type[E],
     unknown: tuple[type[E], ...],
+    busy: tuple[type[E], ...] = (),
 ) -> list[E | None]:
     """Deliver ``calls`` together, and after a refusal in halves, recursively: each call's
     outcome (None: delivered) as if it had been delivered on its own.
@@ -95,7 +96,9 @@ async def deliver_apart(
     refused, so one caller's bad request never fails another's that alone would be accepted
     (even a refusal of the combination only, such as a quota the sum exceeds). An ``unknown``
     error (the delivery may have taken effect) is reported to every call of that delivery and
-    never redelivered. Anything else that ``deliver`` raises propagates.
+    never redelivered. A ``busy`` refusal (the broker's state, not a request, refused it:
+    nothing was stored) is reported to every call of that delivery too: halves would only be
+    refused alike. Anything else that ``deliver`` raises propagates.
 
     Cost: one delivery when all are accepted; with k refused calls among N, at most about
     2k·log2(N) more (a call per call, as before, cost N + 1 however few were refused). When
@@ -111,7 +114,7 @@ async def deliver_apart(
             try:
                 await deliver(calls[lo:hi])
                 return True
-            except unknown as exc:
+            except (*unknown, *busy) as exc:
                 results[lo:hi] = [exc] * (hi - lo)
                 return False
             except refused as exc:

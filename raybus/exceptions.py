@@ -105,7 +105,12 @@ class ServiceBusAuthorizationError(ServiceBusError):
 
 
 class ServiceBusServerBusyError(ServiceBusError):
-    """The broker is overloaded. Retry after a back-off of a few seconds."""
+    """The broker cannot take the request now; nothing was stored. Retry after a back-off of a
+    few seconds.
+
+    Raised by a topic publish while one of its subscriptions' partitions has not taken an
+    earlier publish (it is restarting, or its storage fails): the earlier one goes first.
+    """
 
     retryable = True
 

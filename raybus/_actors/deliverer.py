@@ -26,6 +26,7 @@ from ..exceptions import (
     PartitionMovedError,
     ServiceBusConnectionError,
     ServiceBusError,
+    ServiceBusServerBusyError,
 )
 from .access import internal, named_actor
 from .changelog import ChangeLog
@@ -38,6 +39,8 @@ _log = logging.getLogger("raybus.router")
 # publish; the publish then fails with its outcome unknown and the rest is delivered later.
 ATTEMPTS = 8
 RETRY_S = 0.5
+# Past those, the background task tries again this often.
+RESUME_S = 1.0
 # Partitions whose handles the router keeps.
 HANDLES = 1024
 # The log carries the copies: a checkpoint (the undelivered publishes only, usually none) after
@@ -119,12 +122,26 @@ class Deliverer:
     # ------------------------------------------------------------------ delivering
 
     async def deliver(self, targets: list[Target], replace: Replace) -> None:
-        """Log and deliver one publish; return once every partition applied it. Raises the
-        storage error if it could not be logged (nothing delivered), or
-        ``ServiceBusConnectionError`` if a partition did not answer (it is delivered later:
-        the outcome is all, the caller cannot know when)."""
+        """Log and deliver one publish; return once every partition applied it.
+
+        Raises, with nothing stored: the storage error if it could not be logged, or
+        ``ServiceBusServerBusyError`` while an earlier publish has not reached a partition
+        (see ``_clear_backlog``). Raises ``ServiceBusConnectionError`` if it was logged but a
+        partition did not answer: it is delivered later (the outcome is all, the caller cannot
+        know when).
+
+        The work runs shielded from the caller's cancellation: cancelled while its log write
+        was under way, the publish would be forgotten here yet written to the log, and
+        delivered only after the router's next restart.
+        """
+        work = asyncio.ensure_future(self._deliver(targets, replace))
+        work.add_done_callback(_retrieved)
+        await asyncio.shield(work)
+
+    async def _deliver(self, targets: list[Target], replace: Replace) -> None:
         async with self._lock:
-            await self._push_all(replace)  # anything undelivered goes first
+            if self.log.pending:
+                await self._clear_backlog(replace)
             # Equal copies (subscriptions whose rules select the same messages unchanged) are
             # pickled once, for the log and for every call.
             packed: dict[tuple[int, ...], list[bytes]] = {}
@@ -142,9 +159,7 @@ class Deliverer:
                 raise
             _failpoints.hit("router.after_log")
             try:
-                await self._push_all(replace)
-            except ServiceBusConnectionError:
-                raise
+                delivered = await self._push_all(replace, ATTEMPTS)
             except Exception as exc:  # logged: it is delivered later, whatever failed now
                 self.start_resume(replace)
                 raise ServiceBusConnectionError(
@@ -152,24 +167,45 @@ class Deliverer:
                     "subscription later",
                     self._entity,
                 ) from exc
+            if not delivered:
+                self.start_resume(replace)
+                raise ServiceBusConnectionError(
+                    "a subscription partition did not take its copies yet; they are delivered "
+                    "when it answers (the publish is logged: it reaches every subscription)",
+                    self._entity,
+                )
             self.delivered += 1
 
-    async def _push_all(self, replace: Replace) -> None:
-        """Deliver every undelivered publish, in order, retrying partitions that do not answer;
-        raise ``ServiceBusConnectionError`` if some remain (a background task goes on)."""
-        for attempt in range(ATTEMPTS):
+    async def _clear_backlog(self, replace: Replace) -> None:
+        """Deliver the undelivered publishes before a new one (a partition must see one
+        router's numbers in order), or refuse the new one with nothing stored.
+
+        A partition that does not take its copies for good (its log damaged, say) thus
+        refuses the topic's publishes, as the two-phase commit's failed prepare would, instead
+        of holding each publisher through the retries: once a backlog has outlived one
+        publish's retries (the background task delivers it), later publishes try once."""
+        attempts = 1 if self._resume is not None and not self._resume.done() else ATTEMPTS
+        if await self._push_all(replace, attempts):
+            return
+        self.start_resume(replace)
+        owed = sorted({path for shares in self.log.pending.values() for path, _ in shares.values()})
+        raise ServiceBusServerBusyError(
+            f"an earlier publish has not reached {', '.join(map(repr, owed))} yet: this one was "
+            "not stored; retry after a back-off",
+            self._entity,
+        )
+
+    async def _push_all(self, replace: Replace, attempts: int) -> bool:
+        """Deliver every undelivered publish, in order, retrying partitions that do not
+        answer; whether none is left."""
+        for attempt in range(attempts):
             if await self._push_round(replace):
                 continue  # copies placed again as a new publish: deliver it without waiting
             if not self.log.pending:
-                return
-            if attempt < ATTEMPTS - 1:
+                return True
+            if attempt < attempts - 1:
                 await asyncio.sleep(RETRY_S)
-        self.start_resume(replace)
-        raise ServiceBusConnectionError(
-            "a subscription partition did not take its copies yet; they are delivered when it "
-            "answers (the publish is logged: it reaches every subscription)",
-            self._entity,
-        )
+        return not self.log.pending
 
     async def _push_round(self, replace: Replace) -> bool:
         """Deliver every undelivered publish once, in order; True if copies were placed again
@@ -246,7 +282,7 @@ class Deliverer:
             except Exception as exc:  # a failed log write: try again
                 _log.warning("undelivered publishes not finished yet: %r", exc)
             if self.log.pending:
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(RESUME_S)
 
 
 def _call_args(pieces: list[bytes]) -> tuple[Any, ...]:
@@ -256,6 +292,12 @@ def _call_args(pieces: list[bytes]) -> tuple[Any, ...]:
     if len(pieces) == 1 and len(pieces[0]) > INLINE_BYTES:
         return (ray.put(pieces[0]),)
     return tuple(pieces)
+
+
+def _retrieved(work: asyncio.Future[None]) -> None:
+    """A publish whose caller was cancelled ends unobserved: its error is only logged."""
+    if not work.cancelled() and work.exception() is not None:
+        _log.debug("a publish whose caller left ended with %r", work.exception())
 
 
 def _size(records: list[Any]) -> int:

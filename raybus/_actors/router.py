@@ -51,6 +51,7 @@ from ..exceptions import (
     PartitionMovedError,
     ServiceBusConnectionError,
     ServiceBusError,
+    ServiceBusServerBusyError,
     TransactionAbortedError,
 )
 from .access import Guarded, guarded, internal, named_actor
@@ -205,7 +206,9 @@ class RouterActor(Guarded):
         calls are then delivered in halves, recursively, down to the refused calls alone
         (``deliver_apart``: k refused calls among N cost about 2k·log2(N) more deliveries, not
         N). An unknown outcome (``ServiceBusConnectionError``, ``OperationTimeoutError``) is
-        reported to every call of that delivery, never retried: it may have committed.
+        reported to every call of that delivery, never retried: it may have committed. So is
+        ``ServiceBusServerBusyError`` (a subscription partition has not taken an earlier
+        publish: every call would be refused alike).
         """
 
         async def deliver(part: Sequence[list[Any]]) -> None:
@@ -218,6 +221,7 @@ class RouterActor(Guarded):
             deliver,
             refused=ServiceBusError,
             unknown=(ServiceBusConnectionError, OperationTimeoutError),
+            busy=(ServiceBusServerBusyError,),
         )
 
     async def _deliver(self, records: list[Any]) -> None:

@@ -17,9 +17,11 @@ The router (``raybus._actors.router``) now, when it can:
 After a restart the router replays the log and delivers every publish not logged done again,
 to the same partition names, before anything new: partitions that applied it skip it. It never
 starts a publish while an earlier one is undelivered, so a partition sees one source's numbers
-in order. A partition that refuses because it gave a slot away (``PartitionMovedError``) has
-stored none of its copies: they are placed again under the new partition map and logged as a
-new publish in the same write that takes them out of the old one (``redo``).
+in order: a new publish first delivers the earlier ones, or is refused with nothing stored
+(``ServiceBusServerBusyError``) while a partition does not take them. A partition that
+refuses because it gave a slot away (``PartitionMovedError``) has stored none of its copies:
+they are placed again under the new partition map and logged as a new publish in the same
+write that takes them out of the old one (``redo``).
 
 Guarantees: a publish the router logged reaches every subscription that existed, exactly once
 per partition, even across crashes of the router or of partitions; one it did not log reached

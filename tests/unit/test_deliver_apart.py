@@ -17,9 +17,11 @@ from raybus.exceptions import (
     ServiceBusConnectionError,
     ServiceBusError,
     ServiceBusQuotaExceededError,
+    ServiceBusServerBusyError,
 )
 
 UNKNOWN = (ServiceBusConnectionError, OperationTimeoutError)
+BUSY = (ServiceBusServerBusyError,)
 
 
 class Deliveries:
@@ -38,7 +40,9 @@ class Deliveries:
         self.accepted.extend(calls)
 
     def run(self, calls: list[str]) -> list[ServiceBusError | None]:
-        return asyncio.run(deliver_apart(calls, self, refused=ServiceBusError, unknown=UNKNOWN))
+        return asyncio.run(
+            deliver_apart(calls, self, refused=ServiceBusError, unknown=UNKNOWN, busy=BUSY)
+        )
 
 
 def refusing(bad: set[str]) -> Callable[[Sequence[str]], ServiceBusError | None]:
@@ -155,6 +159,14 @@ def test_an_unknown_outcome_of_the_whole_is_reported_to_all_and_not_split() -> N
     fake = Deliveries(lambda calls: error)
     assert fake.run(names(5)) == [error] * 5
     assert len(fake.made) == 1
+
+
+def test_a_busy_refusal_of_the_whole_is_reported_to_all_and_not_split() -> None:
+    """The broker's state refused it (nothing stored): halves would be refused alike."""
+    error = ServiceBusServerBusyError("an earlier publish goes first", "t")
+    fake = Deliveries(lambda calls: error)
+    assert fake.run(names(5)) == [error] * 5
+    assert fake.made == [names(5)]
 
 
 def test_other_errors_propagate() -> None:

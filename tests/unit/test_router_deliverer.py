@@ -10,6 +10,7 @@ restart is a new ``Deliverer`` on the same storage.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from raybus._core.record import from_wire
 from raybus._core.slots import slot_of
 from raybus._core.wire import unpack_rows
 from raybus._storage import StorageUnavailableError
-from raybus.exceptions import ServiceBusConnectionError
+from raybus.exceptions import ServiceBusConnectionError, ServiceBusServerBusyError
 from raybus.testing import FakeClock
 
 PATH = "t/Subscriptions/s"
@@ -247,4 +248,76 @@ def test_a_logged_publish_whose_redo_cannot_be_logged_reports_an_unknown_outcome
     asyncio.run(run())
     assert all_ids(parts["p1"].core) == ["x", "y"]
     assert all_ids(parts["s0"].core) == ["x"] and all_ids(parts["s1"].core) == ["y"]
+    assert d.log.pending == {}
+
+
+def test_a_partition_down_for_good_refuses_later_publishes_at_once_with_nothing_stored(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first publish is logged (it is delivered when the partition answers); later ones
+    are refused with ``ServiceBusServerBusyError`` after one try, instead of each waiting out
+    the retries, and reach no partition. Once the partition answers, publishes flow again."""
+    parts = {n: FakePartition(clock) for n in ("p1", "p2")}
+    parts["p2"].down = 1000
+    monkeypatch.setattr(deliverer_module, "RESUME_S", 60.0)  # one background try, then a wait
+
+    async def run() -> Deliverer:
+        d = router(tmp_path, parts)
+        with pytest.raises(ServiceBusConnectionError, match="delivered when it answers"):
+            await d.deliver(publish("p1", "p2"), no_replace)
+        await asyncio.sleep(0.05)  # the background task's first try (the fakes answer at once)
+        assert parts["p2"].calls == deliverer_module.ATTEMPTS + 1
+        for i in range(3):
+            calls = parts["p2"].calls
+            with pytest.raises(ServiceBusServerBusyError, match=f"{PATH!r}.*not stored") as got:
+                await d.deliver(publish("p1", "p2", ids=(f"late{i}",)), no_replace)
+            assert got.value.entity == "t"
+            assert parts["p2"].calls == calls + 1  # one try, not the publish's retries
+        assert list(d.log.pending) == [0]
+        parts["p2"].down = 0
+        assert d._resume is not None
+        d._resume.cancel()  # not waiting out its minute
+        with contextlib.suppress(asyncio.CancelledError):
+            await d._resume
+        d.start_resume(no_replace)
+        await d._resume
+        await d.deliver(publish("p1", "p2", ids=("after",)), no_replace)
+        return d
+
+    d = asyncio.run(run())
+    for p in parts.values():
+        assert all_ids(p.core) == ["a", "b", "after"]
+    assert d.log.pending == {}
+
+
+def test_a_publish_whose_caller_is_cancelled_while_it_is_logged_is_still_delivered(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Cancelled during its log write, the publish must not be forgotten while the write
+    lands in the log (it would reach the subscriptions only after a restart)."""
+    parts = {n: FakePartition(clock) for n in ("p1", "p2")}
+    d = router(tmp_path, parts)
+    assert d._changes is not None
+    append = d._changes.append
+
+    async def run() -> None:
+        release = asyncio.Event()
+
+        async def slow(change: Any) -> None:
+            await release.wait()
+            await append(change)
+
+        d._changes.append = slow  # type: ignore[method-assign]
+        caller = asyncio.ensure_future(d.deliver(publish("p1", "p2"), no_replace))
+        await asyncio.sleep(0)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        release.set()
+        d._changes.append = append  # type: ignore[method-assign]
+        await d.deliver(publish("p1", "p2", ids=("c",)), no_replace)
+
+    asyncio.run(run())
+    for p in parts.values():
+        assert all_ids(p.core) == ["a", "b", "c"]
     assert d.log.pending == {}
