@@ -25,8 +25,11 @@ lint: install
 	$(VENV)/bin/ruff check raybus tests examples benchmarks
 	$(VENV)/bin/mypy
 
+# Two test processes, each with its own local Ray (tests/integration/conftest.py), whole files
+# to one process (module-scoped namespaces stay shared): the suite waits on actors and timers
+# more than it computes, so on two cores this takes ~60 % of the time of one process.
 test: lint
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
 unit: install
 	$(PY) -m pytest -q tests/unit
