@@ -37,9 +37,14 @@ from typing import Any
 from .._core import journal
 from .._storage import DurableLog
 
-__all__ = ["ChangeLog"]
+__all__ = ["ChangeLog", "message_log"]
 
 _log = logging.getLogger("raybus.changelog")
+
+# A log whose changes carry messages (the router's publish log and its scheduled messages)
+# checkpoints after this many bytes too: the checkpoint holds only what is still pending
+# (usually little), which keeps the log small on disk and short to replay.
+MESSAGE_CHECKPOINT_BYTES = 16 * 1024 * 1024
 
 
 class ChangeLog:
@@ -129,3 +134,15 @@ class ChangeLog:
             self._bytes_since_checkpoint = 0
         except Exception as exc:  # the changes are durable already: see the module docstring
             _log.warning("checkpoint of the %s failed: %r", self._what, exc)
+
+
+def message_log(
+    storage_path: str | None, namespace: str, name: str, snapshot: Callable[[], list[Any]]
+) -> ChangeLog | None:
+    """The ``ChangeLog`` of a state whose changes carry messages (checkpointed by bytes as
+    well as by count); None without a storage path (the state then lives in memory only)."""
+    if storage_path is None:
+        return None
+    return ChangeLog(
+        storage_path, namespace, name, snapshot, every=1000, every_bytes=MESSAGE_CHECKPOINT_BYTES
+    )

@@ -29,7 +29,7 @@ from ..exceptions import (
     ServiceBusServerBusyError,
 )
 from .access import internal, named_actor
-from .changelog import ChangeLog
+from .changelog import message_log
 from .handles import HandleCache
 
 __all__ = ["Deliverer"]
@@ -43,9 +43,6 @@ RETRY_S = 0.5
 RESUME_S = 1.0
 # Partitions whose handles the router keeps.
 HANDLES = 1024
-# The log carries the copies: a checkpoint (the undelivered publishes only, usually none) after
-# this many bytes keeps it small on disk and short to replay.
-CHECKPOINT_BYTES = 16 * 1024 * 1024
 
 # (partition actor name, subscription path, copies) of one publish, the copies as records.
 Target = tuple[str, str, list[Any]]
@@ -63,19 +60,9 @@ class Deliverer:
     ) -> None:
         self._namespace = namespace
         self._entity = entity  # the topic, named in errors
-        self._changes: ChangeLog | None = None
-        if storage_path is not None:
-            self._changes = ChangeLog(
-                storage_path,
-                namespace,
-                name,
-                lambda: self.log.snapshot(),
-                every=1000,
-                every_bytes=CHECKPOINT_BYTES,
-            )
-            self.log, first = PublishLog.replayed(self._changes.replay(), prefix)
-        else:
-            self.log, first = PublishLog.replayed((), prefix)
+        self._changes = message_log(storage_path, namespace, name, lambda: self.log.snapshot())
+        replayed = self._changes.replay() if self._changes is not None else ()
+        self.log, first = PublishLog.replayed(replayed, prefix)
         self._first = first  # the fresh source key, logged before the first publish
         self._handles: HandleCache[Any] = HandleCache(self._look_up, HANDLES)
         self._lock = asyncio.Lock()  # one pusher at a time: numbers reach a partition in order

@@ -38,7 +38,7 @@ from .._batching import Coalescer, deliver_apart
 from .._core.access import INTERNAL
 from .._core.fanout import Target, plan
 from .._core.record import WireRecord, from_wire, to_wire, wire_size
-from .._core.registry import partition_actor_name, router_log_name
+from .._core.registry import partition_actor_name, router_log_name, topic_schedule_log_name
 from .._core.sendable import check_sendable
 from .._core.wire import INLINE_BYTES, join_groups, send_args
 from .._topic_models import TopicProperties
@@ -57,6 +57,7 @@ from ..exceptions import (
 from .access import Guarded, guarded, internal, named_actor
 from .coordinator import CoordinatorCommit
 from .deliverer import Deliverer
+from .topic_scheduler import TopicScheduler
 
 __all__ = ["RouterActor", "router_actor", "router_actor_name"]
 
@@ -101,7 +102,15 @@ class RouterActor(Guarded):
             router_actor_name(namespace, topic.name, incarnation),
             topic.name,
         )
-        if self._deliverer.log.pending:  # deliver what a restart left undelivered, unasked
+        self._scheduler = TopicScheduler(
+            namespace,
+            storage_path,
+            topic_schedule_log_name(topic.name, incarnation),
+            topic.name,
+            self._publish_due,
+        )
+        # Deliver what a restart left undelivered, and time what is scheduled, unasked.
+        if self._deliverer.log.pending or self._scheduler.count:
             ray.get_runtime_context().current_actor.resume.remote()
 
     def _access_path(self) -> str:
@@ -133,12 +142,40 @@ class RouterActor(Guarded):
             "subscriptions": len(self._targets),
             "logged": self._deliverer.delivered,
             "undelivered": len(self._deliverer.log.pending),
+            "scheduled": self._scheduler.count,
         }
 
     async def resume(self) -> None:
-        """Start delivering what the log holds undelivered (called by the actor itself after
-        a restart). Needs no configuration: the log names the partitions."""
+        """Start delivering what the log holds undelivered, and the timer of the scheduled
+        messages (called by the actor itself after a restart). Delivering needs no
+        configuration: the log names the partitions."""
         self._deliverer.start_resume(self._replace)
+        if self._scheduler.count:
+            self._scheduler.start()
+
+    @guarded(AccessRights.SEND)
+    async def schedule(self, layout: list[int], *pieces: list[WireRecord]) -> list[int]:
+        """Hold one group of messages (as ``publish`` takes groups) until their
+        ``scheduled_enqueue_time``, then publish them (``raybus._core.topic_schedule``); their
+        sequence numbers, of the topic's own. The topic's checks first: a refused schedule
+        stores nothing."""
+        (group,) = join_groups(layout, pieces)
+        records = from_wire(group)
+        await self._ensure_configured()
+        self._check(records)
+        return await self._scheduler.schedule(records)
+
+    @guarded(AccessRights.SEND)
+    async def cancel_scheduled(self, sequence_numbers: list[int]) -> None:
+        """Cancel scheduled messages, all or none (``MessageNotFoundError`` names those not
+        scheduled, any more, here)."""
+        await self._scheduler.cancel(list(sequence_numbers))
+
+    async def _publish_due(self, records: list[Any]) -> None:
+        """A scheduled message whose time has come: published as a publish call is."""
+        await self._ensure_configured()
+        self._check(records)
+        await self._combiner.submit(records)
 
     def _check(self, records: Sequence[Any]) -> None:
         props = self._props

@@ -206,12 +206,18 @@ class TopicOps:
         await self._forget_rules(entry.properties.name)
 
     @guarded(ANY, lambda name: name)
-    async def topic_counts(self, name: str) -> tuple[Any, int, list[PartitionCounts]]:
+    async def topic_counts(self, name: str) -> tuple[Any, int, list[PartitionCounts], int]:
+        """The topic's entry, subscription count, its subscription partitions' counts, and the
+        messages its router holds scheduled."""
         entry = self._topic(name)
         subs = self._subscriptions_of(entry.properties.name)
         handles = [h for s in subs for h in self._handles[s.properties.name.lower()].values()]
-        counts = await asyncio.gather(*(self._in(h).counts.remote() for h in handles))
-        return entry, len(subs), list(counts)
+        router = self._in(self._routers[entry.properties.name.lower()])
+        counts, stats = await asyncio.gather(
+            asyncio.gather(*(self._in(h).counts.remote() for h in handles)),
+            router.stats.remote(),
+        )
+        return entry, len(subs), list(counts), stats["scheduled"]
 
     # ------------------------------------------------------------------ subscriptions
 

@@ -61,6 +61,12 @@ def router_log_name(topic: str, incarnation: int) -> str:
     return f"queues/{_folder(topic)}/{incarnation}/router"
 
 
+def topic_schedule_log_name(topic: str, incarnation: int) -> str:
+    """The log of the messages scheduled on a topic (``raybus._core.topic_schedule``), next to
+    its router's publish log."""
+    return f"queues/{_folder(topic)}/{incarnation}/scheduled"
+
+
 def partition_actor_name(namespace: str, entity: str, incarnation: int, partition: int) -> str:
     """The Ray actor name of one partition (entity names are case-insensitive)."""
     return f"raybus/{namespace}/queue/{entity.lower()}/{incarnation}/{partition}"

@@ -259,7 +259,12 @@ class ServiceBusSender:
     ) -> list[int]:
         """Enqueue messages at ``schedule_time_utc``; returns their sequence numbers (for
         ``cancel_scheduled_messages``). A time in the past enqueues them at once. In a
-        ``transaction`` they are numbered at commit, so this returns an empty list."""
+        ``transaction`` they are numbered at commit, so this returns an empty list.
+
+        On a topic, as in Service Bus, the topic holds them (its router,
+        ``raybus._core.topic_schedule``) and numbers them; at their time they go through the
+        subscriptions' rules as they stand then, each copy numbered anew in its
+        subscription."""
         if not isinstance(schedule_time_utc, datetime):
             raise InvalidArgumentError(
                 "schedule_time_utc must be a datetime", self.entity_path, "schedule_time_utc"
@@ -272,7 +277,14 @@ class ServiceBusSender:
             await self._check_transactional()
             await transaction.add_send(self, records)
             return []
-        return await self._send(records, _check_timeout(timeout, self.entity_path))
+        timeout_s = _check_timeout(timeout, self.entity_path)
+        route = await self._route()
+        if isinstance(route, TopicRoute) and records:  # the router checks them
+            seqs: list[int] = await self._at_router(
+                route, route.router.schedule, *send_args([records]), timeout=timeout_s
+            )
+            return seqs
+        return await self._send(records, timeout_s)
 
     async def cancel_scheduled_messages(
         self, sequence_numbers: int | Iterable[int], *, timeout: float | None = None
@@ -282,14 +294,10 @@ class ServiceBusSender:
         if not seqs:
             return
         route = await self._route()
-        if isinstance(route, TopicRoute):
-            raise InvalidArgumentError(
-                "scheduled messages of a topic are numbered in each subscription: cancel them "
-                "there is not available in this version of raybus",
-                self.entity_path,
-                "sequence_numbers",
-            )
         timeout_s = _check_timeout(timeout, self.entity_path)
+        if isinstance(route, TopicRoute):
+            await self._at_router(route, route.router.cancel_scheduled, seqs, timeout=timeout_s)
+            return
         by_partition, missing = await self._conn.locate(route, seqs, SCHEDULED)
         if missing:  # checked in every partition before anything is cancelled
             raise MessageNotFoundError(
@@ -308,6 +316,16 @@ class ServiceBusSender:
                 for pid, ss in by_partition.items()
             )
         )
+
+    async def _at_router(
+        self, route: TopicRoute, method: Any, *args: Any, timeout: float | None
+    ) -> Any:
+        """A call to the topic's router (schedule, cancel)."""
+        try:
+            return await _rpc.call(route.properties.name, method, *args, timeout=timeout)
+        except MessagingEntityNotFoundError:
+            self._conn.forget(self.entity_path)
+            raise
 
     async def create_message_batch(
         self, max_size_in_bytes: int | None = None

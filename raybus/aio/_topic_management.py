@@ -75,12 +75,13 @@ class TopicManagement:
         self._conn.forget(topic_name)
 
     async def get_topic_runtime_properties(self, topic_name: str) -> TopicRuntimeProperties:
-        entry, subs, counts = await self._call(topic_name, "topic_counts", topic_name)
+        entry, subs, counts, held = await self._call(topic_name, "topic_counts", topic_name)
         accessed = max((c.accessed_at for c in counts), default=entry.created_at)
         return TopicRuntimeProperties(
             name=entry.properties.name,
             subscription_count=subs,
-            scheduled_message_count=sum(c.scheduled for c in counts),
+            # held by the router (schedule_messages) and in the subscriptions (scheduled sends)
+            scheduled_message_count=held + sum(c.scheduled for c in counts),
             size_in_bytes=sum(c.size_in_bytes for c in counts),
             created_at_utc=from_timestamp(entry.created_at),
             updated_at_utc=from_timestamp(entry.updated_at),

@@ -5,6 +5,7 @@ and SAS tokens presented through CBS."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import amqp_gateway_fixtures
 import pytest
@@ -119,6 +120,33 @@ def test_topic_fans_out_to_subscriptions_and_their_dead_letter_queue(
             (dead,) = dlq.receive_messages(max_wait_time=3)
             assert str(dead) == "e1" and dead.dead_letter_reason == "r"
             dlq.complete_message(dead)
+    finally:
+        admin.delete_topic(topic)
+
+
+def test_schedule_on_a_topic_answers_its_numbers_and_cancel_takes_them(
+    sdk: SdkClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """The topic holds scheduled messages and numbers them (``raybus._core.topic_schedule``):
+    the SDK's ``schedule-message`` and ``cancel-scheduled-message`` work on a topic sender."""
+    topic = f"amqp-t-{uuid.uuid4().hex[:6]}"
+    admin.create_topic(topic)
+    admin.create_subscription(topic, "s1")
+    try:
+        now = datetime.now(timezone.utc)
+        with sdk.get_topic_sender(topic) as sender:
+            (far,) = sender.schedule_messages(ServiceBusMessage("far"), now + timedelta(hours=1))
+            soon_at = now + timedelta(seconds=2)
+            (soon,) = sender.schedule_messages(ServiceBusMessage("soon"), soon_at)
+            assert soon == far + 1
+            assert admin.get_topic_runtime_properties(topic).scheduled_message_count == 2
+            sender.cancel_scheduled_messages(far)
+        assert admin.get_topic_runtime_properties(topic).scheduled_message_count <= 1
+        with sdk.get_subscription_receiver(topic, "s1", max_wait_time=5) as receiver:
+            (got,) = receive_n(receiver, 1)
+            assert str(got) == "soon" and got.scheduled_enqueue_time_utc is not None
+            receiver.complete_message(got)
+        assert admin.get_topic_runtime_properties(topic).scheduled_message_count == 0
     finally:
         admin.delete_topic(topic)
 

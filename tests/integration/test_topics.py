@@ -222,18 +222,18 @@ def test_topic_and_subscription_runtime_counts(
     with client.get_topic_sender(t) as sender:
         sender.send_messages([ServiceBusMessage("a"), ServiceBusMessage("b", subject="x")])
         sender.send_messages(ServiceBusMessage("c", subject="x"))
-        assert (
-            sender.schedule_messages([ServiceBusMessage("s1"), ServiceBusMessage("s2")], later)
-            == []
-        )
+        seqs = sender.schedule_messages([ServiceBusMessage("s1"), ServiceBusMessage("s2")], later)
+        assert len(seqs) == 2 and seqs[1] == seqs[0] + 1  # numbered by the topic
+        # A scheduled send (not schedule_messages) waits in each subscription it selects.
+        sender.send_messages(ServiceBusMessage("s3", scheduled_enqueue_time_utc=later))
     runtime = admin.get_topic_runtime_properties(t)
     assert runtime.subscription_count == 2
-    assert runtime.scheduled_message_count == 2  # both on "all" only
+    assert runtime.scheduled_message_count == 3  # 2 held by the topic, 1 in "all"
     assert runtime.size_in_bytes > 0
     all_rt = admin.get_subscription_runtime_properties(t, "all")
     assert (all_rt.topic_name, all_rt.name) == (t, "all")
     assert (all_rt.active_message_count, all_rt.dead_letter_message_count) == (3, 0)
-    assert all_rt.total_message_count == 5  # 3 active + 2 scheduled
+    assert all_rt.total_message_count == 4  # 3 active + 1 scheduled send
     x_rt = admin.get_subscription_runtime_properties(t, "x")
     assert (x_rt.active_message_count, x_rt.total_message_count) == (2, 2)
 
@@ -249,7 +249,7 @@ def test_topic_and_subscription_runtime_counts(
     _drain(client, t, "x", 1)
     _drain(client, t, "x", 1, sub_queue=DLQ)
     drained = admin.get_topic_runtime_properties(t)
-    assert drained.scheduled_message_count == 2
+    assert drained.scheduled_message_count == 3
     assert 0 < drained.size_in_bytes < before
     admin.delete_subscription(t, "x")
     assert admin.get_topic_runtime_properties(t).subscription_count == 1

@@ -1,0 +1,164 @@
+"""Messages scheduled on a topic: held by the topic (its router) and numbered by it, published
+to the subscriptions of their time through the rules as they stand then, cancellable on the
+topic sender all or none, and kept across a router restart (``raybus._core.topic_schedule``).
+
+Real durations, kept short: messages are scheduled 1.5-4 s ahead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import ray
+import topics_support
+from topics_support import _bodies, _drain, _name
+
+import raybus
+from raybus import ServiceBusMessage, aio
+from raybus.exceptions import (
+    MessageNotFoundError,
+    MessagingEntityDisabledError,
+    ServiceBusConnectionError,
+)
+from raybus.management import (
+    CorrelationRuleFilter,
+    EntityStatus,
+    RuleProperties,
+    ServiceBusAdministrationClient,
+)
+
+namespace = topics_support.namespace
+_delete_topics = topics_support._delete_topics
+
+
+@pytest.fixture
+def t(admin: ServiceBusAdministrationClient) -> Iterator[str]:
+    """A topic of the test's own (its scheduled count is the test's)."""
+    name = _name()
+    admin.create_topic(name)
+    yield name
+
+
+def _soon(seconds: float) -> datetime:
+    return datetime.now(timezone.utc) + timedelta(seconds=seconds)
+
+
+def _scheduled(admin: ServiceBusAdministrationClient, topic: str) -> int:
+    return admin.get_topic_runtime_properties(topic).scheduled_message_count
+
+
+def test_scheduled_messages_wait_in_the_topic_and_reach_the_subscriptions_of_their_time(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, t: str
+) -> None:
+    admin.create_subscription(t, "all")
+    admin.create_subscription(
+        t, "x", default_rule=RuleProperties("x", CorrelationRuleFilter(label="x"))
+    )
+    when = _soon(4)
+    with client.get_topic_sender(t) as sender:
+        seqs = sender.schedule_messages(
+            [ServiceBusMessage("plain"), ServiceBusMessage("labelled", subject="x")], when
+        )
+    assert len(seqs) == 2 and seqs[1] == seqs[0] + 1
+    # Held by the topic: no subscription has them yet, not even scheduled.
+    assert _scheduled(admin, t) == 2
+    assert admin.get_subscription_runtime_properties(t, "all").total_message_count == 0
+    with client.get_subscription_receiver(t, "all") as peeker:
+        assert peeker.peek_messages(10) == []
+    # A subscription created meanwhile gets them: the rules are those of their time.
+    admin.create_subscription(t, "late")
+    assert datetime.now(timezone.utc) < when, "the test set-up outlasted the schedule"
+
+    got = {sub: _drain(client, t, sub, n) for sub, n in (("all", 2), ("x", 1), ("late", 2))}
+    assert sorted(_bodies(got["all"])) == sorted(_bodies(got["late"])) == ["labelled", "plain"]
+    assert _bodies(got["x"]) == ["labelled"]
+    for msg in got["all"] + got["x"]:
+        assert msg.scheduled_enqueue_time_utc is not None
+        assert abs((msg.scheduled_enqueue_time_utc - when).total_seconds()) < 0.01
+        assert msg.enqueued_time_utc is not None
+        assert msg.enqueued_time_utc >= when - timedelta(seconds=0.1)  # not before its time
+    assert _scheduled(admin, t) == 0
+
+
+def test_cancel_on_the_topic_sender_is_all_or_none_and_cancelled_messages_never_arrive(
+    aclient: aio.ServiceBusClient, aadmin: aio.ServiceBusAdministrationClient, t: str
+) -> None:
+    async def run() -> list[str]:
+        await aadmin.create_subscription(t, "all")
+        async with aclient.get_topic_sender(t) as sender:
+            seqs = await sender.schedule_messages(
+                [ServiceBusMessage(f"m{i}") for i in range(3)], _soon(1.5)
+            )
+            with pytest.raises(MessageNotFoundError, match=str(seqs[2] + 100)):
+                await sender.cancel_scheduled_messages([seqs[0], seqs[2] + 100])
+            runtime = await aadmin.get_topic_runtime_properties(t)
+            assert runtime.scheduled_message_count == 3  # nothing cancelled
+            await sender.cancel_scheduled_messages(seqs[0])
+            with pytest.raises(MessageNotFoundError):
+                await sender.cancel_scheduled_messages(seqs[0])  # cancelled already
+        async with aclient.get_subscription_receiver(t, "all", max_wait_time=10) as receiver:
+            got: list[str] = []
+            while len(got) < 2:
+                batch = await receiver.receive_messages(10, max_wait_time=10)
+                assert batch, f"the scheduled messages did not arrive: {got}"
+                for msg in batch:
+                    got.append(str(msg))
+                    await receiver.complete_message(msg)
+            # Nothing else comes: the cancelled message was never published.
+            assert await receiver.receive_messages(10, max_wait_time=1) == []
+        return sorted(got)
+
+    assert asyncio.run(run()) == ["m1", "m2"]
+
+
+def test_scheduled_messages_survive_a_router_restart(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, t: str
+) -> None:
+    admin.create_subscription(t, "all")
+    _entry, router = ray.get(client._aio._conn.registry.get_topic.remote(t))
+    with client.get_topic_sender(t) as sender:
+        _kept, drop = sender.schedule_messages(
+            [ServiceBusMessage("kept"), ServiceBusMessage("cancelled")], _soon(3)
+        )
+        ray.kill(router, no_restart=False)
+        deadline = time.monotonic() + 30
+        while True:  # the restarted router answers from its log
+            try:
+                sender.cancel_scheduled_messages(drop)
+                break
+            except ServiceBusConnectionError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        with pytest.raises(MessageNotFoundError):
+            sender.cancel_scheduled_messages(drop)
+    assert _scheduled(admin, t) == 1
+    assert _bodies(_drain(client, t, "all", 1)) == ["kept"]
+    time.sleep(0.5)
+    assert admin.get_subscription_runtime_properties(t, "all").active_message_count == 0
+    assert _scheduled(admin, t) == 0
+    with client.get_topic_sender(t) as sender:  # the topic's numbers go on from the log
+        assert sender.schedule_messages(ServiceBusMessage("next"), _soon(60)) == [drop + 1]
+
+
+def test_a_time_in_the_past_publishes_at_once(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, t: str
+) -> None:
+    admin.create_subscription(t, "all")
+    with client.get_topic_sender(t) as sender:
+        (seq,) = sender.schedule_messages(ServiceBusMessage("now"), _soon(-60))
+    assert seq >= 1
+    assert _bodies(_drain(client, t, "all", 1, timeout=10)) == ["now"]
+
+
+def test_a_topic_that_refuses_sends_schedules_nothing(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, t: str
+) -> None:
+    topic = admin.get_topic(t)
+    admin.update_topic(topic, status=EntityStatus.SEND_DISABLED)
+    with client.get_topic_sender(t) as sender, pytest.raises(MessagingEntityDisabledError):
+        sender.schedule_messages(ServiceBusMessage("x"), _soon(60))
+    assert _scheduled(admin, t) == 0
