@@ -22,7 +22,7 @@ import settlement_support
 from settlement_support import RAD, _areceive_n, _asend, _receive_n, _send
 
 import raybus
-from raybus import ServiceBusMessage, ServiceBusReceivedMessage, aio
+from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceivedMessage, aio
 from raybus.management import ServiceBusAdministrationClient
 
 namespace = settlement_support.namespace
@@ -155,6 +155,31 @@ async def test_aio_session_receive_under_way_at_close_returns_nothing_and_frees_
         await sender.send_messages(ServiceBusMessage("s0", session_id=sid))
     assert await receiving == []
     async with aclient.get_queue_receiver(q, session_id=sid, max_wait_time=5) as other:
+        (msg,) = await _areceive_n(other, 1)
+        assert (msg.body, msg.delivery_count) == ("s0", 0)
+        await other.complete_message(msg)
+
+
+async def test_aio_next_available_session_accepted_after_close_is_given_up_at_once(
+    aclient: aio.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """The receive of a ``NEXT_AVAILABLE_SESSION`` receiver waits to accept a session; the
+    session it accepts once closed (close() found none to release) is released at once, not
+    left locked to the closed receiver until the session lock expires."""
+    q = f"sess-{uuid.uuid4().hex[:8]}"
+    admin.create_queue(q, requires_session=True, lock_duration=timedelta(seconds=30))
+    receiver = aclient.get_queue_receiver(q, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5)
+    receiving = asyncio.ensure_future(receiver.receive_messages(1))
+    await asyncio.sleep(_SETTLE_S)
+    assert not receiving.done()
+    await receiver.close()
+    async with aclient.get_queue_sender(q) as sender:
+        await sender.send_messages(ServiceBusMessage("s0", session_id="s2"))
+    assert await receiving == []
+    async with aclient.get_queue_receiver(
+        q, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
+    ) as other:
+        assert other.session is not None and other.session.session_id == "s2"
         (msg,) = await _areceive_n(other, 1)
         assert (msg.body, msg.delivery_count) == ("s0", 0)
         await other.complete_message(msg)
