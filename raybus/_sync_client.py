@@ -14,11 +14,10 @@ from typing import Any
 from . import _sync, aio
 from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ._core.pool import ProcessorStatistics
-from ._core.record import from_wire
 from ._sync import run
 from .aio import EntityInfo, _complete
 from .aio._processor import DEFAULT_STOP_TIMEOUT_S, Handler, Seconds, in_thread
-from .aio._receiver import _past, lock_token_of, release_ops
+from .aio._receiver import _past, lock_token_of
 from .aio._sender import SendInput, _records
 from .auth import Credential
 from .enums import ServiceBusDisposition, ServiceBusReceiveMode, ServiceBusSubQueue
@@ -116,17 +115,24 @@ class ServiceBusReceiver:
         while True:
             args = inner._receive_args(fetch, deadline)
             result = inner.call_blocking("receive", *args, returns=args[-1])
-            if result is None:
+            if result is None:  # closed meanwhile (see below), or the route went stale
+                if inner._closing:
+                    return []
                 return run(inner.receive_messages(max_message_count, max_wait_time))
             rows = inner._rows(result, args[-1])
-            if rows or _past(deadline):
+            # close() (from another thread) ends the wait with this slice.
+            if rows or _past(deadline) or inner._closing:
                 break
         # Settlements sent before this call ran alongside it; report a refusal now, giving
-        # back what this call received.
+        # back what this call received, as when close() started meanwhile (then it returns
+        # none: ``raybus.aio._receiver``'s docstring).
         inner.wait_answers_blocking(handed_before)
-        if inner._failures and rows:
-            inner.call_blocking("settle", release_ops(from_wire(rows))[0])
-        return inner._receive_done(rows, count)
+        out = inner._receive_done(rows, count)
+        if out is None:
+            run(inner._release_rows(rows))
+            inner._raise_failures()
+            return []
+        return out
 
     def peek_messages(
         self, max_message_count: int = 1, *, sequence_number: int = 0, timeout: Any = None

@@ -106,7 +106,7 @@ async def receive_partitioned(
         return rows
     while True:
         remaining = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
-        if remaining <= 0:
+        if remaining <= 0 or receiver._closing:  # closing: lock nothing more (no waiting)
             return []
         ready = await wait_any(
             receiver, parts, min(remaining, _WAIT_SLICE_S), receiver._dead_letter

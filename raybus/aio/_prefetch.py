@@ -11,9 +11,15 @@ of ``ServiceBusReceiver`` as ``Settlement`` is; unlike it, it owns its state
 (``_init_prefetch``), which nothing else writes.
 
 What fills the buffer: a receive that fetched ``prefetch_count`` messages hands out those
-asked for and keeps the rest (``_buffer_more``), and the prefetch refill. What empties it: a
-receive (``_from_buffer``) and ``close()`` (``_close_buffer``), which gives its messages back
-(RELEASE: available to other receivers at once, no delivery counted).
+asked for and keeps the rest (``_keep_received``), and the prefetch refill (``_buffer_more``).
+What empties it: a receive (``_from_buffer``) and ``close()`` (``_close_buffer``), which gives
+its messages back (RELEASE: available to other receivers at once, no delivery counted).
+
+Once close() has started (``_closing``) nothing new is kept: a receive whose broker answer
+arrives then gives all of it back and returns none (``_keep_received``; the rule is in
+``raybus.aio._receiver``'s docstring), and so does a refill that lands after close() took the
+buffer. Both decide under the buffer's lock, with close()'s start, so no message falls
+between a receive that keeps it and a close that has already taken the buffer.
 
 Prefetch refill: on a queue of one partition without sessions, ``complete_messages`` of a
 peek-lock receiver with ``prefetch_count`` asks the broker, in the same call
@@ -27,8 +33,8 @@ Closing during a refill: ``close()`` first stops new refills, then waits for tho
 a caller's thread), so their messages land in the buffer before close gives the buffer back:
 every prefetched message goes back through that one path. The wait is bounded
 (``REFILL_WAIT_S``): a refill whose call has not answered by then (a partition that hangs) is
-left behind; the messages it locks are not buffered (the receiver is closed) and come back
-when their locks expire, with a delivery counted, as a vanished receiver's do.
+left behind; the messages it brings when it answers are not buffered (the receiver is closed)
+but given back at once, as a receive's are.
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from .. import _rpc
-from .._core.record import WireRecord
+from .._core.record import MessageRecord, WireRecord
+from .._sync import run
 from ..message import ServiceBusReceivedMessage
 
 if TYPE_CHECKING:
@@ -87,6 +94,8 @@ class Prefetch:
 
         def call_blocking(self, method_name: str, *args: Any, returns: int = 1) -> Any | None: ...
 
+        async def _release(self, records: Iterable[MessageRecord]) -> None: ...
+
     def _init_prefetch(self) -> None:
         self._buffer: deque[ServiceBusReceivedMessage] = deque()
         self._want = 1  # max_message_count of the last receive_messages
@@ -97,13 +106,31 @@ class Prefetch:
         self._closing = False  # close() has started: no new refill
         self._buffer_closed = False  # close() took the buffer: nothing more goes in
 
-    def _buffer_more(self, messages: list[ServiceBusReceivedMessage]) -> None:
-        """Keep ``messages`` for the next receives, unless close() took the buffer already
-        (then their locks end by themselves: see the module docstring)."""
-        if messages:
-            with self._refilling:
-                if not self._buffer_closed:
-                    self._buffer.extend(messages)
+    def _buffer_more(
+        self, messages: list[ServiceBusReceivedMessage]
+    ) -> list[ServiceBusReceivedMessage]:
+        """Keep a refill's ``messages`` for the next receives; returns them instead when
+        close() took the buffer already (a refill it stopped waiting for): give them back."""
+        with self._refilling:
+            if self._buffer_closed:
+                return messages
+            self._buffer.extend(messages)
+        return []
+
+    def _keep_received(
+        self, got: list[ServiceBusReceivedMessage], count: int
+    ) -> list[ServiceBusReceivedMessage] | None:
+        """Of the messages a receive ``got`` from the broker, those it returns (the first
+        ``count``); the rest go to the buffer. None once close() has started: the caller
+        gives all of ``got`` back and returns none (no buffer to keep them in, and the closed
+        receiver could not settle what it returned). Receive-and-delete then returns all of
+        ``got``, more than ``count`` if it prefetched: the broker deleted them, so they are
+        the caller's now (see ``raybus.aio._receiver``'s docstring)."""
+        with self._refilling:  # decided against close()'s start, which takes this lock
+            if self._closing:
+                return got if self._delete else None
+            self._buffer.extend(got[count:])
+        return got[:count]
 
     def _from_buffer(self, count: int) -> list[ServiceBusReceivedMessage]:
         out: list[ServiceBusReceivedMessage] = []
@@ -164,13 +191,13 @@ class Prefetch:
             if refill is not None:
                 self._refill_ended()
 
-    def _refilled(self, answer: Sequence[Any]) -> Any:
-        """Buffer the messages of a ``settle_receive`` answer; returns its settle results."""
+    def _refilled(self, answer: Sequence[Any]) -> tuple[Any, list[ServiceBusReceivedMessage]]:
+        """Buffer the messages of a ``settle_receive`` answer; returns its settle results and
+        the messages to give back (those close() no longer takes: ``_buffer_more``)."""
         results, *pieces = answer
         rows: list[WireRecord] = list(chain.from_iterable(pieces))
-        if rows:
-            self._buffer_more(self._wrap(self._rows(rows, 1), "locked"))
-        return results
+        left = self._buffer_more(self._wrap(self._rows(rows, 1), "locked")) if rows else []
+        return results, left
 
     async def _settle_refilling(self, entity: str, actor: Any, ops: list[tuple[Any, ...]]) -> Any:
         """``complete_messages``'s settle call to partition 0: with the refill when one is due
@@ -181,7 +208,9 @@ class Prefetch:
             answer = await _rpc.call(
                 entity, actor.settle_receive, ops, *refill, returns=refill[-1] + 1
             )
-            return self._refilled(answer)
+            results, left = self._refilled(answer)
+        await self._release(m._record for m in left)  # none unless close() stopped waiting
+        return results
 
     def settle_refilling_blocking(self, ops: list[tuple[Any, ...]]) -> Any | None:
         """For the sync API: ``_settle_refilling`` from the caller's thread, blocking. None when
@@ -190,7 +219,12 @@ class Prefetch:
             if refill is None:
                 return self.call_blocking("settle", ops)
             answer = self.call_blocking("settle_receive", ops, *refill, returns=refill[-1] + 1)
-            return None if answer is None else self._refilled(answer)
+            if answer is None:
+                return None
+            results, left = self._refilled(answer)
+        if left:  # none unless close() stopped waiting; this is a caller's thread
+            run(self._release(m._record for m in left))
+        return results
 
     async def _close_buffer(self) -> list[ServiceBusReceivedMessage]:
         """For close(): stop new refills, wait up to ``REFILL_WAIT_S`` for those under way

@@ -16,6 +16,21 @@ with little lock time left, an abandon in a session (so that the abandoned messa
 next one received), and ``complete_messages`` wait for the broker's answer. Processing
 must therefore be idempotent (it must be anyway under at-least-once delivery).
 
+Closing during a receive: a ``receive_messages`` waiting at the broker when ``close()`` runs
+is not waited for (a long poll may last ``max_wait_time``), and it must not hand out messages
+locked to a closed receiver, which could not settle them. So a receive whose broker answer
+arrives once close() has started gives every message of it back at once (RELEASE: available to
+other receivers at once, no delivery counted; prefetched extras too) and returns ``[]``; an
+error that the close causes in it (the closed receiver, the released session) also ends it with
+``[]``. In receive-and-delete mode the broker has deleted what it handed out: the receive
+returns all of it (more than ``max_message_count`` if it prefetched, as the closed receiver has
+no buffer to keep the rest in); those messages are the caller's. A session receiver's messages
+are locked by the session, which close() releases (they come again, none counted): its receive
+cut short returns ``[]`` too, and gives back what it got should its answer beat the release. A
+receive that starts after close() has started raises ``InvalidArgumentError``. The close is
+seen through the prefetch buffer's state (``raybus.aio._prefetch``), and every message this
+receiver will not hand out goes back through one path (``_release``).
+
 The receiver is put together from mixins, each a part with a rule of its own: ``Settlement``
 (settling message objects), ``LockTokenSettlement`` (by lock token), ``Prefetch`` (the buffer,
 its refill by ``complete_messages``, and how ``close()`` waits for a refill under way, which
@@ -259,13 +274,23 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         if ready:
             return ready
         sent_before = list(self._pending)
-        rows = await self._conn.retrying(self.entity_path, lambda: self._fetch(fetch, deadline))
+        try:
+            rows = await self._conn.retrying(
+                self.entity_path, lambda: self._fetch(fetch, deadline)
+            )
+        except ServiceBusError:
+            if not self._closing:
+                raise
+            rows = []  # cut short by close() (see the module docstring)
         # The settlements sent before this call ran alongside it; report a refusal now.
         if sent_before:
             await asyncio.gather(*sent_before, return_exceptions=True)
-        if self._failures and rows:
+        out = self._receive_done(rows, count)
+        if out is None:
             await self._release_rows(rows)
-        return self._receive_done(rows, count)
+            self._raise_failures()
+            return []
+        return out
 
     def _check_receivable(self, route: Any) -> None:
         if isinstance(route, TopicRoute):
@@ -293,15 +318,18 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             )
         if self.session is not None:
             _sid, _token, pid = await self.session.ensure()
+            if self._closing:  # accepted after close() released the session: give it up
+                await self.session.release()
+                return []
             while True:
                 args = self._receive_args(fetch, deadline, *self._session_args())
                 rows = await self._receive_call(args, pid)
-                if rows or _past(deadline):
+                if rows or _past(deadline) or self._closing:
                     break
         elif route.single:
             while True:
                 rows = await self._receive_call(self._receive_args(fetch, deadline), 0)
-                if rows or _past(deadline):
+                if rows or _past(deadline) or self._closing:
                     break
         else:
             rows = await receive_partitioned(self, route, fetch, deadline)
@@ -327,9 +355,26 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         return self._rows(result, pieces)
 
     async def _release_rows(self, rows: list[WireRecord]) -> None:
-        """Give back messages received by a call that must raise instead."""
-        for pid, ops in release_ops(from_wire(rows)).items():
-            await self._call("settle", ops, partition=pid)
+        """Give back messages received by a call that must raise or return none instead."""
+        await self._release(from_wire(rows))
+
+    async def _release(self, records: Iterable[MessageRecord]) -> None:
+        """Give back the locks of ``records`` at once (RELEASE: available to other receivers,
+        no delivery counted): the one path for messages this receiver will not hand out (its
+        buffer on close, a receive's messages when it must raise or return none). Works
+        during and after close(). A release the broker refuses or does not get is let go:
+        those locks end when they expire, as a vanished receiver's do."""
+        by_partition = release_ops(records)
+        if not by_partition:
+            return
+        try:
+            route = await self._conn.route(self.entity_path)
+            for pid, ops in by_partition.items():
+                handle = route.handle(pid)
+                if handle is not None:  # else removed by a scale-down: its locks ended
+                    await _rpc.call(route.properties.name, handle.settle, ops)
+        except ServiceBusError:
+            pass
 
     # receive_messages in three steps, so the sync API can run the same steps with a blocking
     # call in between (it differs only in how it waits).
@@ -338,6 +383,8 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         self, max_message_count: int | None, max_wait_time: float | None
     ) -> tuple[list[ServiceBusReceivedMessage], int, int, float | None]:
         """Validate; serve from the prefetch buffer. Returns (ready, count, fetch, deadline)."""
+        if self._closing:
+            raise InvalidArgumentError("the receiver is closed", self.entity_path, "receiver")
         self._raise_failures()
         count = _check_count(
             1 if max_message_count is None else max_message_count,
@@ -381,13 +428,17 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             self._row_bytes = sum(map(wire_size, rows)) / len(rows)
         return rows
 
-    def _receive_done(self, rows: list[WireRecord], count: int) -> list[ServiceBusReceivedMessage]:
-        """Raise refused settlements (the caller released ``rows`` first), else wrap."""
-        self._raise_failures()
-        got = self._wrap(rows, "deleted" if self._delete else "locked")
-        out, extra = got[:count], got[count:]
-        self._buffer_more(extra)
-        return self._handed_out(out)
+    def _receive_done(
+        self, rows: list[WireRecord], count: int
+    ) -> list[ServiceBusReceivedMessage] | None:
+        """The messages the receive returns (the rest of ``rows`` buffered). None when it
+        must give all of ``rows`` back (``_release_rows``) and then raise the refused
+        settlements sent before it (``_raise_failures``) or, once close() has started, return
+        none (``Prefetch._keep_received``)."""
+        if self._failures and not self._delete:
+            return None
+        kept = self._keep_received(self._wrap(rows, "deleted" if self._delete else "locked"), count)
+        return None if kept is None else self._handed_out(kept)
 
     def wait_answers_blocking(self, handed_before: int) -> None:
         """For the sync API: block until the broker answered the first ``handed_before``
@@ -570,17 +621,16 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
 
         A prefetch refill under way (``complete_messages`` on another task or thread) is
         waited for first, up to 30 s, so that its messages are released with the rest
-        (``raybus.aio._prefetch``).
+        (``raybus.aio._prefetch``). A ``receive_messages`` waiting at the broker is not
+        waited for: peek-lock, it gives back what its answer brings and returns ``[]``;
+        receive-and-delete, it returns what the broker deleted for it (see the module
+        docstring). A session receiver releases its session: its unsettled messages come
+        again at once, none counted. Receiving after close() raises ``InvalidArgumentError``.
         """
         if self._closed:
             return
         buffered = await self._close_buffer()
-        if buffered:
-            try:
-                for pid, ops in release_ops(m._record for m in buffered).items():
-                    await self._call("settle", ops, partition=pid)
-            except ServiceBusError:
-                pass  # their locks will expire and release them anyway
+        await self._release(m._record for m in buffered)
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
         if self.session is not None:

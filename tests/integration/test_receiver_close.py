@@ -1,0 +1,185 @@
+"""A receive under way when ``close()`` runs: what its broker answer becomes.
+
+The receive below waits at the broker (a long poll of up to ``max_wait_time``) when the
+receiver is closed; the message sent after that reaches it. Peek-lock: the receive gives every
+message it got back at once and returns ``[]``, so nothing stays locked to the closed receiver
+(which could not settle it) until its lock expires. Receive-and-delete: the broker deleted
+what it handed out, so the receive returns it (nothing lost). The queues' locks last a minute
+(30 s for sessions): a second receiver that gets the message within its 5 s wait, with no
+delivery counted, got it from the release, not from a lock expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import settlement_support
+from settlement_support import RAD, _areceive_n, _asend, _receive_n, _send
+
+import raybus
+from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceivedMessage, aio
+from raybus.management import ServiceBusAdministrationClient
+
+namespace = settlement_support.namespace
+queue = settlement_support.queue
+
+# How long the test lets a receive reach the broker and wait there before closing; the
+# outcome checked is the same if it has not got there yet.
+_SETTLE_S = 0.5
+
+
+def _bodies(messages: list[ServiceBusReceivedMessage]) -> list[str]:
+    return sorted(str(m.body) for m in messages)
+
+
+async def _aget_released(aclient: aio.ServiceBusClient, queue: str, bodies: list[str]) -> None:
+    """A second receiver gets ``bodies`` well within the lock duration, none counted."""
+    async with aclient.get_queue_receiver(queue, max_wait_time=5) as other:
+        got = await _areceive_n(other, len(bodies))
+        assert _bodies(got) == sorted(bodies)
+        assert [m.delivery_count for m in got] == [0] * len(bodies)
+        await other.complete_messages(got)
+        assert await other.receive_messages(5, max_wait_time=0.2) == []
+
+
+def _get_released(client: raybus.ServiceBusClient, queue: str, bodies: list[str]) -> None:
+    with client.get_queue_receiver(queue, max_wait_time=5) as other:
+        got = _receive_n(other, len(bodies))
+        assert _bodies(got) == sorted(bodies)
+        assert [m.delivery_count for m in got] == [0] * len(bodies)
+        other.complete_messages(got)
+        assert other.receive_messages(5, max_wait_time=0.2) == []
+
+
+async def _aclose_during_receive(
+    aclient: aio.ServiceBusClient, receiver: aio.ServiceBusReceiver, queue: str, n: int
+) -> list[ServiceBusReceivedMessage]:
+    """Start ``receive_messages(1)``, close the receiver while it waits at the broker, then
+    send ``n`` messages (one call, so that the waiting receive can take them all); returns
+    what the receive returned."""
+    await receiver.receive_messages(1, max_wait_time=0.1)  # resolves the route: no hop later
+    receiving = asyncio.ensure_future(receiver.receive_messages(1))
+    await asyncio.sleep(_SETTLE_S)
+    assert not receiving.done()
+    await receiver.close()
+    await _asend(aclient, queue, *[f"m{i}" for i in range(n)])
+    return await receiving
+
+
+@pytest.mark.parametrize(("prefetch", "n"), [(0, 1), (5, 5)], ids=["plain", "prefetch"])
+async def test_aio_receive_under_way_at_close_gives_its_messages_back_and_returns_nothing(
+    aclient: aio.ServiceBusClient, queue: str, prefetch: int, n: int
+) -> None:
+    receiver = aclient.get_queue_receiver(queue, max_wait_time=5, prefetch_count=prefetch)
+    assert await _aclose_during_receive(aclient, receiver, queue, n) == []
+    assert not receiver._buffer
+    await _aget_released(aclient, queue, [f"m{i}" for i in range(n)])
+
+
+@pytest.mark.parametrize(("prefetch", "n"), [(0, 1), (5, 5)], ids=["plain", "prefetch"])
+def test_sync_receive_under_way_when_another_thread_closes_gives_its_messages_back(
+    client: raybus.ServiceBusClient, queue: str, prefetch: int, n: int
+) -> None:
+    """The sync receive waits on its caller's thread (its direct path to the partition);
+    close() comes from another thread."""
+    receiver = client.get_queue_receiver(queue, max_wait_time=5, prefetch_count=prefetch)
+    assert receiver.receive_messages(1, max_wait_time=0.1) == []  # caches the route
+    assert receiver._aio.direct_ok(receiver._aio._conn.cached_route(queue))
+    outcome: list[Any] = []
+
+    def receive() -> None:
+        try:
+            outcome.append(receiver.receive_messages(1))
+        except BaseException as exc:  # reported by the assertion below
+            outcome.append(exc)
+
+    receiving = threading.Thread(target=receive)
+    receiving.start()
+    receiving.join(_SETTLE_S)
+    assert receiving.is_alive()
+    receiver.close()
+    _send(client, queue, *[f"m{i}" for i in range(n)])
+    receiving.join(30)
+    assert not receiving.is_alive()
+    assert outcome == [[]]
+    _get_released(client, queue, [f"m{i}" for i in range(n)])
+
+
+@pytest.mark.parametrize(("prefetch", "n"), [(0, 1), (3, 3)], ids=["plain", "prefetch"])
+async def test_aio_receive_and_delete_under_way_at_close_returns_all_it_took(
+    aclient: aio.ServiceBusClient, queue: str, prefetch: int, n: int
+) -> None:
+    """The broker deleted what it handed out: the receive returns all of it, more than it
+    asked for when it prefetched (a closed receiver has no buffer to keep the rest in)."""
+    receiver = aclient.get_queue_receiver(
+        queue, max_wait_time=5, prefetch_count=prefetch, receive_mode=RAD
+    )
+    got = await _aclose_during_receive(aclient, receiver, queue, n)
+    assert _bodies(got) == [f"m{i}" for i in range(n)]
+    async with aclient.get_queue_receiver(queue) as other:
+        assert await other.receive_messages(5, max_wait_time=0.3) == []
+
+
+async def test_aio_receive_under_way_at_close_on_a_partitioned_queue_gives_back(
+    aclient: aio.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """The receive waits on every partition at once (``wait_available``), then takes the
+    messages from the one that has them."""
+    q = f"part-{uuid.uuid4().hex[:8]}"
+    admin.create_queue(q, partition_count=3)
+    receiver = aclient.get_queue_receiver(q, max_wait_time=5, prefetch_count=4)
+    assert await _aclose_during_receive(aclient, receiver, q, 4) == []
+    await _aget_released(aclient, q, [f"m{i}" for i in range(4)])
+
+
+async def test_aio_session_receive_under_way_at_close_returns_nothing_and_frees_the_session(
+    aclient: aio.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """close() releases the session (its messages are available again, none counted), so
+    the receive it cut short neither raises that the session lock is gone nor hands out a
+    message locked by a session that is no longer held."""
+    q = f"sess-{uuid.uuid4().hex[:8]}"
+    admin.create_queue(q, requires_session=True, lock_duration=timedelta(seconds=30))
+    sid = "s1"
+    receiver = aclient.get_queue_receiver(q, session_id=sid, max_wait_time=5)
+    async with receiver:
+        receiving = asyncio.ensure_future(receiver.receive_messages(1))
+        await asyncio.sleep(_SETTLE_S)
+        assert not receiving.done()
+    async with aclient.get_queue_sender(q) as sender:
+        await sender.send_messages(ServiceBusMessage("s0", session_id=sid))
+    assert await receiving == []
+    async with aclient.get_queue_receiver(q, session_id=sid, max_wait_time=5) as other:
+        (msg,) = await _areceive_n(other, 1)
+        assert (msg.body, msg.delivery_count) == ("s0", 0)
+        await other.complete_message(msg)
+
+
+async def test_aio_next_available_session_accepted_after_close_is_given_up_at_once(
+    aclient: aio.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """The receive of a ``NEXT_AVAILABLE_SESSION`` receiver waits to accept a session; the
+    session it accepts once closed (close() found none to release) is released at once, not
+    left locked to the closed receiver until the session lock expires."""
+    q = f"sess-{uuid.uuid4().hex[:8]}"
+    admin.create_queue(q, requires_session=True, lock_duration=timedelta(seconds=30))
+    receiver = aclient.get_queue_receiver(q, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5)
+    receiving = asyncio.ensure_future(receiver.receive_messages(1))
+    await asyncio.sleep(_SETTLE_S)
+    assert not receiving.done()
+    await receiver.close()
+    async with aclient.get_queue_sender(q) as sender:
+        await sender.send_messages(ServiceBusMessage("s0", session_id="s2"))
+    assert await receiving == []
+    async with aclient.get_queue_receiver(
+        q, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
+    ) as other:
+        assert other.session is not None and other.session.session_id == "s2"
+        (msg,) = await _areceive_n(other, 1)
+        assert (msg.body, msg.delivery_count) == ("s0", 0)
+        await other.complete_message(msg)
