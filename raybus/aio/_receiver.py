@@ -27,7 +27,9 @@ returns all of it (more than ``max_message_count`` if it prefetched, as the clos
 no buffer to keep the rest in); those messages are the caller's. A session receiver's messages
 are locked by the session, which close() releases (they come again, none counted): its receive
 cut short returns ``[]`` too, and gives back what it got should its answer beat the release. A
-receive that starts after close() has started raises ``InvalidArgumentError``. The close is
+receive that starts after close() has started raises ``InvalidArgumentError``; so does a
+``receive_deferred_messages`` answered once close() has started, after giving its messages
+back (deferred again): it asked for those messages, and ``[]`` would read as "none there". The close is
 seen through the prefetch buffer's state (``raybus.aio._prefetch``), and every message this
 receiver will not hand out goes back through one path (``_release``).
 

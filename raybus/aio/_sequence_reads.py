@@ -47,6 +47,7 @@ class SequenceReads:
         _conn: Connection
         _delete: bool
         _dead_letter: bool
+        _closing: bool
 
         async def _settle_pending(self) -> None: ...
 
@@ -125,7 +126,7 @@ class SequenceReads:
                 partition=pid,
                 timeout=timeout,
             )
-            return self._wrap(rows, kind)
+            return await self._deferred_received(rows, kind)
         by_partition = await self._conn.retrying(self.entity_path, lambda: self._locate(seqs))
         results = await asyncio.gather(
             *(
@@ -157,6 +158,22 @@ class SequenceReads:
                 )
             raise errors[0]
         rows = [row for r in results if not isinstance(r, BaseException) for row in r]
+        return await self._deferred_received(rows, kind)
+
+    async def _deferred_received(
+        self, rows: list[WireRecord], kind: str
+    ) -> list[ServiceBusReceivedMessage]:
+        """The deferred messages received, unless close() started meanwhile: a closed receiver
+        could not settle them, so (peek-lock) they go back, deferred again, none counted, and
+        the call raises (it asked for these messages: ``[]`` would read as "none there")."""
+        if self._closing and rows and not self._delete:
+            await self._release_rows(rows)
+            raise InvalidArgumentError(
+                "the receiver was closed while receiving its deferred messages: they were given "
+                "back",
+                self.entity_path,
+                "receiver",
+            )
         return self._wrap(rows, kind)
 
     async def _locate(self, seqs: list[int]) -> dict[int, list[int]]:

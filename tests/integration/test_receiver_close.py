@@ -183,3 +183,31 @@ async def test_aio_next_available_session_accepted_after_close_is_given_up_at_on
         (msg,) = await _areceive_n(other, 1)
         assert (msg.body, msg.delivery_count) == ("s0", 0)
         await other.complete_message(msg)
+
+
+async def test_aio_deferred_receive_answered_after_close_gives_the_messages_back_and_raises(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    """The deferred receive's answer arrives once close() has started (the test closes the
+    receiver inside the partition call's await): the messages go back, deferred again and
+    not counted, and the call raises instead of handing out locks nobody can settle."""
+    await _asend(aclient, queue, "d")
+    async with aclient.get_queue_receiver(queue, max_wait_time=5) as first:
+        (msg,) = await _areceive_n(first, 1)
+        await first.defer_message(msg)
+    seq = msg.sequence_number
+    receiver = aclient.get_queue_receiver(queue, max_wait_time=5)
+    call_rows = receiver._call_rows
+
+    async def closing_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        rows = await call_rows(*args, **kwargs)
+        await receiver.close()
+        return rows
+
+    receiver._call_rows = closing_meanwhile  # type: ignore[method-assign]
+    with pytest.raises(raybus.exceptions.InvalidArgumentError, match="closed"):
+        await receiver.receive_deferred_messages([seq])
+    async with aclient.get_queue_receiver(queue, max_wait_time=5) as other:
+        (again,) = await other.receive_deferred_messages([seq])  # not locked: given back
+        assert str(again.body) == "d" and again.delivery_count == msg.delivery_count
+        await other.complete_message(again)
