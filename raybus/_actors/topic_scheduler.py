@@ -9,9 +9,10 @@ message on its own outcome: a refused one is tried again ``RETRY_S`` later.
 Guarantee: a message whose ``schedule_messages`` returned is published at its time or, if
 cancelled first, never. It is published at least once: if the router dies after the publish
 and before the record that it was published is written (one write, milliseconds), the
-restarted router publishes it again (duplicate detection, if the topic has it, drops the
-second). Without a storage path the schedule lives in the router's memory, as every message of
-such a namespace does in its actor's.
+restarted router publishes it again, and a publish whose outcome is unknown (a subscription
+partition that did not answer) is tried again like a refused one (duplicate detection, if the
+topic has it, drops the second). Without a storage path the schedule lives in the router's
+memory, as every message of such a namespace does in its actor's.
 """
 
 from __future__ import annotations
@@ -123,11 +124,12 @@ class TopicScheduler:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), wait)
                 continue
+            seqs = self.state.due(self._now(), BATCH)
             try:
-                await self._fire(self.state.due(self._now(), BATCH))
-            except Exception as exc:  # a bug or a failed write: do not spin
-                _log.warning("scheduled messages of %s not published yet: %r", self._entity, exc)
-                await asyncio.sleep(RETRY_S)
+                await self._fire(seqs)
+            except Exception as exc:  # a bug: keep them scheduled, do not spin
+                _log.error("scheduled messages of %s not published: %r", self._entity, exc)
+                self.state.retry(seqs, self._now() + RETRY_S)
 
     async def _fire(self, seqs: list[int]) -> None:
         """Publish ``seqs``, each on its own outcome; drop those published (logged), retry the

@@ -29,9 +29,9 @@ are locked by the session, which close() releases (they come again, none counted
 cut short returns ``[]`` too, and gives back what it got should its answer beat the release. A
 receive that starts after close() has started raises ``InvalidArgumentError``; so does a
 ``receive_deferred_messages`` answered once close() has started, after giving its messages
-back (deferred again): it asked for those messages, and ``[]`` would read as "none there". The close is
-seen through the prefetch buffer's state (``raybus.aio._prefetch``), and every message this
-receiver will not hand out goes back through one path (``_release``).
+back (deferred again): it asked for those messages, and ``[]`` would read as "none there".
+The close is seen through the prefetch buffer's state (``raybus.aio._prefetch``), and every
+message this receiver will not hand out goes back through one path (``_release``).
 
 The receiver is put together from mixins, each a part with a rule of its own: ``Settlement``
 (settling message objects), ``LockTokenSettlement`` (by lock token), ``Prefetch`` (the buffer,
@@ -277,9 +277,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             return ready
         sent_before = list(self._pending)
         try:
-            rows = await self._conn.retrying(
-                self.entity_path, lambda: self._fetch(fetch, deadline)
-            )
+            rows = await self._conn.retrying(self.entity_path, lambda: self._fetch(fetch, deadline))
         except ServiceBusError:
             if not self._closing:
                 raise
