@@ -212,7 +212,7 @@ class ProcessorReplica:
             await asyncio.gather(*leftover, return_exceptions=True)
         for receiver in list(self._receivers):
             if receiver.session is None:  # closing the receiver releases them
-                receiver._buffer.extendleft(reversed(self._prefetched))
+                await receiver.put_back(list(self._prefetched))
                 self._prefetched.clear()
             await self._close_receiver(receiver)
         for sender in self._senders.values():
@@ -385,7 +385,7 @@ class ProcessorReplica:
             if not got:
                 return
             if self._stopping:
-                receiver._buffer.extendleft(reversed(got))
+                await receiver.put_back(got)
                 return
             await self._handle(receiver, got[0])
             if session._locked_until <= time.time():

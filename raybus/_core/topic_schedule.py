@@ -18,7 +18,9 @@ every change it returns is logged by the router before the caller is answered.
 Deviations (README, Differences): ``send_messages`` of a message whose
 ``scheduled_enqueue_time_utc`` is set, and schedules inside a transaction, still fan out at
 once and wait in each subscription (their copies show in a subscription's peek and scheduled
-count); only ``schedule_messages`` outside a transaction goes through here.
+count); only ``schedule_messages`` outside a transaction goes through here. Duplicate
+detection (done by the subscriptions' stores) applies when a message is published, not when
+it is scheduled.
 """
 
 from __future__ import annotations

@@ -117,6 +117,17 @@ class Prefetch:
             self._buffer.extend(messages)
         return []
 
+    async def put_back(self, messages: list[ServiceBusReceivedMessage]) -> None:
+        """Return received, unsettled ``messages`` to the front of the buffer, in order: the
+        next receive hands them out again, or close() gives them back. Once close() took the
+        buffer they are given back at once (the processor's replicas, stopping, put back what
+        they will not handle)."""
+        with self._refilling:
+            if not self._buffer_closed:
+                self._buffer.extendleft(reversed(messages))
+                return
+        await self._release(m._record for m in messages if m._kind == "locked")
+
     def _keep_received(
         self, got: list[ServiceBusReceivedMessage], count: int
     ) -> list[ServiceBusReceivedMessage] | None:

@@ -211,3 +211,19 @@ async def test_aio_deferred_receive_answered_after_close_gives_the_messages_back
         (again,) = await other.receive_deferred_messages([seq])  # not locked: given back
         assert str(again.body) == "d" and again.delivery_count == msg.delivery_count
         await other.complete_message(again)
+
+
+async def test_put_back_messages_come_first_and_after_close_are_given_back_at_once(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    """``put_back`` (the processor's replicas, stopping): before close() the next receive
+    hands them out again, first; once close() took the buffer they are released at once."""
+    await _asend(aclient, queue, "a", "b")
+    receiver = aclient.get_queue_receiver(queue, max_wait_time=5)
+    got = await _areceive_n(receiver, 2)
+    await receiver.put_back(got)
+    again = await receiver.receive_messages(2, max_wait_time=0.1)
+    assert [str(m.body) for m in again] == [str(m.body) for m in got]  # from the buffer
+    await receiver.close()
+    await receiver.put_back(again)
+    await _aget_released(aclient, queue, ["a", "b"])

@@ -125,7 +125,7 @@ def test_scheduled_messages_survive_a_router_restart(
             [ServiceBusMessage("kept"), ServiceBusMessage("cancelled")], _soon(3)
         )
         ray.kill(router, no_restart=False)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a restart under heavy load took up to 54 s
         while True:  # the restarted router answers from its log
             try:
                 sender.cancel_scheduled_messages(drop)
@@ -135,7 +135,7 @@ def test_scheduled_messages_survive_a_router_restart(
                 time.sleep(0.2)
         with pytest.raises(MessageNotFoundError):
             sender.cancel_scheduled_messages(drop)
-    assert _scheduled(admin, t) == 1
+    assert _scheduled(admin, t) <= 1  # "kept" (it may be due already if the restart was slow)
     assert _bodies(_drain(client, t, "all", 1)) == ["kept"]
     time.sleep(0.5)
     assert admin.get_subscription_runtime_properties(t, "all").active_message_count == 0
