@@ -118,6 +118,9 @@ def test_cancel_on_the_topic_sender_is_all_or_none_and_cancelled_messages_never_
 def test_scheduled_messages_survive_a_router_restart(
     client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, t: str
 ) -> None:
+    """``ray.kill`` returns before the old process is gone: the cancel may be answered by it
+    (logged, then replayed by the new one) or by the new one; a try that fails while the
+    router restarts has an unknown outcome, so a later "not found" is also a success."""
     admin.create_subscription(t, "all")
     _entry, router = ray.get(client._aio._conn.registry.get_topic.remote(t))
     with client.get_topic_sender(t) as sender:
@@ -126,21 +129,23 @@ def test_scheduled_messages_survive_a_router_restart(
         )
         ray.kill(router, no_restart=False)
         deadline = time.monotonic() + 120  # a restart under heavy load took up to 54 s
-        while True:  # the restarted router answers from its log
+        while True:
             try:
                 sender.cancel_scheduled_messages(drop)
+                break
+            except MessageNotFoundError:  # an earlier try, outcome unknown, cancelled it
                 break
             except ServiceBusConnectionError:
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
-        with pytest.raises(MessageNotFoundError):
-            sender.cancel_scheduled_messages(drop)
-    assert _scheduled(admin, t) <= 1  # "kept" (it may be due already if the restart was slow)
+    # The kept one arrives once, at its time; the cancelled one never.
     assert _bodies(_drain(client, t, "all", 1)) == ["kept"]
     time.sleep(0.5)
     assert admin.get_subscription_runtime_properties(t, "all").active_message_count == 0
     assert _scheduled(admin, t) == 0
-    with client.get_topic_sender(t) as sender:  # the topic's numbers go on from the log
+    with client.get_topic_sender(t) as sender:  # the new router, from its log
+        with pytest.raises(MessageNotFoundError):
+            sender.cancel_scheduled_messages(drop)
         assert sender.schedule_messages(ServiceBusMessage("next"), _soon(60)) == [drop + 1]
 
 
