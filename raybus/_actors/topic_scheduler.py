@@ -138,16 +138,19 @@ class TopicScheduler:
         results = await asyncio.gather(
             *(self._publish([rec]) for rec in records), return_exceptions=True
         )
-        done = [s for s, r in zip(seqs, results, strict=True) if not isinstance(r, BaseException)]
-        failed = [s for s, r in zip(seqs, results, strict=True) if isinstance(r, BaseException)]
-        for r in results:
-            if isinstance(r, BaseException) and not isinstance(r, ServiceBusError):
-                _log.error("publishing a scheduled message of %s failed: %r", self._entity, r)
+        done: list[int] = []
+        failed: dict[int, BaseException] = {}
+        for seq, result in zip(seqs, results, strict=True):
+            if isinstance(result, BaseException):
+                failed[seq] = result
+            else:
+                done.append(seq)
         if failed:
-            first = next(r for r in results if isinstance(r, BaseException))
-            _log.info(
-                "%d scheduled message(s) of %s refused now: %r", len(failed), self._entity, first
-            )
+            # A refusal is the broker's answer (tried again); anything else is a bug.
+            bugs = [e for e in failed.values() if not isinstance(e, ServiceBusError)]
+            log = _log.error if bugs else _log.info
+            error = bugs[0] if bugs else next(iter(failed.values()))
+            log("%d scheduled message(s) of %s not published: %r", len(failed), self._entity, error)
             self.state.retry(failed, self._now() + RETRY_S)
         if done:
             _taken, change = self.state.remove(done)

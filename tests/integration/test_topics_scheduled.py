@@ -22,6 +22,7 @@ from raybus import ServiceBusMessage, aio
 from raybus.exceptions import (
     MessageNotFoundError,
     MessagingEntityDisabledError,
+    MessagingEntityNotFoundError,
     ServiceBusConnectionError,
 )
 from raybus.management import (
@@ -167,3 +168,18 @@ def test_a_topic_that_refuses_sends_schedules_nothing(
     with client.get_topic_sender(t) as sender, pytest.raises(MessagingEntityDisabledError):
         sender.schedule_messages(ServiceBusMessage("x"), _soon(60))
     assert _scheduled(admin, t) == 0
+
+
+def test_schedule_and_cancel_on_a_deleted_topic_raise_entity_not_found(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, t: str
+) -> None:
+    """The sender's route to the router is cached; the topic's deletion takes the router
+    (and its schedule) away: both calls name the missing entity, and the route is dropped."""
+    with client.get_topic_sender(t) as sender:
+        (seq,) = sender.schedule_messages(ServiceBusMessage("x"), _soon(60))
+        admin.delete_topic(t)
+        with pytest.raises(MessagingEntityNotFoundError):
+            sender.schedule_messages(ServiceBusMessage("y"), _soon(60))
+        assert client._aio._conn.cached_route(t) is None  # dropped: the next call asks again
+        with pytest.raises(MessagingEntityNotFoundError):
+            sender.cancel_scheduled_messages(seq)

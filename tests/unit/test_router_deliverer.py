@@ -92,6 +92,15 @@ async def no_replace(path: str, records: list[Any]) -> list[tuple[str, list[Any]
     raise AssertionError("nothing was refused")
 
 
+def by_key(records: list[Any]) -> list[tuple[str, list[Any]]]:
+    """Copies placed on the map after s0 gave k1's slot to s1: k0 on s0, k1 on s1."""
+    on = {"k0": "s0", "k1": "s1"}
+    out: dict[str, list[Any]] = {}
+    for r in records:
+        out.setdefault(on[r.partition_key], []).append(r)
+    return list(out.items())
+
+
 def publish(*names: str, ids: tuple[str, ...] = ("a", "b")) -> list[tuple[str, str, list[Any]]]:
     copies = [rec(i) for i in ids]
     return [(name, PATH, copies) for name in names]
@@ -171,11 +180,7 @@ def test_a_partition_that_gave_its_slot_away_gets_its_copies_placed_again(
     async def replace(path: str, records: list[Any]) -> list[tuple[str, list[Any]]]:
         assert path == PATH
         placed.append([r.message_id for r in records])
-        by = {"k0": "s0", "k1": "s1"}
-        out: dict[str, list[Any]] = {}
-        for r in records:
-            out.setdefault(by[r.partition_key], []).append(r)
-        return list(out.items())
+        return by_key(records)
 
     copies = [rec("x", partition_key="k0"), rec("y", partition_key="k1")]
     d = router(tmp_path, parts)
@@ -218,11 +223,7 @@ def test_a_logged_publish_whose_redo_cannot_be_logged_reports_an_unknown_outcome
     parts["s0"].core.owned = frozenset({slot_of("k0")})
 
     async def replace(path: str, records: list[Any]) -> list[tuple[str, list[Any]]]:
-        by = {"k0": "s0", "k1": "s1"}
-        out: dict[str, list[Any]] = {}
-        for r in records:
-            out.setdefault(by[r.partition_key], []).append(r)
-        return list(out.items())
+        return by_key(records)
 
     copies = [rec("x", partition_key="k0"), rec("y", partition_key="k1")]
     d = router(tmp_path, parts)
