@@ -89,6 +89,7 @@ class LockTokenSettlement:
         session: ServiceBusSession | None
         _conn: Connection
         _delete: bool
+        _transfer: bool
 
         async def _actor(self, partition: int = 0) -> tuple[str, Any, float]: ...
 
@@ -97,6 +98,8 @@ class LockTokenSettlement:
         ) -> Any: ...
 
         def _session_error(self, error: BaseException) -> BaseException: ...
+
+        def _no_transfer_locks(self) -> None: ...
 
         def _check_receivable(self, route: Any) -> None: ...
 
@@ -254,6 +257,7 @@ class LockTokenSettlement:
     async def _token_partition(self, sequence_number: Any) -> int:
         """The partition holding the lock (see the module docstring)."""
         seq = _check_sequence_number(sequence_number, self.entity_path)
+        self._no_transfer_locks()
         if self.session is not None:
             self.session.check_held()
             _sid, _token, pid = await self.session.ensure()

@@ -104,6 +104,7 @@ class Prefetch:
         self._refilling = threading.Condition()
         self._refills = 0  # settle_receive calls under way
         self._closing = False  # close() has started: no new refill
+        self._close_started = asyncio.Event()  # the same, for a receive waiting on it
         self._buffer_closed = False  # close() took the buffer: nothing more goes in
 
     def _buffer_more(
@@ -243,6 +244,7 @@ class Prefetch:
         with self._refilling:
             self._closing = True
             busy = self._refills > 0
+        self._close_started.set()
         if busy:  # a thread waits, so that a refill awaited on this loop can end meanwhile
             await asyncio.to_thread(self._wait_refills)
         with self._refilling:

@@ -33,6 +33,14 @@ back (deferred again): it asked for those messages, and ``[]`` would read as "no
 The close is seen through the prefetch buffer's state (``raybus.aio._prefetch``), and every
 message this receiver will not hand out goes back through one path (``_release``).
 
+The transfer dead-letter sub-queue (``ServiceBusSubQueue.TRANSFER_DEAD_LETTER``) is always
+empty in raybus, so a receiver of it asks no partition anything: in Service Bus it holds the
+messages a transfer could not deliver (send-via, forwarding), and raybus has no such transfer
+to fail. Its send-via is one transaction, which a refusing destination refuses whole, and a
+forward that cannot be delivered dead-letters at the source, as auto-forwarding does. Its
+receive waits as on an empty queue (``max_wait_time``, forever when None, until ``close()``),
+peek returns ``[]``, and deferred receives, settlements and renewals find nothing.
+
 The receiver is put together from mixins, each a part with a rule of its own: ``Settlement``
 (settling message objects), ``LockTokenSettlement`` (by lock token), ``Prefetch`` (the buffer,
 its refill by ``complete_messages``, and how ``close()`` waits for a refill under way, which
@@ -75,7 +83,7 @@ from ._session import ServiceBusSession, check_session_id
 from ._settlement import Settlement
 from ._transaction import ServiceBusTransaction
 
-__all__ = ["ServiceBusReceiver", "release_ops"]
+__all__ = ["ServiceBusReceiver"]
 
 # A receive with no max_wait_time waits in slices of this length, so a deleted queue or a
 # closed receiver is noticed.
@@ -98,7 +106,7 @@ def lock_token_of(message: Any) -> str:
     return message._record.lock_token or ""
 
 
-def release_ops(records: Iterable[MessageRecord]) -> dict[int, list[tuple[Any, ...]]]:
+def _release_ops(records: Iterable[MessageRecord]) -> dict[int, list[tuple[Any, ...]]]:
     """The settle ops that give back the locks of ``records``, by partition (the top 16 bits
     of a sequence number): for close() and for a receive that must raise instead."""
     by_partition: dict[int, list[tuple[Any, ...]]] = {}
@@ -167,15 +175,10 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             self.sub_queue = None if sub_queue is None else ServiceBusSubQueue(sub_queue)
         except ValueError:
             raise InvalidArgumentError(
-                f"sub_queue {sub_queue!r} is not DEAD_LETTER", queue_name, "sub_queue"
-            ) from None
-        if self.sub_queue is ServiceBusSubQueue.TRANSFER_DEAD_LETTER:
-            raise InvalidArgumentError(
-                "the transfer dead-letter sub-queue needs auto-forwarding, which raybus does "
-                "not have yet",
+                f"sub_queue {sub_queue!r} is not DEAD_LETTER or TRANSFER_DEAD_LETTER",
                 queue_name,
                 "sub_queue",
-            )
+            ) from None
         self.session: ServiceBusSession | None = None
         if session_id is not None:
             if self.sub_queue is not None:
@@ -188,6 +191,8 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         self.max_wait_time = _check_wait(max_wait_time, "max_wait_time", queue_name)
         self.prefetch_count = _check_non_negative(prefetch_count, "prefetch_count", queue_name)
         self._dead_letter = self.sub_queue is ServiceBusSubQueue.DEAD_LETTER
+        # Always empty (see the module docstring): no partition is asked.
+        self._transfer = self.sub_queue is ServiceBusSubQueue.TRANSFER_DEAD_LETTER
         self._delete = self.receive_mode is ServiceBusReceiveMode.RECEIVE_AND_DELETE
         self._init_prefetch()
         self._init_reads()
@@ -305,6 +310,9 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         """Receive up to ``fetch`` messages from the broker (waiting until ``deadline``)."""
         route = await self._conn.route(self.entity_path)
         self._check_receivable(route)
+        if self._transfer:
+            await self._wait_for_close(deadline)
+            return []
         forwards = (
             route.properties.forward_dead_lettered_messages_to
             if self._dead_letter
@@ -336,6 +344,14 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         result: list[WireRecord] = rows
         return result
 
+    async def _wait_for_close(self, deadline: float | None) -> None:
+        """Wait until ``deadline`` (forever when None) or until close() starts."""
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            await asyncio.wait_for(self._close_started.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+
     async def _receive_from(self, pid: int, count: int, wait_s: float) -> list[WireRecord]:
         return await self._receive_call(self._receive_args(count, None, None, wait_s=wait_s), pid)
 
@@ -364,7 +380,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         buffer on close, a receive's messages when it must raise or return none). Works
         during and after close(). A release the broker refuses or does not get is let go:
         those locks end when they expire, as a vanished receiver's do."""
-        by_partition = release_ops(records)
+        by_partition = _release_ops(records)
         if not by_partition:
             return
         try:
@@ -470,7 +486,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
 
     def direct_ok(self, route: Route | None) -> bool:
         """Whether the sync API may call the (single) partition from its own thread."""
-        return route is not None and route.single and self.session is None
+        return route is not None and route.single and self.session is None and not self._transfer
 
     def __aiter__(self) -> AsyncIterator[ServiceBusReceivedMessage]:
         return self._iterate()

@@ -47,6 +47,7 @@ class SequenceReads:
         _conn: Connection
         _delete: bool
         _dead_letter: bool
+        _transfer: bool
         _closing: bool
 
         async def _settle_pending(self) -> None: ...
@@ -84,6 +85,8 @@ class SequenceReads:
         _check_non_negative(sequence_number, "sequence_number", self.entity_path)
         route = await self._conn.route(self.entity_path)
         self._check_receivable(route)
+        if self._transfer:  # always empty (raybus.aio._receiver)
+            return []
         if self.session is not None:
             session_id, _token, pid = await self.session.ensure()
             start = sequence_number or self._peek_cursors.get(pid, 0)
@@ -114,6 +117,14 @@ class SequenceReads:
         seqs = check_sequence_numbers(sequence_numbers, self.entity_path)
         if not seqs:
             return []
+        if self._transfer:  # always empty (raybus.aio._receiver)
+            self._check_receivable(await self._conn.route(self.entity_path))
+            raise MessageNotFoundError(
+                f"no deferred message has sequence number(s) {seqs}: the transfer dead-letter "
+                "sub-queue holds none",
+                self.entity_path,
+                seqs,
+            )
         kind = "deleted" if self._delete else "locked"
         if self.session is not None:
             _sid, _token, pid = await self.session.ensure()

@@ -35,6 +35,7 @@ class Settlement:
         session: ServiceBusSession | None
         _conn: Connection
         _delete: bool
+        _transfer: bool
         _closed: bool
         _pending: set[asyncio.Future[SettleResults]]
         _answers: threading.Condition
@@ -63,6 +64,15 @@ class Settlement:
                 failures,
             )
 
+    def _no_transfer_locks(self) -> None:
+        """A receiver of the transfer dead-letter sub-queue holds no locks: it never has a
+        message (``raybus.aio._receiver``), and one received elsewhere is not its to settle."""
+        if self._transfer:
+            raise MessageLockLostError(
+                "the transfer dead-letter sub-queue holds no messages, so no locks",
+                self.entity_path,
+            )
+
     def _settle_op(self, message: ServiceBusReceivedMessage, op: SettleOp) -> SettleOp:
         if not isinstance(message, ServiceBusReceivedMessage):
             raise InvalidArgumentError(
@@ -84,6 +94,7 @@ class Settlement:
             )
         if message._settled:
             raise MessageAlreadySettled()
+        self._no_transfer_locks()
         if op.properties is not None:
             check_application_properties(op.properties)
         for value, name in ((op.reason, "reason"), (op.description, "error_description")):

@@ -1,7 +1,8 @@
 """The Service Bus REST runtime API on top of the raybus asyncio client.
 
 Routes (``{entity}`` is a queue or topic; ``{source}`` is a queue, ``{topic}/subscriptions/{sub}``,
-or either followed by ``/$DeadLetterQueue``):
+or either followed by ``/$DeadLetterQueue`` or ``/$Transfer/$DeadLetterQueue``, the transfer
+dead-letter sub-queue, which is always empty: ``raybus.aio._receiver``):
 
 =========================================================  ====================================
 ``POST {entity}/messages``                                 send one message, or a JSON batch
@@ -80,7 +81,7 @@ class RuntimeRoute:
     action: str  # send | peek_lock | receive_delete | complete | unlock | renew
     entity: str  # the queue or topic
     subscription: str | None = None
-    dead_letter: bool = False
+    sub_queue: ServiceBusSubQueue | None = None
     sequence_number: int | None = None  # None: the URL named a message id
     lock_token: str | None = None
 
@@ -89,18 +90,22 @@ _SETTLE_ACTIONS = {"DELETE": "complete", "PUT": "unlock", "POST": "renew"}
 _HEAD_ACTIONS = {"POST": "peek_lock", "DELETE": "receive_delete"}
 
 
-def _source(prefix: list[str]) -> tuple[str, str | None, bool]:
-    """(entity, subscription, dead letter) of the segments before ``messages``."""
-    dead_letter = bool(prefix) and prefix[-1].lower() == "$deadletterqueue"
-    if dead_letter:
+def _source(prefix: list[str]) -> tuple[str, str | None, ServiceBusSubQueue | None]:
+    """(entity, subscription, sub-queue) of the segments before ``messages``."""
+    sub_queue = None
+    if prefix and prefix[-1].lower() == "$deadletterqueue":
         prefix = prefix[:-1]
+        sub_queue = ServiceBusSubQueue.DEAD_LETTER
+        if prefix and prefix[-1].lower() == "$transfer":
+            prefix = prefix[:-1]
+            sub_queue = ServiceBusSubQueue.TRANSFER_DEAD_LETTER
     subscription = None
     if len(prefix) >= 3 and prefix[-2].lower() == "subscriptions":
         subscription = prefix[-1]
         prefix = prefix[:-2]
     if not prefix:
         raise HttpError(400, "the path names no queue or topic")
-    return "/".join(prefix), subscription, dead_letter
+    return "/".join(prefix), subscription, sub_queue
 
 
 def match_runtime(method: str, path: str) -> RuntimeRoute | None:
@@ -117,18 +122,18 @@ def match_runtime(method: str, path: str) -> RuntimeRoute | None:
         prefix, tail = segments[:-3], segments[-2:]
     else:
         return None
-    entity, subscription, dead_letter = _source(prefix)
+    entity, subscription, sub_queue = _source(prefix)
     method = method.upper()
     if not tail:
         if method != "POST":
             raise HttpError(405, f"{method} is not allowed on .../messages: POST sends")
-        if subscription is not None or dead_letter:
+        if subscription is not None or sub_queue is not None:
             raise HttpError(400, "send to a queue or topic, not to a subscription or sub-queue")
         return RuntimeRoute("send", entity)
     if tail == ["head"]:
         if method not in _HEAD_ACTIONS:
             raise HttpError(405, f"{method} is not allowed on .../messages/head")
-        return RuntimeRoute(_HEAD_ACTIONS[method], entity, subscription, dead_letter)
+        return RuntimeRoute(_HEAD_ACTIONS[method], entity, subscription, sub_queue)
     if method not in _SETTLE_ACTIONS:
         raise HttpError(405, f"{method} is not allowed on a locked message")
     ref, token = tail
@@ -137,7 +142,7 @@ def match_runtime(method: str, path: str) -> RuntimeRoute | None:
     seq: int | None = None
     if ref.isdigit() and int(ref) <= _MAX_SEQUENCE:
         seq = int(ref)
-    return RuntimeRoute(_SETTLE_ACTIONS[method], entity, subscription, dead_letter, seq, token)
+    return RuntimeRoute(_SETTLE_ACTIONS[method], entity, subscription, sub_queue, seq, token)
 
 
 def receive_timeout(query: Mapping[str, str], cap_s: float) -> float:
@@ -208,7 +213,7 @@ def _receiver(
     client: ServiceBusClient, route: RuntimeRoute, *, delete: bool = False
 ) -> ServiceBusReceiver:
     mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE if delete else ServiceBusReceiveMode.PEEK_LOCK
-    sub_queue = ServiceBusSubQueue.DEAD_LETTER if route.dead_letter else None
+    sub_queue = route.sub_queue
     if route.subscription is not None:
         return client.get_subscription_receiver(
             route.entity, route.subscription, receive_mode=mode, sub_queue=sub_queue
@@ -220,7 +225,9 @@ def _location(base_url: str, route: RuntimeRoute, msg: ServiceBusReceivedMessage
     parts = [route.entity]
     if route.subscription is not None:
         parts += ["subscriptions", route.subscription]
-    if route.dead_letter:
+    if route.sub_queue is ServiceBusSubQueue.TRANSFER_DEAD_LETTER:
+        parts.append("$Transfer")
+    if route.sub_queue is not None:
         parts.append("$DeadLetterQueue")
     path = "/".join(urllib.parse.quote(p, safe="/$") for p in parts)
     return f"{base_url}/{path}/messages/{msg.sequence_number}/{msg.lock_token}"

@@ -194,6 +194,19 @@ def test_dead_letter_with_reason_then_receive_from_the_dead_letter_queue(
         dlq.complete_message(dead)
 
 
+def test_the_transfer_dead_letter_queue_is_there_and_empty(
+    sdk: SdkClient, pooled_queue: str, client: raybus.ServiceBusClient
+) -> None:
+    with sdk.get_queue_sender(pooled_queue) as sender:
+        sender.send_messages(ServiceBusMessage("stays"))
+    with sdk.get_queue_receiver(
+        pooled_queue, sub_queue=ServiceBusSubQueue.TRANSFER_DEAD_LETTER, max_wait_time=1
+    ) as tdlq:
+        assert tdlq.receive_messages(max_wait_time=1) == []
+        assert tdlq.peek_messages(max_message_count=5) == []
+    assert [str(m) for m in _drain_native(client, pooled_queue)] == ["stays"]
+
+
 def test_max_delivery_count_moves_the_message_to_the_dead_letter_queue(
     sdk: SdkClient, admin: ServiceBusAdministrationClient
 ) -> None:

@@ -135,6 +135,14 @@ def test_a_disabled_destination_dead_letters_at_the_source(
     with client.get_queue_sender(src) as sender:
         sender.send_messages(ServiceBusMessage("x"))
     _until(lambda: admin.get_queue_runtime_properties(src).dead_letter_message_count == 1)
+    # Not in the transfer dead-letter sub-queue (raybus never moves one there), whose receiver
+    # a forwarding source allows, as Service Bus does.
+    assert admin.get_queue_runtime_properties(src).transfer_dead_letter_message_count == 0
+    with client.get_queue_receiver(src, sub_queue="transferdeadletter") as tdlq:
+        started = time.monotonic()
+        assert tdlq.receive_messages(max_message_count=10, max_wait_time=0.5) == []
+        assert time.monotonic() - started >= 0.45  # waited as on an empty queue
+        assert tdlq.peek_messages(10) == []
     (dead,) = _drain(client, src, 1, sub_queue="deadletter")
     assert dead.dead_letter_reason == "MessagingEntityDisabledError"
 

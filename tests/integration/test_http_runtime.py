@@ -458,6 +458,21 @@ def test_dead_letter_queue_is_reachable(http: httpx.Client, client: object, queu
     assert http.delete(resp.headers["Location"]).status_code == 200
 
 
+def test_the_transfer_dead_letter_queue_is_reachable_and_empty(
+    http: httpx.Client, client: object, queue: str
+) -> None:
+    assert http.post(f"/{queue}/messages", content=b"stays").status_code == 201
+    tdlq = f"/{queue}/$Transfer/$DeadLetterQueue/messages"
+    assert http.post(f"{tdlq}/head", params={"timeout": 1}).status_code == 204
+    assert http.delete(f"{tdlq}/head", params={"timeout": 1}).status_code == 204
+    # Nothing of the queue's own goes through it: its message is still there, unlocked.
+    resp = http.post(f"/{queue}/messages/head", params={"timeout": 5})
+    assert resp.status_code == 201 and resp.content == b"stays"
+    seq_token = resp.headers["Location"].split("/messages/")[1]
+    assert http.delete(f"{tdlq}/{seq_token}").status_code == 410  # not its lock
+    assert http.delete(resp.headers["Location"]).status_code == 200
+
+
 # ------------------------------------------------------------------ errors
 
 

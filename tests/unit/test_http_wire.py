@@ -13,6 +13,7 @@ import pytest
 from raybus._client_cache import ClientCache
 from raybus._core.record import MessageRecord
 from raybus.auth import SasTokenCredential, generate_sas_token
+from raybus.enums import ServiceBusSubQueue
 from raybus.exceptions import (
     InvalidArgumentError,
     MessageLockLostError,
@@ -48,6 +49,10 @@ from raybus.message import ServiceBusReceivedMessage
 # ------------------------------------------------------------------ routes
 
 
+DLQ = ServiceBusSubQueue.DEAD_LETTER
+TDLQ = ServiceBusSubQueue.TRANSFER_DEAD_LETTER
+
+
 @pytest.mark.parametrize(
     ("method", "path", "expected"),
     [
@@ -64,21 +69,31 @@ from raybus.message import ServiceBusReceivedMessage
         (
             "DELETE",
             "/t/Subscriptions/s/$DeadLetterQueue/messages/head",
-            RuntimeRoute("receive_delete", "t", "s", True),
+            RuntimeRoute("receive_delete", "t", "s", DLQ),
         ),
         (
             "POST",
             "/orders/%24DeadLetterQueue/messages/head",
-            RuntimeRoute("peek_lock", "orders", None, True),
+            RuntimeRoute("peek_lock", "orders", None, DLQ),
         ),
-        ("DELETE", "/q/messages/42/tok", RuntimeRoute("complete", "q", None, False, 42, "tok")),
-        ("PUT", "/q/messages/42/tok", RuntimeRoute("unlock", "q", None, False, 42, "tok")),
-        ("POST", "/q/messages/42/tok", RuntimeRoute("renew", "q", None, False, 42, "tok")),
-        ("PUT", "/q/messages/msg-id/tok", RuntimeRoute("unlock", "q", None, False, None, "tok")),
+        (
+            "POST",
+            "/orders/$Transfer/$DeadLetterQueue/messages/head",
+            RuntimeRoute("peek_lock", "orders", None, TDLQ),
+        ),
+        (
+            "DELETE",
+            "/t/subscriptions/s/$transfer/$deadletterqueue/messages/9/tok",
+            RuntimeRoute("complete", "t", "s", TDLQ, 9, "tok"),
+        ),
+        ("DELETE", "/q/messages/42/tok", RuntimeRoute("complete", "q", None, None, 42, "tok")),
+        ("PUT", "/q/messages/42/tok", RuntimeRoute("unlock", "q", None, None, 42, "tok")),
+        ("POST", "/q/messages/42/tok", RuntimeRoute("renew", "q", None, None, 42, "tok")),
+        ("PUT", "/q/messages/msg-id/tok", RuntimeRoute("unlock", "q", None, None, None, "tok")),
         (
             "DELETE",
             "/t/subscriptions/s/messages/7/a%2Fb",
-            RuntimeRoute("complete", "t", "s", False, 7, "a/b"),
+            RuntimeRoute("complete", "t", "s", None, 7, "a/b"),
         ),
     ],
 )
