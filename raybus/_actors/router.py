@@ -161,8 +161,7 @@ class RouterActor(Guarded):
         stores nothing."""
         (group,) = join_groups(layout, pieces)
         records = from_wire(group)
-        await self._ensure_configured()
-        self._check(records)
+        await self._admit(records)
         return await self._scheduler.schedule(records)
 
     @guarded(AccessRights.SEND)
@@ -173,9 +172,14 @@ class RouterActor(Guarded):
 
     async def _publish_due(self, records: list[Any]) -> None:
         """A scheduled message whose time has come: published as a publish call is."""
+        await self._admit(records)
+        await self._combiner.submit(records)
+
+    async def _admit(self, records: Sequence[Any]) -> None:
+        """The topic's checks on one group (``_check``), with the configuration a restarted
+        router fetches first; raises the refusal."""
         await self._ensure_configured()
         self._check(records)
-        await self._combiner.submit(records)
 
     def _check(self, records: Sequence[Any]) -> None:
         props = self._props

@@ -9,11 +9,16 @@ every change it returns is logged by the router before the caller is answered.
 
 * ``add`` numbers the messages from the topic's own counter (numbers never repeat, across
   restarts too: the counter is in the log and in every checkpoint);
-* ``cancel`` drops them, all or none; a message whose time has come and whose publish is under
-  way (``firing``) can no longer be cancelled, as a Service Bus message already enqueued;
-* ``due`` names the messages whose time has come, earliest first, and ``drop`` removes them once
-  published. A publish that was refused (a full subscription, a disabled topic) is tried again
-  later (``retry``); the message stays scheduled and counted meanwhile.
+* ``missing`` names those a cancel cannot take, and ``remove`` takes them out (a cancel, all or
+  none, checks ``missing`` first); a message whose time has come and whose publish is under way
+  (``firing``) can no longer be cancelled, as a Service Bus message already enqueued;
+* ``due`` names the messages whose time has come, earliest first, and ``remove`` takes them out
+  once published. A publish that was refused (a full subscription, a disabled topic) is tried
+  again later (``retry``); the message stays scheduled and counted meanwhile.
+
+``due`` and ``next_due`` read a heap of (due time, number), not every entry: the timer asks
+them each time it wakes, which every ``schedule_messages`` call does. Entries removed or
+moved (``retry``) leave their old heap items behind, skipped when they come up.
 
 Deviations (README, Differences): ``send_messages`` of a message whose
 ``scheduled_enqueue_time_utc`` is set, and schedules inside a transaction, still fan out at
@@ -25,6 +30,7 @@ it is scheduled.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +45,8 @@ class TopicSchedule:
     next_seq: int = 1
     entries: dict[int, tuple[float, Any]] = field(default_factory=dict)
     firing: set[int] = field(default_factory=set)
+    # (due, seq) of the entries, with stale items (see the module docstring).
+    _queue: list[tuple[float, int]] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def replayed(cls, changes: Iterable[tuple[Any, ...]]) -> TopicSchedule:
@@ -55,6 +63,8 @@ class TopicSchedule:
             elif kind == "drop":
                 for seq in change[1]:
                     state.entries.pop(seq, None)
+        state._queue = [(due, seq) for seq, (due, _row) in state.entries.items()]
+        heapq.heapify(state._queue)
         return state
 
     def snapshot(self) -> list[Any]:
@@ -70,6 +80,7 @@ class TopicSchedule:
         added = list(zip(seqs, dues, rows, strict=True))
         for seq, due, row in added:
             self.entries[seq] = (due, row)
+            heapq.heappush(self._queue, (due, seq))
         return seqs, ("sched", added)
 
     def missing(self, seqs: Iterable[int]) -> list[int]:
@@ -86,17 +97,19 @@ class TopicSchedule:
 
     def restore(self, taken: dict[int, tuple[float, Any]]) -> None:
         self.entries.update(taken)
+        # Their heap items may have been dropped as stale meanwhile (the timer ran while the
+        # change was being logged): push them again; a duplicate is skipped when it comes up.
+        for seq, (due, _row) in taken.items():
+            heapq.heappush(self._queue, (due, seq))
 
     def due(self, now: float, limit: int) -> list[int]:
         """Up to ``limit`` messages whose time has come and that are not being published,
         earliest first; they are marked ``firing`` until ``remove`` or ``retry``."""
-        ready = sorted(
-            (due, seq)
-            for seq, (due, _row) in self.entries.items()
-            if due <= now and seq not in self.firing
-        )
-        seqs = [seq for _due, seq in ready[:limit]]
-        self.firing.update(seqs)
+        seqs: list[int] = []
+        while len(seqs) < limit and self._next() is not None and self._queue[0][0] <= now:
+            _due, seq = heapq.heappop(self._queue)
+            seqs.append(seq)
+            self.firing.add(seq)
         return seqs
 
     def retry(self, seqs: Iterable[int], at: float) -> None:
@@ -105,14 +118,24 @@ class TopicSchedule:
         for seq in seqs:
             if seq in self.entries:
                 self.entries[seq] = (at, self.entries[seq][1])
+                heapq.heappush(self._queue, (at, seq))
             self.firing.discard(seq)
 
     def next_due(self) -> float | None:
         """When the next message not being published is due (None: nothing scheduled)."""
-        return min(
-            (due for seq, (due, _row) in self.entries.items() if seq not in self.firing),
-            default=None,
-        )
+        return self._next()
+
+    def _next(self) -> float | None:
+        """The due time at the top of the heap once stale items are dropped from it: those
+        of entries removed, moved by ``retry`` or being published."""
+        queue = self._queue
+        while queue:
+            due, seq = queue[0]
+            entry = self.entries.get(seq)
+            if entry is not None and entry[0] == due and seq not in self.firing:
+                return due
+            heapq.heappop(queue)
+        return None
 
     def rows(self, seqs: Iterable[int]) -> list[Any]:
         return [self.entries[s][1] for s in seqs]

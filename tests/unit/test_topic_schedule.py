@@ -181,3 +181,50 @@ def test_replaying_the_changes_or_the_checkpoint_gives_the_same_schedule(
     for replayed in (TopicSchedule.replayed(changes), TopicSchedule.replayed(live.snapshot())):
         assert replayed.entries == live.entries
         assert replayed.next_seq == live.next_seq
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), st.integers(1, 3), st.integers(0, 20)),
+            st.tuples(st.just("cancel"), st.integers(1, 12)),
+            st.tuples(st.just("cancel_unlogged"), st.integers(1, 12)),
+            st.tuples(st.just("due"), st.integers(0, 25), st.integers(1, 4)),
+            st.tuples(st.just("publish"), st.booleans(), st.integers(0, 25)),
+        ),
+        max_size=40,
+    )
+)
+def test_due_and_next_due_are_those_of_a_scan_of_every_entry(ops: list[tuple[Any, ...]]) -> None:
+    """The heap behind ``due`` and ``next_due`` answers as a scan of every entry would, through
+    cancels (logged or undone), refusals moved later and publishes."""
+    state = TopicSchedule()
+
+    def scanned(now: float) -> list[int]:
+        ready = [(d, s) for s, (d, _r) in state.entries.items() if d <= now]
+        return [s for _d, s in sorted(ready) if s not in state.firing]
+
+    def next_scanned() -> float | None:
+        waiting = [d for s, (d, _r) in state.entries.items() if s not in state.firing]
+        return min(waiting, default=None)
+
+    for op in ops:
+        if op[0] == "add":
+            rows = to_wire([rec(f"m{state.next_seq + i}") for i in range(op[1])])
+            state.add(rows, [float(op[2])] * op[1])
+        elif op[0] in ("cancel", "cancel_unlogged"):
+            if not state.missing([op[1]]):
+                taken, _change = state.remove([op[1]])
+                if op[0] == "cancel_unlogged":  # the log write failed: put back
+                    state.restore(taken)
+        elif op[0] == "due":
+            expected = scanned(op[1])[: op[2]]
+            assert state.due(op[1], op[2]) == expected
+        elif state.firing:  # publish the earliest firing one, or refuse it (tried later)
+            seq = min(state.firing)
+            if op[1]:
+                state.remove([seq])
+            else:
+                state.retry([seq], float(op[2]))
+        assert state.next_due() == next_scanned()
