@@ -8,7 +8,6 @@ namespace per module (``--namespace``) and use their own queues.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import error_line, json_lines, own_lines
 from typer.testing import CliRunner, Result
 
 from raybus.cli import app
@@ -59,19 +59,9 @@ def _name() -> str:
     return f"cli-{uuid.uuid4().hex[:8]}"
 
 
-def _lines(result: Result) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
-
-
-def _error(result: Result, cls: str) -> str:
-    [line] = result.stderr.strip().splitlines()
-    assert line.startswith(f"error: {cls}: "), line
-    return line
-
-
 def test_queue_create_show_update_list_delete(cli: Any) -> None:
     q = _name()
-    created = _lines(
+    created = json_lines(
         cli(
             "queue",
             "create",
@@ -104,11 +94,11 @@ def test_queue_create_show_update_list_delete(cli: Any) -> None:
     assert created["dead_lettering_on_message_expiration"] is True
     assert created["auto_delete_on_idle"] is None  # never
 
-    shown = _lines(cli("queue", "show", q, "--json"))[0]
+    shown = json_lines(cli("queue", "show", q, "--json"))[0]
     assert shown["runtime"]["active_message_count"] == 0
     assert shown["runtime"]["partition_count"] == 2
 
-    updated = _lines(
+    updated = json_lines(
         cli(
             "queue",
             "update",
@@ -123,43 +113,45 @@ def test_queue_create_show_update_list_delete(cli: Any) -> None:
     assert updated["max_delivery_count"] == 5 and updated["status"] == "ReceiveDisabled"
     assert updated["lock_duration"] == 90.0  # unchanged
 
-    listed = {row["name"] for row in _lines(cli("queue", "list", "--json"))}
+    listed = {row["name"] for row in json_lines(cli("queue", "list", "--json"))}
     assert q in listed
     assert q in cli("queue", "list").stdout  # the table
     assert "max_delivery_count" in cli("queue", "show", q).stdout
 
     cli("queue", "delete", q)
-    _error(cli("queue", "show", q, code=3), "MessagingEntityNotFoundError")
+    error_line(cli("queue", "show", q, code=3), "MessagingEntityNotFoundError")
 
 
 def test_exit_codes_one_error_line_each(cli: Any) -> None:
     q = _name()
     cli("queue", "create", q)
     # 1: a broker error
-    _error(cli("queue", "create", q, code=1), "MessagingEntityAlreadyExistsError")
+    error_line(cli("queue", "create", q, code=1), "MessagingEntityAlreadyExistsError")
     # 2: bad values, from the command line or from the broker
-    _error(
+    error_line(
         cli("queue", "create", _name(), "--lock-duration", "10m", code=2), "InvalidArgumentError"
     )
     assert "not a duration" in cli("queue", "create", _name(), "--ttl", "soon", code=2).stderr
-    line = _error(cli("queue", "update", q, "--sessions", code=2), "InvalidArgumentError")
+    line = error_line(cli("queue", "update", q, "--sessions", code=2), "InvalidArgumentError")
     assert "requires_session" in line
-    _error(cli("queue", "create", "bad name!", code=2), "InvalidArgumentError")
+    error_line(cli("queue", "create", "bad name!", code=2), "InvalidArgumentError")
     cli("receive", q, "--mode", "receiveanddelete", "--complete", code=2)
     cli("send", q, "x", "--property", "novalue", code=2)
     cli("queue", "frobnicate", code=2)
-    line = _error(
+    line = error_line(
         cli("rule", "create", "t", "s", "r", "--sql", "a = = 1", code=2), "FilterSyntaxError"
     )
     assert "position 4" in line
     # 3: not found
-    _error(cli("send", _name(), "x", code=3), "MessagingEntityNotFoundError")
-    _error(cli("receive", _name(), "--wait", "0.2", code=3), "MessagingEntityNotFoundError")
-    _error(cli("dlq", "purge", _name(), code=3), "MessagingEntityNotFoundError")
+    error_line(cli("send", _name(), "x", code=3), "MessagingEntityNotFoundError")
+    error_line(cli("receive", _name(), "--wait", "0.2", code=3), "MessagingEntityNotFoundError")
+    error_line(cli("dlq", "purge", _name(), code=3), "MessagingEntityNotFoundError")
     # 4: a timeout (no session arrives within --wait)
     sq = _name()
     cli("queue", "create", sq, "--sessions")
-    _error(cli("receive", sq, "--next-session", "--wait", "0.5", code=4), "OperationTimeoutError")
+    error_line(
+        cli("receive", sq, "--next-session", "--wait", "0.5", code=4), "OperationTimeoutError"
+    )
 
 
 def test_send_arguments_then_receive_json_lines_and_complete(
@@ -189,7 +181,7 @@ def test_send_arguments_then_receive_json_lines_and_complete(
         "c1",
     )
     assert "sent 3 messages" in sent.stderr
-    rows = _lines(cli("receive", q, "--count", "3", "--wait", "5", "--complete"))
+    rows = json_lines(cli("receive", q, "--count", "3", "--wait", "5", "--complete"))
     assert [r["body"] for r in rows] == ["first", "second", "third"]
     assert [r["message_id"] for r in rows] == ["m-0", "m-1", "m-2"]
     for r in rows:
@@ -213,15 +205,15 @@ def test_send_reads_stdin_lines_peek_leaves_them_receive_and_delete_takes_them(
     cli("queue", "create", q, "--partitions", "2")
     sent = cli("send", q, "--partition-key", "k", input="alpha\nbeta\n\ngamma\n")
     assert "sent 3 messages" in sent.stderr  # the empty line is skipped
-    peeked = _lines(cli("peek", q, "--count", "10"))
+    peeked = json_lines(cli("peek", q, "--count", "10"))
     assert [p["body"] for p in peeked] == ["alpha", "beta", "gamma"]
     assert all(p["lock_token"] is None and p["state"] == "active" for p in peeked)
     assert all(p["partition_key"] == "k" for p in peeked)
-    assert len(_lines(cli("peek", q, "--count", "2"))) == 2
+    assert len(json_lines(cli("peek", q, "--count", "2"))) == 2
     first = peeked[0]["sequence_number"]
-    later = _lines(cli("peek", q, "--count", "10", "--from-sequence", str(first + 1)))
+    later = json_lines(cli("peek", q, "--count", "10", "--from-sequence", str(first + 1)))
     assert [p["body"] for p in later] == ["beta", "gamma"]
-    taken = _lines(cli("receive", q, "--count", "3", "--mode", "receiveanddelete"))
+    taken = json_lines(cli("receive", q, "--count", "3", "--mode", "receiveanddelete"))
     assert sorted(t["body"] for t in taken) == ["alpha", "beta", "gamma"]
     assert all(t["lock_token"] is None for t in taken)
     assert admin.get_queue_runtime_properties(q).active_message_count == 0
@@ -231,11 +223,11 @@ def test_receive_abandon_redelivers_with_higher_delivery_count(cli: Any) -> None
     q = _name()
     cli("queue", "create", q)
     cli("send", q, "again")
-    [first] = _lines(cli("receive", q, "--abandon", "--wait", "5"))
-    [second] = _lines(cli("receive", q, "--complete", "--wait", "5"))
+    [first] = json_lines(cli("receive", q, "--abandon", "--wait", "5"))
+    [second] = json_lines(cli("receive", q, "--complete", "--wait", "5"))
     assert first["delivery_count"] == 0 and second["delivery_count"] == 1
-    assert cli("receive", q, "--wait", "0.2").stdout == ""  # empty: no line, exit 0
-    assert cli("receive", q, "--wait", "0").stdout == ""
+    assert own_lines(cli("receive", q, "--wait", "0.2").stdout) == []  # no line, exit 0
+    assert own_lines(cli("receive", q, "--wait", "0").stdout) == []
 
 
 def test_session_messages_by_session_id(cli: Any) -> None:
@@ -243,9 +235,9 @@ def test_session_messages_by_session_id(cli: Any) -> None:
     cli("queue", "create", q, "--sessions")
     cli("send", q, "s-a", "--session-id", "a")
     cli("send", q, "s-b", "--session-id", "b")
-    [row] = _lines(cli("receive", q, "--session-id", "b", "--complete", "--wait", "5"))
+    [row] = json_lines(cli("receive", q, "--session-id", "b", "--complete", "--wait", "5"))
     assert row["body"] == "s-b" and row["session_id"] == "b"
-    [row] = _lines(cli("receive", q, "--next-session", "--complete", "--wait", "5"))
+    [row] = json_lines(cli("receive", q, "--next-session", "--complete", "--wait", "5"))
     assert row["session_id"] == "a"
 
 
@@ -254,8 +246,8 @@ def test_dlq_list_resubmit_purge(cli: Any, admin: ServiceBusAdministrationClient
     cli("queue", "create", q, "--max-delivery-count", "1")
     cli("send", q, "d0", "d1", "d2", "d3", "--message-id", "dl-{n}", "-p", "tag=x")
     # With max delivery count 1, an abandoned message is dead-lettered at once.
-    assert len(_lines(cli("receive", q, "--count", "4", "--abandon", "--wait", "5"))) == 4
-    dead = _lines(cli("dlq", "list", q))
+    assert len(json_lines(cli("receive", q, "--count", "4", "--abandon", "--wait", "5"))) == 4
+    dead = json_lines(cli("dlq", "list", q))
     assert sorted(d["body"] for d in dead) == ["d0", "d1", "d2", "d3"]
     assert all(d["dead_letter_reason"] == "MaxDeliveryCountExceeded" for d in dead)
     assert all(d["lock_token"] is None for d in dead)
@@ -264,7 +256,7 @@ def test_dlq_list_resubmit_purge(cli: Any, admin: ServiceBusAdministrationClient
     assert "resubmitted 3 messages" in out.stderr
     counts = admin.get_queue_runtime_properties(q)
     assert (counts.active_message_count, counts.dead_letter_message_count) == (3, 1)
-    back = _lines(cli("peek", q, "--count", "10"))
+    back = json_lines(cli("peek", q, "--count", "10"))
     assert {b["message_id"] for b in back} <= {"dl-0", "dl-1", "dl-2", "dl-3"}
     assert all(b["application_properties"] == {"tag": "x"} for b in back)
     assert all(b["delivery_count"] == 0 and b["dead_letter_reason"] is None for b in back)
@@ -280,9 +272,9 @@ def test_stats_once_table_and_json(cli: Any) -> None:
     cli("queue", "create", q, "--partitions", "2")
     cli("send", q, "1", "2", "3", "4", "5")
     cli("send", q, "later", "--delay", "1h")
-    [scheduled] = [p for p in _lines(cli("peek", q, "--count", "10")) if p["body"] == "later"]
+    [scheduled] = [p for p in json_lines(cli("peek", q, "--count", "10")) if p["body"] == "later"]
     assert scheduled["state"] == "scheduled" and scheduled["scheduled_enqueue_time_utc"]
-    rows = _lines(cli("stats", q, "--once", "--interval", "0.3", "--json"))
+    rows = json_lines(cli("stats", q, "--once", "--interval", "0.3", "--json"))
     [row] = rows
     assert row["name"] == q and row["active"] == 5 and row["partitions"] == 2
     assert row["dead_letter"] == 0 and row["scheduled"] == 1 and row["size_in_bytes"] > 0
@@ -307,7 +299,7 @@ def test_stats_rates_follow_sends_and_receives(cli: Any, namespace: str) -> None
             future = pool.submit(cli, "stats", q, "--once", "--interval", "1.5", "--json")
             time.sleep(0.5)
             action()
-            [row] = _lines(future.result())
+            [row] = json_lines(future.result())
         return row
 
     with client.get_queue_sender(q) as sender:

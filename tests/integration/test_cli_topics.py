@@ -9,12 +9,12 @@ it.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cli_support import error_line, json_lines
 from typer.testing import CliRunner, Result
 
 from raybus.cli import app
@@ -67,19 +67,9 @@ def _name(prefix: str = "cli") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def _lines(result: Result) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
-
-
-def _error(result: Result, cls: str) -> str:
-    [line] = result.stderr.strip().splitlines()
-    assert line.startswith(f"error: {cls}: "), line
-    return line
-
-
 def test_topic_create_show_update_list_delete(cli: Any) -> None:
     t = _name("topic")
-    created = _lines(
+    created = json_lines(
         cli(
             "topic",
             "create",
@@ -105,33 +95,35 @@ def test_topic_create_show_update_list_delete(cli: Any) -> None:
     assert created["support_ordering"] is True and created["user_metadata"] == "orders"
     assert created["auto_delete_on_idle"] is None  # never
 
-    shown = _lines(cli("topic", "show", t, "--json"))[0]
+    shown = json_lines(cli("topic", "show", t, "--json"))[0]
     assert shown["runtime"]["subscription_count"] == 0
     assert "support_ordering" in cli("topic", "show", t).stdout  # the table
 
-    updated = _lines(
+    updated = json_lines(
         cli("topic", "update", t, "--max-size", "200", "--status", "senddisabled", "--json")
     )[0]
     assert updated["max_size_in_megabytes"] == 200 and updated["status"] == "SendDisabled"
     assert updated["default_message_time_to_live"] == 3600.0  # unchanged
-    line = _error(cli("topic", "update", t, "--no-dedup", code=2), "InvalidArgumentError")
+    line = error_line(cli("topic", "update", t, "--no-dedup", code=2), "InvalidArgumentError")
     assert "requires_duplicate_detection" in line
 
-    assert t in {row["name"] for row in _lines(cli("topic", "list", "--json"))}
+    assert t in {row["name"] for row in json_lines(cli("topic", "list", "--json"))}
     assert t in cli("topic", "list").stdout
-    _error(cli("topic", "create", t, code=1), "MessagingEntityAlreadyExistsError")
-    _error(cli("queue", "create", t, code=1), "MessagingEntityAlreadyExistsError")  # one name set
+    error_line(cli("topic", "create", t, code=1), "MessagingEntityAlreadyExistsError")
+    error_line(
+        cli("queue", "create", t, code=1), "MessagingEntityAlreadyExistsError"
+    )  # one name set
     assert "not a duration" in cli("topic", "create", _name(), "--ttl", "soon", code=2).stderr
 
     assert f"deleted topic {t}" in cli("topic", "delete", t).stderr
-    _error(cli("topic", "show", t, code=3), "MessagingEntityNotFoundError")
-    _error(cli("subscription", "list", t, code=3), "MessagingEntityNotFoundError")
+    error_line(cli("topic", "show", t, code=3), "MessagingEntityNotFoundError")
+    error_line(cli("subscription", "list", t, code=3), "MessagingEntityNotFoundError")
 
 
 def test_subscriptions_rules_and_messages_through_them(cli: Any) -> None:
     t = _name("topic")
     cli("topic", "create", t)
-    everything = _lines(cli("subscription", "create", t, "all", "--json"))[0]
+    everything = json_lines(cli("subscription", "create", t, "all", "--json"))[0]
     assert everything["topic_name"] == t and everything["name"] == "all"
     assert everything["rules"] == [
         {
@@ -141,7 +133,7 @@ def test_subscriptions_rules_and_messages_through_them(cli: Any) -> None:
             "created_at_utc": None,
         }
     ]
-    big = _lines(
+    big = json_lines(
         cli(
             "subscription",
             "create",
@@ -177,7 +169,7 @@ def test_subscriptions_rules_and_messages_through_them(cli: Any) -> None:
     assert "correlation: label='order', user.tier='vip'" in vip
 
     # Rules: an extra copy for VIP orders in "big", stamped by its action.
-    tag = _lines(
+    tag = json_lines(
         cli(
             "rule",
             "create",
@@ -195,21 +187,21 @@ def test_subscriptions_rules_and_messages_through_them(cli: Any) -> None:
     )[0]
     assert tag["filter"]["type"] == "correlation" and tag["filter"]["properties"] == {"tier": "vip"}
     assert tag["action"] == {"sql_expression": "SET tagged = @how", "parameters": {"@how": "yes"}}
-    rules = _lines(cli("rule", "list", t, "big", "--json"))
+    rules = json_lines(cli("rule", "list", t, "big", "--json"))
     assert [r["name"] for r in rules] == ["$Default", "tag"]
     assert "SET tagged = @how" in cli("rule", "show", t, "big", "tag").stdout
     assert "SQL: amount > @min [@min=100]" in cli("rule", "list", t, "big").stdout
-    _error(cli("rule", "create", t, "big", "tag", code=1), "MessagingEntityAlreadyExistsError")
-    nothing = _lines(cli("rule", "create", t, "vip", "never", "--false", "--json"))[0]
+    error_line(cli("rule", "create", t, "big", "tag", code=1), "MessagingEntityAlreadyExistsError")
+    nothing = json_lines(cli("rule", "create", t, "vip", "never", "--false", "--json"))[0]
     assert nothing["filter"] == {"type": "false", "sql_expression": "1=0"}
     cli("rule", "delete", t, "vip", "never")
-    _error(cli("rule", "show", t, "vip", "never", code=3), "MessagingEntityNotFoundError")
-    line = _error(
+    error_line(cli("rule", "show", t, "vip", "never", code=3), "MessagingEntityNotFoundError")
+    line = error_line(
         cli("rule", "create", t, "vip", "bad", "--sql", "amount >", code=2), "FilterSyntaxError"
     )
     assert "position 8" in line
 
-    subs = _lines(cli("subscription", "list", t, "--json"))
+    subs = json_lines(cli("subscription", "list", t, "--json"))
     assert sorted(s["name"] for s in subs) == ["all", "big", "vip"]
     assert "vip" in cli("subscription", "list", t).stdout
 
@@ -220,34 +212,36 @@ def test_subscriptions_rules_and_messages_through_them(cli: Any) -> None:
     )
     cli("send", t, "large", "-p", "amount=500", "-p", "tier=vip", "--subject", "order")
 
-    got = _lines(cli("receive", f"{t}/Subscriptions/all", "-c", "2", "--complete", "-w", "5"))
+    got = json_lines(cli("receive", f"{t}/Subscriptions/all", "-c", "2", "--complete", "-w", "5"))
     assert sorted(m["body"] for m in got) == ["large", "small"]
-    got = _lines(cli("receive", "--subscription", f"{t}/big", "-c", "2", "--complete", "-w", "5"))
+    got = json_lines(
+        cli("receive", "--subscription", f"{t}/big", "-c", "2", "--complete", "-w", "5")
+    )
     assert [m["body"] for m in got] == ["large", "large"]
     tagged = [m["application_properties"] for m in got if "tagged" in m["application_properties"]]
     assert tagged == [{"amount": 500, "tier": "vip", "tagged": "yes", "RuleName": "tag"}]
-    [peeked] = _lines(cli("peek", t, "--subscription", "vip", "--count", "5"))
+    [peeked] = json_lines(cli("peek", t, "--subscription", "vip", "--count", "5"))
     assert peeked["body"] == "large" and peeked["lock_token"] is None
 
-    shown = _lines(cli("subscription", "show", t, "vip", "--json"))[0]
+    shown = json_lines(cli("subscription", "show", t, "vip", "--json"))[0]
     assert shown["runtime"]["active_message_count"] == 1 and shown["lock_duration"] == 30.0
     assert [r["filter"]["label"] for r in shown["rules"]] == ["order"]
     assert "user.tier='vip'" in cli("subscription", "show", t, "vip").stdout
 
-    rows = _lines(cli("stats", t, "--once", "--interval", "0.2", "--json"))
+    rows = json_lines(cli("stats", t, "--once", "--interval", "0.2", "--json"))
     assert {r["name"]: r["active"] for r in rows} == {
         f"{t}/Subscriptions/all": 0,
         f"{t}/Subscriptions/big": 0,
         f"{t}/Subscriptions/vip": 1,
     }
-    [row] = _lines(cli("stats", f"{t}/Subscriptions/vip", "--once", "-i", "0.1", "--json"))
+    [row] = json_lines(cli("stats", f"{t}/Subscriptions/vip", "--once", "-i", "0.1", "--json"))
     assert row["active"] == 1
 
-    updated = _lines(
+    updated = json_lines(
         cli("subscription", "update", t, "all", "--max-delivery-count", "5", "--json")
     )[0]
     assert updated["max_delivery_count"] == 5
-    line = _error(
+    line = error_line(
         cli("subscription", "update", t, "all", "--sessions", code=2), "InvalidArgumentError"
     )
     assert "requires_session" in line
@@ -258,12 +252,12 @@ def test_subscriptions_rules_and_messages_through_them(cli: Any) -> None:
     assert "is a topic" in cli("receive", t, "-w", "0.2", code=2).stderr
     assert "is a topic" in cli("dlq", "list", t, code=2).stderr
     missing = cli("receive", "--subscription", f"{t}/nope", "-w", "0.2", code=3)
-    _error(missing, "MessagingEntityNotFoundError")
-    _error(cli("subscription", "show", t, "nope", code=3), "MessagingEntityNotFoundError")
+    error_line(missing, "MessagingEntityNotFoundError")
+    error_line(cli("subscription", "show", t, "nope", code=3), "MessagingEntityNotFoundError")
     cli("receive", t, "--subscription", f"{t}/vip", code=2)  # the topic twice
 
     cli("subscription", "delete", t, "vip")
-    _error(cli("subscription", "show", t, "vip", code=3), "MessagingEntityNotFoundError")
+    error_line(cli("subscription", "show", t, "vip", code=3), "MessagingEntityNotFoundError")
 
 
 def test_dead_letters_of_a_subscription(cli: Any) -> None:
@@ -273,17 +267,17 @@ def test_dead_letters_of_a_subscription(cli: Any) -> None:
     path = f"{t}/Subscriptions/s"
     cli("send", t, "d0", "d1", "--message-id", "d-{n}")
     # With max delivery count 1, an abandoned message is dead-lettered at once.
-    assert len(_lines(cli("receive", path, "--count", "2", "--abandon", "--wait", "5"))) == 2
-    dead = _lines(cli("dlq", "list", path))
+    assert len(json_lines(cli("receive", path, "--count", "2", "--abandon", "--wait", "5"))) == 2
+    dead = json_lines(cli("dlq", "list", path))
     assert sorted(d["body"] for d in dead) == ["d0", "d1"]
     assert all(d["dead_letter_reason"] == "MaxDeliveryCountExceeded" for d in dead)
-    assert len(_lines(cli("peek", "--subscription", f"{t}/s", "--dlq", "-c", "5"))) == 2
+    assert len(json_lines(cli("peek", "--subscription", f"{t}/s", "--dlq", "-c", "5"))) == 2
 
     # Resubmitting goes through the topic, only when asked to.
     assert "--via-topic" in cli("dlq", "resubmit", path, code=2).stderr
     out = cli("dlq", "resubmit", "--subscription", f"{t}/s", "--via-topic", "--count", "1")
     assert f"resubmitted 1 message to topic {t}" in out.stderr
-    [back] = _lines(cli("peek", path, "--count", "5"))
+    [back] = json_lines(cli("peek", path, "--count", "5"))
     assert back["message_id"] in ("d-0", "d-1") and back["delivery_count"] == 0
     assert "purged 1 dead-lettered message" in cli("dlq", "purge", t, "--subscription", "s").stderr
-    assert _lines(cli("dlq", "list", path)) == []
+    assert json_lines(cli("dlq", "list", path)) == []
