@@ -142,6 +142,10 @@ class Partition(SessionOps, SnapshotOps):
         # receivers see new messages only up to visible_seq, the last one made durable.
         self._journal: list[journal.Entry] | None = None
         self.visible_seq: int | None = None
+        # Scheduled messages turned active since the last flush: their new numbers are past
+        # visible_seq, yet their content is durable (as scheduled), so peek shows them. A
+        # receive waits for the flush (a lock on a number not yet logged would not survive).
+        self._activated: set[int] = set()
         self.accessed_at = clock.now()
 
     # ------------------------------------------------------------------ properties
@@ -426,17 +430,22 @@ class Partition(SessionOps, SnapshotOps):
         """Up to ``max_count`` messages from ``from_sequence_number`` on, without locking
         (only those of ``session_id`` when given).
 
-        Includes locked, deferred and scheduled messages. Allowed on disabled queues, so an
-        operator can inspect them.
+        Includes locked, deferred and scheduled messages, and a scheduled message turned active
+        whose new number is not yet flushed (so it never drops out of a peek). Allowed on
+        disabled queues, so an operator can inspect them.
         """
         self._begin()
         store = self._dlq if dead_letter else self._main
         limit = self.visible_seq if self.visible_seq is not None else float("inf")
+        if self._activated:
+            self._activated = {s for s in self._activated if s > limit}
+        shown: set[int] = set() if dead_letter else self._activated
         msgs = store.messages
         seqs = [
             s
             for s in msgs
-            if from_sequence_number <= s <= limit
+            if from_sequence_number <= s
+            and (s <= limit or s in shown)
             and (session_id is None or msgs[s].session_id == session_id)
         ]
         if dead_letter:  # the dead-letter store is in dead-lettering order, not sequence order
@@ -591,6 +600,8 @@ class Partition(SessionOps, SnapshotOps):
             # enqueued_time stays the scheduled time: the time to live counts from there, even
             # when nothing touched the partition until later (the sweep below expires it then).
             self._main.messages[new_seq] = rec
+            if self.visible_seq is not None:
+                self._activated.add(new_seq)
             self._make_active(rec, now)
             self._record(journal.DEL, self._main, seq)
             self._record(journal.PUT, self._main, new_seq, journal.put_payload(rec))

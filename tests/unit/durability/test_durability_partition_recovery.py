@@ -549,3 +549,29 @@ def test_replaying_the_journal_always_equals_the_partition_state(ops) -> None:
     restarted = recovered(lambda: Partition(initial, clock), log)
     assert view(restarted)[1] == view(p)[1]  # dead letters: locks and TTL play no part there
     assert restarted.message_count() == p.message_count()
+
+
+def test_a_scheduled_message_turned_active_stays_in_peek_before_its_flush(make_partition, clock):
+    """Its new number is past ``visible_seq`` until the next flush: a receive waits for that
+    (its lock must survive a crash), but peek, which showed it scheduled, still shows it."""
+    p = make_partition()
+    p.enable_journal()
+    log: list[journal.Entry] = []
+    t0 = clock.now()
+    (seq,) = p.send([record(b"soon", message_id="soon", scheduled_enqueue_time=t0 + 2)])
+    p.send(records("sent-after"))
+    flush(p, log)
+    assert [r.sequence_number for r in p.peek(0, 10)] == [seq, seq + 1]
+    (unflushed,) = p.send(records("unflushed"))  # a send not yet durable: no peek shows it
+
+    clock.advance(3)
+    peeked = p.peek(0, 10)
+    assert [r.message_id for r in peeked] == ["sent-after", "soon"]
+    assert peeked[1].sequence_number > unflushed and peeked[1].state == ACTIVE
+    assert p.peek(peeked[1].sequence_number, 10) == [peeked[1]]
+    assert p.peek(0, 10, dead_letter=True) == []
+    assert [r.message_id for r in p.receive(EVERYTHING)] == ["sent-after"]
+
+    flush(p, log)
+    assert [r.message_id for r in p.receive(EVERYTHING)] == ["unflushed", "soon"]
+    assert [r.message_id for r in p.peek(0, 10)] == ["sent-after", "unflushed", "soon"]
