@@ -43,6 +43,7 @@ from ..exceptions import (
 from .access import Guarded, guarded, internal, named_actor
 from .changelog import ChangeLog
 from .handles import HandleCache
+from .self_call import call_self_until_answered
 
 __all__ = ["CoordinatorActor", "CoordinatorCommit", "coordinator_actor", "coordinator_actor_name"]
 
@@ -104,7 +105,8 @@ class CoordinatorActor(Guarded):
                 else:
                     self._decided.pop(txn_id, None)
             if self._decided:  # re-send logged decisions without waiting for a client
-                ray.get_runtime_context().current_actor.ping.remote()
+                actor = ray.get_runtime_context().current_actor
+                call_self_until_answered(actor.ping.remote, "coordinator-resume")
 
     async def _append(self, record: tuple[str, str, list[str]]) -> None:
         if self._log is not None:

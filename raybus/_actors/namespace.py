@@ -33,6 +33,7 @@ from .changelog import ChangeLog
 from .partition import partition_actor
 from .router import router_actor
 from .scaling import Scaler
+from .self_call import call_self_until_answered
 from .topics import TopicOps
 
 __all__ = ["NamespaceActor", "Route", "namespace_actor", "namespace_actor_name"]
@@ -119,7 +120,8 @@ class NamespaceActor(TopicOps, AccessOps):
                     self._handles[key] = self._partition_actors(entry)
             if self._registry.list() or self._registry.access.version:
                 # Resume partition changes and rule pushes without waiting for a client.
-                ray.get_runtime_context().current_actor.ping.remote()
+                actor = ray.get_runtime_context().current_actor
+                call_self_until_answered(actor.ping.remote, "namespace-resume")
         # The namespace holds the rules itself: its guard never fetches them.
         self._guard = Guard(internal_token(namespace), SystemClock())
         self._guard.load(*self._registry.access.snapshot())

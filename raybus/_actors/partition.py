@@ -35,6 +35,7 @@ from .._storage import DurableLog, StorageCorruptedError, StorageUnavailableErro
 from ..auth import AccessRights
 from ..exceptions import ServiceBusError
 from .access import Guarded, guarded, internal, named_actor
+from .self_call import call_self_until_answered
 
 __all__ = ["PartitionActor"]
 
@@ -163,7 +164,8 @@ class PartitionActor(Guarded):
         ):
             # Unfinished transactions and moves, and forwarding, resume without waiting for
             # a client's call: the actor calls itself once it is constructed.
-            internal(ray.get_runtime_context().current_actor, self._namespace).ready.remote()
+            actor = internal(ray.get_runtime_context().current_actor, self._namespace)
+            call_self_until_answered(actor.ready.remote, "partition-resume")
 
     async def _serving(self) -> None:
         """Raise the damage while the log stays damaged (see ``__init__``); recover once it

@@ -57,6 +57,7 @@ from ..exceptions import (
 from .access import Guarded, guarded, internal, named_actor
 from .coordinator import CoordinatorCommit
 from .deliverer import Deliverer
+from .self_call import call_self_until_answered
 from .topic_scheduler import TopicScheduler
 
 __all__ = ["RouterActor", "router_actor", "router_actor_name"]
@@ -111,7 +112,8 @@ class RouterActor(Guarded):
         )
         # Deliver what a restart left undelivered, and time what is scheduled, unasked.
         if self._deliverer.log.pending or self._scheduler.count:
-            ray.get_runtime_context().current_actor.resume.remote()
+            actor = ray.get_runtime_context().current_actor
+            call_self_until_answered(actor.resume.remote, "router-resume")
 
     def _access_path(self) -> str:
         return str(self._props.name)
