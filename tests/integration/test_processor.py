@@ -244,9 +244,16 @@ def test_pool_scales_up_with_the_backlog_and_down_once_drained(
     collector: Any,
     key: str,
 ) -> None:
-    queue = _queue(admin)
+    """Handlers wait at a gate until the pool has grown: on a loaded machine a replica can take
+    longer to start than a free-running pool takes to drain the backlog (CI once saw two of
+    three). The locks last 5 minutes, so no message waiting in a buffer expires meanwhile."""
+    queue = _queue(admin, lock_duration=timedelta(minutes=5))
+    gate = f"{key}:open"
 
     def handler(message: Any) -> None:
+        deadline = time.monotonic() + 180  # bounded: a failed test leaves no handler waiting
+        while not ray.get(collector.items.remote(gate)) and time.monotonic() < deadline:
+            time.sleep(0.05)
         time.sleep(0.1)
         ray.get(collector.add.remote(key, message.message_id))
 
@@ -270,9 +277,14 @@ def test_pool_scales_up_with_the_backlog_and_down_once_drained(
 
             return check
 
-        _wait(watch(lambda: processor.statistics.handled == 45), 40, "45 handled")
-        assert max(sizes) == 3  # grew to max_replicas while the backlog was high
-        _wait(watch(lambda: processor.statistics.replicas == 1), 15, "scale down to 1")
+        # The backlog (45 waiting, 5 per replica wanted) grows the pool to max_replicas.
+        _wait(watch(lambda: processor.statistics.replicas == 3), 120, "three replicas")
+        assert processor.statistics.desired_replicas == 3
+        assert processor.statistics.handled == 0
+        ray.get(collector.add.remote(gate, True))
+        _wait(watch(lambda: processor.statistics.handled == 45), 60, "45 handled")
+        assert max(sizes) == 3  # never past max_replicas
+        _wait(watch(lambda: processor.statistics.replicas == 1), 30, "scale down to 1")
         stats = processor.statistics
         assert stats.replicas_started == 3 and stats.replicas_lost == 0
         assert stats.desired_replicas == 1
