@@ -3,14 +3,15 @@
 A restarted actor resumes its unfinished work without waiting for a client (a router its
 undelivered publishes and its scheduled messages, the coordinator its logged decisions, the
 namespace its partition changes, a partition its transactions and forwarding): ``__init__``
-calls one of the actor's own methods, which runs once construction has ended. Nobody waits
-for that call, so a call lost while Ray restarts the actor went unnoticed: under load a router
-came back and answered, and the call that would resume its logged publish never ran (CI,
-``test_a_router_restarted_with_a_publish_undelivered_finishes_it_unasked``). Here a daemon
-thread makes the call and waits for its answer, and calls again after a failure or a
-``timeout_s`` without one, until one call is answered (the pause between calls doubles, up to
-a minute: a partition whose storage stays broken refuses every call). The method must be
-idempotent (each is: it starts its work only when that is not already running).
+calls one of the actor's own methods, which runs once construction has ended. Nobody waited
+for that call, so a call lost while Ray restarts the actor would go unnoticed: under load a
+router came back and answered, and its logged publish was not delivered, which only that call
+starts (CI, ``test_a_router_restarted_with_a_publish_undelivered_finishes_it_unasked``; the
+loss is the likeliest cause, not a proven one). Here a daemon thread makes the call and waits
+for its answer, and calls again after a failure or a ``timeout_s`` without one, until one call
+is answered (the pause between calls doubles, up to a minute: a partition whose storage stays
+broken refuses every call). The method must be idempotent (each is: it starts its work only
+when that is not already running).
 """
 
 from __future__ import annotations
