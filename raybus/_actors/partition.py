@@ -300,6 +300,25 @@ class PartitionActor(Guarded):
             await self._commit.durable_since(mark)
         return self._core
 
+    async def _read_core(self) -> Partition:
+        """The core after due time-driven changes, for a read that changes nothing itself
+        (peek, counts, session reads). What its tick changed is made durable here, and the
+        waiting receivers are woken after: a peek-lock receive flushes only its own tick's
+        changes, so a scheduled message activated by a peek or a count stayed invisible to
+        receivers until an unrelated write. A flush that fails does not fail the read (the
+        write path reports the storage error)."""
+        core = self._core
+        mark = core.journal_size()
+        woke = core.tick()
+        if core.journal_size() > mark:
+            try:
+                await self._commit.durable_since(mark)
+            except Exception as exc:
+                _log.debug("time-driven changes of a read not flushed: %r", exc)
+        if woke:
+            self._notify()
+        return self._core
+
     async def _wait_change(self, deadline: float) -> bool:
         """Wait for a change or the core's next deadline; False once ``deadline`` passed."""
         remaining = deadline - time.monotonic()
@@ -399,11 +418,11 @@ class PartitionActor(Guarded):
         """Up to ``max_count`` messages from ``from_sequence_number`` on, locking nothing, in
         ``pieces`` values as ``receive`` returns them (a peek of 100 messages of 1 KiB is
         over what Ray carries inside the call)."""
-        rows = to_wire(
-            self._core.peek(
-                from_sequence_number, max_count, dead_letter=dead_letter, session_id=session_id
-            )
+        core = await self._read_core()
+        peeked = core.peek(
+            from_sequence_number, max_count, dead_letter=dead_letter, session_id=session_id
         )
+        rows = to_wire(peeked)
         return _in_pieces(rows, pieces)
 
     # -------------------------------------------------------------- sessions
@@ -440,7 +459,7 @@ class PartitionActor(Guarded):
 
     @guarded(LISTEN)
     async def get_session_state(self, session_id: str, token: str) -> bytes | None:
-        return self._core.get_session_state(session_id, token)
+        return (await self._read_core()).get_session_state(session_id, token)
 
     @guarded(LISTEN)
     async def set_session_state(self, session_id: str, token: str, state: bytes | None) -> None:
@@ -449,7 +468,7 @@ class PartitionActor(Guarded):
 
     @guarded(LISTEN)
     async def list_sessions(self, updated_after: float | None) -> list[str]:
-        return self._core.list_sessions(updated_after)
+        return (await self._read_core()).list_sessions(updated_after)
 
     # -------------------------------------------------------------- settling
 
@@ -512,7 +531,7 @@ class PartitionActor(Guarded):
 
     @guarded(ANY)
     async def counts(self) -> PartitionCounts:
-        return self._core.counts()
+        return (await self._read_core()).counts()
 
     def _totals(self) -> dict[str, float]:
         totals: dict[str, float] = dict(self._core.stats)

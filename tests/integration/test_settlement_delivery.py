@@ -286,6 +286,27 @@ def test_scheduled_messages_arrive_at_their_time_and_cancelled_ones_never(
         assert _runtime(admin, queue) == (0, 0, 0)
 
 
+@pytest.mark.parametrize("read", ["peek", "count"])
+def test_a_scheduled_message_activated_by_a_read_reaches_a_peek_lock_receive_at_once(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str, read: str
+) -> None:
+    """A peek or a count applies due activations, as every call does; what it activated is
+    flushed too. Before, a peek-lock receive (which flushes only its own changes) did not see
+    it until an unrelated write (CI: an AMQP receive after a peek got nothing in 5 s)."""
+    at = datetime.now(timezone.utc) + timedelta(seconds=1)
+    with client.get_queue_sender(queue) as sender:
+        sender.schedule_messages(ServiceBusMessage("due"), at)
+    time.sleep(max(0.0, (at - datetime.now(timezone.utc)).total_seconds()) + 0.2)
+    with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        if read == "peek":
+            assert [m.body for m in receiver.peek_messages(5)] == ["due"]
+        else:
+            assert _runtime(admin, queue) == (1, 0, 0)
+        got = receiver.receive_messages(5, max_wait_time=5)
+        assert [m.body for m in got] == ["due"]
+        receiver.complete_messages(got)
+
+
 async def test_aio_schedule_returns_sequence_numbers_that_cancel_accepts(
     aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient, queue: str
 ) -> None:
