@@ -286,38 +286,35 @@ class PartitionActor(Guarded):
 
     async def _settled_core(self, *, pending: bool = True) -> Partition:
         """The core after applying due time-driven changes, durably (activated messages
-        become visible once durable). ``pending=False`` waits for this tick's changes only
-        (``Committer.durable_since``), not for other callers' changes still pending."""
+        become visible once durable, and the waiting receivers are woken then).
+        ``pending=False`` waits for this tick's changes only (``Committer.durable_since``),
+        not for other callers' changes still pending."""
         self._kick()
         core = self._core  # a failed flush may have rebuilt it
         mark = core.journal_size()
-        if core.tick():
-            self._notify()
-        if pending:
-            if core.has_journal():
-                await self._commit.durable()
-        else:
-            await self._commit.durable_since(mark)
+        woke = core.tick()
+        try:
+            if pending:
+                if core.has_journal():
+                    await self._commit.durable()
+            else:
+                await self._commit.durable_since(mark)
+        finally:
+            if woke:
+                self._notify()
         return self._core
 
     async def _read_core(self) -> Partition:
-        """The core after due time-driven changes, for a read that changes nothing itself
-        (peek, counts, session reads). What its tick changed is made durable here, and the
-        waiting receivers are woken after: a peek-lock receive flushes only its own tick's
-        changes, so a scheduled message activated by a peek or a count stayed invisible to
-        receivers until an unrelated write. A flush that fails does not fail the read (the
-        write path reports the storage error)."""
-        core = self._core
-        mark = core.journal_size()
-        woke = core.tick()
-        if core.journal_size() > mark:
-            try:
-                await self._commit.durable_since(mark)
-            except Exception as exc:
-                _log.debug("time-driven changes of a read not flushed: %r", exc)
-        if woke:
-            self._notify()
-        return self._core
+        """``_settled_core`` for a read that changes nothing itself (peek, counts, session
+        reads): a peek-lock receive flushes only its own tick's changes, so a scheduled
+        message activated by a peek or a count stayed invisible to receivers until an
+        unrelated write. A flush that fails does not fail the read (the write path reports
+        the storage error)."""
+        try:
+            return await self._settled_core(pending=False)
+        except Exception as exc:
+            _log.debug("time-driven changes of a read not flushed: %r", exc)
+            return self._core
 
     async def _wait_change(self, deadline: float) -> bool:
         """Wait for a change or the core's next deadline; False once ``deadline`` passed."""
