@@ -30,6 +30,7 @@ from .. import _failpoints, _rpc
 from .._clock import SystemClock
 from .._core.access import INTERNAL, INTERNAL_PREFIX, Guard, Requirement
 from ..auth import AuthorizationRule
+from ..exceptions import MessagingEntityNotFoundError
 
 __all__ = ["AuthedHandle", "Guarded", "guarded", "internal", "internal_token", "unwrap"]
 
@@ -177,13 +178,38 @@ class Guarded:
         """The entity path this actor serves ('' for namespace-wide actors)."""
         return ""
 
-    # Set while the actor cannot serve (a partition whose log is damaged). The guarded wrapper
-    # awaits ``_serving`` only while it is set, so the common call pays one attribute check.
+    # Set while the actor cannot serve (a partition whose log is damaged, an entity deleted).
+    # The guarded wrapper awaits ``_serving`` only while it is set, so the common call pays
+    # one attribute check.
     _broken: BaseException | None = None
+    # The path of the entity, once it is deleted (``mark_deleted``).
+    _deleted: str | None = None
 
     async def _serving(self) -> None:
         """Raise instead of running a (permitted) method when the actor cannot serve (called
         only while ``_broken`` is set); a partition with a damaged log overrides it."""
+        self._raise_if_deleted()
+
+    def _raise_if_deleted(self) -> None:
+        if self._deleted is not None:
+            raise MessagingEntityNotFoundError(f"{self._deleted!r} was deleted", self._deleted)
+
+    @guarded(INTERNAL, while_broken=True)
+    async def mark_deleted(self) -> None:
+        """The namespace deleting this actor's entity, just before it kills the actor.
+
+        ``ray.kill`` returns before the process is gone, and a call that reaches the actor
+        meanwhile (a sender holding its handle) would be answered as if nothing happened: a
+        message acknowledged into a deleted queue. From this call on every guarded call
+        raises ``MessagingEntityNotFoundError``, and waiting receivers are woken to raise it.
+        """
+        self._deleted = self._access_path()
+        if self._broken is None:
+            self._broken = MessagingEntityNotFoundError("deleted", self._deleted)
+        self._on_deleted()
+
+    def _on_deleted(self) -> None:
+        """Wake what waits inside the actor (``mark_deleted``); nothing by default."""
 
     async def _fetch_access(self) -> tuple[int, tuple[AuthorizationRule, ...]]:
         from .namespace import namespace_actor_name  # import cycle: namespace uses this module

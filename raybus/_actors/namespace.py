@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,7 @@ __all__ = ["NamespaceActor", "Route", "namespace_actor", "namespace_actor_name"]
 
 _log = logging.getLogger("raybus.namespace")
 MANAGE = AccessRights.MANAGE
+MARK_DELETED_TIMEOUT_S = 10.0  # a live actor answers in milliseconds; a restarting one in ~1 s
 
 
 def namespace_actor_name(namespace: str) -> str:
@@ -203,6 +205,25 @@ class NamespaceActor(TopicOps, AccessOps):
             raise
         return self._route(entry)
 
+    async def _kill_deleted(self, handles: Iterable[Any]) -> None:
+        """Kill the actors of a deleted entity, each once it refuses calls (``mark_deleted``):
+        ``ray.kill`` alone returns before the process is gone, and a sender holding the old
+        handle could meanwhile have a message acknowledged into the deleted entity. An actor
+        that does not answer within ``MARK_DELETED_TIMEOUT_S`` (dead, restarting) is killed
+        all the same: whatever it answers from then on is nobody's."""
+        handles = list(handles)
+        marks = asyncio.gather(
+            *(self._in(h).mark_deleted.remote() for h in handles), return_exceptions=True
+        )
+        try:
+            for result in await asyncio.wait_for(marks, MARK_DELETED_TIMEOUT_S):
+                if isinstance(result, BaseException):
+                    _log.info("an actor of a deleted entity did not mark itself: %r", result)
+        except asyncio.TimeoutError:
+            _log.warning("actors of a deleted entity did not answer in time; killed anyway")
+        for handle in handles:
+            ray.kill(handle, no_restart=True)
+
     async def _delete_storage(self, entry: EntityEntry) -> None:
         if self._storage_path is None:
             return
@@ -279,8 +300,7 @@ class NamespaceActor(TopicOps, AccessOps):
         self._scaler.stop(entry.properties.name)
         await self._persist(("del", entry.properties.name))
         self._registry.delete(name)
-        for handle in self._handles.pop(entry.properties.name.lower()).values():
-            ray.kill(handle, no_restart=True)
+        await self._kill_deleted(self._handles.pop(entry.properties.name.lower()).values())
         await self._delete_storage(entry)
         await self._forget_rules(entry.properties.name)
 

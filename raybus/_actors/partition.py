@@ -124,7 +124,8 @@ class PartitionActor(Guarded):
             )
 
         self._make_commit = make_commit
-        self._broken: StorageCorruptedError | None = None
+        self._broken: BaseException | None = None
+        self._entity = properties.name
         self._broken_checked = 0.0
         # Recovery (blocking) happens here, so a restarted actor answers with its data back.
         try:
@@ -150,7 +151,6 @@ class PartitionActor(Guarded):
             # called after BROKEN_RETRY_S, so a restored file is picked up without a restart.
             _log.critical("the log of %s/%s is damaged: %s", properties.name, partition_id, exc)
             self._broken, self._broken_checked = exc, time.monotonic()
-            self._entity = properties.name
             return
         self._recovered()
 
@@ -170,6 +170,7 @@ class PartitionActor(Guarded):
     async def _serving(self) -> None:
         """Raise the damage while the log stays damaged (see ``__init__``); recover once it
         reads again."""
+        self._raise_if_deleted()
         broken = self._broken
         if broken is None:
             return
@@ -188,6 +189,9 @@ class PartitionActor(Guarded):
 
     def _access_path(self) -> str:
         return self._entity if self._broken is not None else self._core.entity
+
+    def _on_deleted(self) -> None:
+        self._notify()  # waiting receivers wake in ``_wait_change`` and raise
 
     @property
     def _core(self) -> Partition:
@@ -328,6 +332,7 @@ class PartitionActor(Guarded):
             await asyncio.wait_for(self._changed.wait(), remaining)
         except asyncio.TimeoutError:
             pass
+        self._raise_if_deleted()
         return True
 
     def _sample_wait(self, got: Sequence[MessageRecord]) -> None:

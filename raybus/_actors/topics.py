@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -65,6 +66,7 @@ class TopicOps:
         async def _persist(self, change: tuple[str, Any]) -> None: ...
         def _partition_actors(self, entry: EntityEntry) -> dict[int, Any]: ...
         async def _delete_storage(self, entry: EntityEntry) -> None: ...
+        async def _kill_deleted(self, handles: Iterable[Any]) -> None: ...
         def _route(self, entry: EntityEntry) -> Any: ...
 
     # ------------------------------------------------------------------ helpers
@@ -201,7 +203,7 @@ class TopicOps:
         self._registry.delete(entry.properties.name)
         router = self._routers.pop(entry.properties.name.lower(), None)
         if router is not None:
-            ray.kill(router, no_restart=True)
+            await self._kill_deleted([router])
         await self._delete_storage(entry)  # the router's publish log
         await self._forget_rules(entry.properties.name)
 
@@ -311,8 +313,7 @@ class TopicOps:
     async def _drop_subscription(self, entry: EntityEntry) -> None:
         await self._persist(("del", entry.properties.name))
         self._registry.delete(entry.properties.name)
-        for handle in self._handles.pop(entry.properties.name.lower()).values():
-            ray.kill(handle, no_restart=True)
+        await self._kill_deleted(self._handles.pop(entry.properties.name.lower()).values())
         await self._delete_storage(entry)
 
     # ------------------------------------------------------------------ rules

@@ -18,8 +18,10 @@ from raybus import (
     ServiceBusMessage,
     ServiceBusMessageBatch,
     ServiceBusMessageState,
+    _rpc,
     aio,
 )
+from raybus._core.wire import send_args
 from raybus.exceptions import (
     InvalidArgumentError,
     MessageSizeExceededError,
@@ -491,6 +493,35 @@ def test_deleting_a_queue_makes_its_sender_and_receiver_raise_not_found(
         (msg,) = receiver.receive_messages(max_wait_time=5)
         assert msg.body == "new"
         receiver.complete_message(msg)
+
+
+async def test_an_actor_of_a_deleted_queue_refuses_calls_before_it_is_gone(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    # ``ray.kill`` returns before the process is gone: deleting a queue first marks its
+    # partitions deleted, so a sender holding the old handle cannot have a message accepted
+    # meanwhile, and a receiver waiting there is woken to raise. Marked here without the kill,
+    # which is the window a delete leaves.
+    async with (
+        aclient.get_queue_sender(queue) as sender,
+        aclient.get_queue_receiver(queue) as receiver,
+    ):
+        await sender.send_messages(ServiceBusMessage("warm-up"))  # resolve routes first
+        (warm,) = await receiver.receive_messages(max_wait_time=5)
+        await receiver.complete_message(warm)
+        part = (await aclient._conn.registry.route.remote(queue)).partitions[0]
+        waiting = asyncio.ensure_future(receiver.receive_messages(max_wait_time=120))
+        await asyncio.sleep(0.5)
+        await part.mark_deleted.remote()
+        with pytest.raises(MessagingEntityNotFoundError):
+            await asyncio.wait_for(waiting, 30)  # woken, not left to its 120 s
+        # The registry still has the queue here, so the client would take the refusal for a
+        # partition removed by a scale-down and try again: ask the actor itself.
+        record = ServiceBusMessage("after")._to_record()
+        with pytest.raises(MessagingEntityNotFoundError):
+            await _rpc.call(queue, part.send_groups, *send_args([[record]]))
+        with pytest.raises(MessagingEntityNotFoundError):
+            await _rpc.call(queue, part.peek, 0, 10, False)
 
 
 def test_closed_sender_refuses_to_send(client: raybus.ServiceBusClient, idle_queue: str) -> None:
