@@ -1,0 +1,48 @@
+"""The package's public names load on first use, so that broker actors (each a Ray worker
+process importing ``raybus._actors...``) do not import the client API."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import raybus
+
+
+def test_every_public_name_resolves_to_its_defining_object() -> None:
+    from raybus import _sync_client, aio, enums, management, message
+
+    assert raybus.ServiceBusClient is _sync_client.ServiceBusClient
+    assert raybus.EntityInfo is aio.EntityInfo
+    assert raybus.ServiceBusSubQueue is enums.ServiceBusSubQueue
+    assert raybus.ServiceBusAdministrationClient is management.ServiceBusAdministrationClient
+    assert raybus.ServiceBusMessage is message.ServiceBusMessage
+    for name in raybus.__all__:
+        assert getattr(raybus, name) is not None, name
+    assert set(raybus.__all__) <= set(dir(raybus))
+    assert raybus.aio.ServiceBusClient is aio.ServiceBusClient  # subpackage as an attribute
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
+    with pytest.raises(AttributeError, match="NoSuchThing"):
+        raybus.NoSuchThing  # noqa: B018
+
+
+def test_star_import_gives_the_public_api() -> None:
+    scope: dict[str, object] = {}
+    exec("from raybus import *", scope)
+    assert {"ServiceBusClient", "ServiceBusMessage", "connect"} <= set(scope)
+
+
+def test_the_actor_modules_do_not_import_the_client_api() -> None:
+    code = (
+        "import sys, raybus._actors.partition, raybus._actors.namespace;"
+        "print(sorted(m for m in ('raybus.aio', 'raybus._sync_client', 'raybus.management',"
+        " 'raybus.message') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
