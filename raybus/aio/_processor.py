@@ -43,15 +43,11 @@ from typing import Any
 from ray import cloudpickle
 
 from .. import _rpc
+
+# The module, not its names: a replica's worker process imports ``raybus._actors.replica``
+# first, which imports ``raybus.aio`` and so this module while it is still half loaded.
+from .._actors import replica as _replica
 from .._actors.namespace import TopicRoute
-from .._actors.replica import (
-    RESERVED_ACTOR_OPTIONS,
-    ReplicaConfig,
-    ReplicaGone,
-    call_replica,
-    kill_replica,
-    replica_actor,
-)
 from .._clock import Clock, SystemClock
 from .._connection import Connection
 from .._core.partition import ABANDON, RELEASE, SettleOp
@@ -256,7 +252,7 @@ class ServiceBusProcessor:
         if not isinstance(actor_options, dict | None):
             raise InvalidArgumentError("actor_options must be a dict", name, "actor_options")
         options = dict(actor_options or {})
-        reserved = sorted(RESERVED_ACTOR_OPTIONS & set(options))
+        reserved = sorted(_replica.RESERVED_ACTOR_OPTIONS & set(options))
         if reserved:
             raise InvalidArgumentError(
                 f"actor_options may not set {', '.join(reserved)}: the processor names its "
@@ -416,7 +412,7 @@ class ServiceBusProcessor:
         loop = asyncio.get_running_loop()
         rid = self._pool.add()
         ready: asyncio.Future[BaseException | None] = loop.create_future()
-        config = ReplicaConfig(
+        config = _replica.ReplicaConfig(
             namespace=self._conn.namespace,
             entity=self.entity_path,
             replica_id=rid,
@@ -431,7 +427,7 @@ class ServiceBusProcessor:
         )
         name = f"raybus/processor/{self._conn.namespace}/{self._id}/{rid}"
         try:
-            handle = replica_actor(name, config, self._handler, self._actor_options)
+            handle = _replica.replica_actor(name, config, self._handler, self._actor_options)
         except Exception as exc:  # bad actor_options (Ray checks them here)
             self._pool.start_failed(rid)
             ready.set_result(
@@ -452,7 +448,9 @@ class ServiceBusProcessor:
         """Start the replica, then follow its reports until it dies or is retired."""
         entity = self.entity_path
         try:
-            await asyncio.wait_for(call_replica(entity, handle.start), REPLICA_START_TIMEOUT_S)
+            await asyncio.wait_for(
+                _replica.call_replica(entity, handle.start), REPLICA_START_TIMEOUT_S
+            )
         except Exception as exc:
             if isinstance(exc, asyncio.TimeoutError):
                 why = (
@@ -469,7 +467,7 @@ class ServiceBusProcessor:
             self._pool.start_failed(rid)
             self._handles.pop(rid, None)
             self._watchers.pop(rid, None)
-            kill_replica(handle)
+            _replica.kill_replica(handle)
             if not ready.done():
                 ready.set_result(error)
             self._publish()
@@ -483,8 +481,8 @@ class ServiceBusProcessor:
         after = 0
         while True:
             try:
-                report = await call_replica(entity, handle.report, after, REPORT_WAIT_S)
-            except ReplicaGone as exc:
+                report = await _replica.call_replica(entity, handle.report, after, REPORT_WAIT_S)
+            except _replica.ReplicaGone as exc:
                 self._watchers.pop(rid, None)
                 await self._lost(rid, str(exc))
                 return
@@ -515,16 +513,18 @@ class ServiceBusProcessor:
             return
         try:
             final = await asyncio.wait_for(
-                call_replica(self.entity_path, handle.drain, timeout, self._after.get(rid, 0)),
+                _replica.call_replica(
+                    self.entity_path, handle.drain, timeout, self._after.get(rid, 0)
+                ),
                 timeout + DRAIN_CALL_MARGIN_S,
             )
         except Exception as exc:  # died or hung while draining: give its messages back
-            kill_replica(handle)
+            _replica.kill_replica(handle)
             self._handles.pop(rid, None)
             await self._lost(rid, f"while draining: {exc}")
             return
         self._pool.drained(rid, final)
-        kill_replica(handle)
+        _replica.kill_replica(handle)
         self._handles.pop(rid, None)
         self._after.pop(rid, None)
         self._publish()

@@ -36,6 +36,32 @@ def test_star_import_gives_the_public_api() -> None:
     assert {"ServiceBusClient", "ServiceBusMessage", "connect"} <= set(scope)
 
 
+# What a Ray worker process imports first: the module of the class it hosts.
+WORKER_ENTRY_MODULES = (
+    "raybus._actors.namespace",
+    "raybus._actors.partition",
+    "raybus._actors.router",
+    "raybus._actors.coordinator",
+    "raybus._actors.replica",
+    "raybus.http._app",
+)
+
+
+def test_each_actor_module_imports_first_in_a_fresh_process() -> None:
+    # Nothing loads the package's other modules beforehand any more: an import cycle that
+    # the old eager order hid (a processor replica died on one) shows up here.
+    code = (
+        "import importlib, sys\n"
+        f"for name in {WORKER_ENTRY_MODULES!r}:\n"
+        "    for loaded in [m for m in sys.modules if m.split('.')[0] == 'raybus']:\n"
+        "        del sys.modules[loaded]\n"
+        "    importlib.import_module(name)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
 def test_the_actor_modules_do_not_import_the_client_api() -> None:
     code = (
         "import sys, raybus._actors.partition, raybus._actors.namespace;"
