@@ -53,10 +53,8 @@ def http(gateway: str) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture
-def queue(admin: ServiceBusAdministrationClient) -> str:
-    name = f"h-{uuid.uuid4().hex[:8]}"
-    admin.create_queue(name)
-    return name
+def queue(pooled_queue: str) -> str:
+    return pooled_queue  # a fresh queue started ahead of time (``QueuePool`` in conftest)
 
 
 def _props(resp: httpx.Response) -> dict[str, object]:

@@ -7,14 +7,18 @@ from typing import Any
 
 import pytest
 import ray
+import settlement_support
 
 import raybus
 from raybus import ServiceBusMessage, _rpc, aio
 from raybus._core.record import MessageRecord
-from raybus._core.registry import partition_actor_name
 from raybus._core.wire import send_args
 from raybus.exceptions import MessageSizeExceededError, MessagingEntityNotFoundError
 from raybus.management import ServiceBusAdministrationClient
+
+# One namespace for the module, a fresh queue per test from the pool (see conftest).
+namespace = settlement_support.namespace
+queue = settlement_support.queue
 
 N = 300  # messages of 1 KiB: a call of about 350 KiB, several pieces
 
@@ -99,12 +103,12 @@ def test_a_large_list_that_breaks_a_limit_is_refused_whole(
 
 
 def test_the_partition_refuses_a_list_in_pieces_whole_and_a_malformed_call(
-    namespace: str, admin: ServiceBusAdministrationClient, queue: str
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, queue: str
 ) -> None:
     """Straight to the partition actor: one oversize record in the last piece refuses the
     whole group (the groups beside it are stored); a layout that does not match the rows it
     carries raises and stores nothing."""
-    partition = ray.get_actor(partition_actor_name(namespace, queue, 1, 0), namespace="raybus")
+    partition = ray.get(client._aio._conn.registry.route.remote(queue)).partitions[0]
     limit = admin.get_queue(queue).max_message_size_in_kilobytes * 1024
     # 120 of 1 KiB and one just over the limit (256 KiB): still few enough bytes for pieces.
     big = [MessageRecord(body=b, size=len(b)) for b in bodies("p")[:120]]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import settlement_support
 from settlement_support import _lose_lock
 
 import raybus
@@ -21,6 +22,10 @@ from raybus._sync import run
 from raybus.aio import _prefetch
 from raybus.exceptions import InvalidArgumentError, SettlementFailedError
 from raybus.management import ServiceBusAdministrationClient
+
+# One namespace for the module, a fresh queue per test from the pool (see conftest).
+namespace = settlement_support.namespace
+queue = settlement_support.queue
 
 
 def _send(client: raybus.ServiceBusClient, queue: str, n: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import settlement_support
 from settlement_support import _lose_lock
 
 import raybus
@@ -14,6 +15,10 @@ from raybus._core.partition import RELEASE, SettleOp
 from raybus._sync import run
 from raybus.exceptions import SettlementFailedError
 from raybus.management import ServiceBusAdministrationClient
+
+# One namespace for the module, a fresh queue per test from the pool (see conftest).
+namespace = settlement_support.namespace
+queue = settlement_support.queue
 
 
 def _receive(receiver: raybus.ServiceBusReceiver, n: int) -> list[ServiceBusReceivedMessage]:
