@@ -34,8 +34,11 @@ test: lint
 unit: install
 	$(PY) -m pytest -q tests/unit
 
+# tests/fault, then the integration tests marked fault (crashes and storage faults of the
+# features those files test; each run has its own Ray cluster, so two runs).
 fault: install
 	$(PY) -m pytest -q -m fault tests/fault
+	$(PY) -m pytest -q -m fault tests/integration
 
 soak: install
 	$(PY) -m pytest -q -m soak tests/fault

@@ -72,7 +72,10 @@ def test_publishes_to_several_subscriptions_go_through_the_log(
         ]
 
 
-@pytest.mark.parametrize("point", ["router.after_log", "router.after_ack"])
+@pytest.mark.parametrize(
+    "point",
+    ["router.after_log", pytest.param("router.after_ack", marks=pytest.mark.fault)],
+)
 def test_a_router_that_dies_mid_publish_delivers_it_whole_when_it_comes_back(
     client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, point: str
 ) -> None:
