@@ -495,6 +495,13 @@ def test_deleting_a_queue_makes_its_sender_and_receiver_raise_not_found(
         receiver.complete_message(msg)
 
 
+async def _warm_up(sender: aio.ServiceBusSender, receiver: aio.ServiceBusReceiver) -> None:
+    """Resolve both routes first: one message sent, received and completed."""
+    await sender.send_messages(ServiceBusMessage("warm-up"))
+    (warm,) = await receiver.receive_messages(max_wait_time=5)
+    await receiver.complete_message(warm)
+
+
 async def test_an_actor_of_a_deleted_queue_refuses_calls_before_it_is_gone(
     aclient: aio.ServiceBusClient, queue: str
 ) -> None:
@@ -506,9 +513,7 @@ async def test_an_actor_of_a_deleted_queue_refuses_calls_before_it_is_gone(
         aclient.get_queue_sender(queue) as sender,
         aclient.get_queue_receiver(queue) as receiver,
     ):
-        await sender.send_messages(ServiceBusMessage("warm-up"))  # resolve routes first
-        (warm,) = await receiver.receive_messages(max_wait_time=5)
-        await receiver.complete_message(warm)
+        await _warm_up(sender, receiver)
         part = (await aclient._conn.registry.route.remote(queue)).partitions[0]
         waiting = asyncio.ensure_future(receiver.receive_messages(max_wait_time=120))
         await asyncio.sleep(0.5)
@@ -541,9 +546,7 @@ async def test_aio_receive_returns_as_soon_as_a_message_is_sent(
         aclient.get_queue_sender(queue) as sender,
         aclient.get_queue_receiver(queue) as receiver,
     ):
-        await sender.send_messages(ServiceBusMessage("warm-up"))  # resolve routes first
-        (warm,) = await receiver.receive_messages(max_wait_time=5)
-        await receiver.complete_message(warm)
+        await _warm_up(sender, receiver)
 
         async def send_later() -> None:
             await asyncio.sleep(0.3)
