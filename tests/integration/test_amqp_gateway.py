@@ -168,8 +168,10 @@ def test_schedule_then_cancel_leaves_nothing_and_a_due_schedule_arrives(
         assert sorted(str(m) for m in peeked) == ["far", "soon"]
         assert far in {m.sequence_number for m in peeked}
         sender.cancel_scheduled_messages(far)
-    with sdk.get_queue_receiver(pooled_queue, max_wait_time=5) as receiver:
-        got = receiver.receive_messages(max_wait_time=5)
+    # Due 2 s after it was scheduled; the receive returns once it arrives. 5 s was too short
+    # for the SDK's link set-up plus the activation with three test processes on two cores.
+    with sdk.get_queue_receiver(pooled_queue, max_wait_time=30) as receiver:
+        got = receiver.receive_messages(max_wait_time=30)
         assert [str(m) for m in got] == ["soon"]
         assert got[0].scheduled_enqueue_time_utc is not None
         receiver.complete_message(got[0])
