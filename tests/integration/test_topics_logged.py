@@ -120,7 +120,7 @@ def test_a_router_restarted_with_a_publish_undelivered_finishes_it_unasked(
         assert _bodies(_drain(client, t, sub, 1, timeout=90)) == ["logged"], sub
 
 
-@pytest.mark.parametrize("mode", ["exit", "raise"])
+@pytest.mark.parametrize("mode", [pytest.param("exit", marks=pytest.mark.fault), "raise"])
 def test_a_partition_that_stored_its_copies_but_did_not_answer_gets_them_once(
     client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, mode: str
 ) -> None:
