@@ -14,98 +14,68 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# Type checkers see the public names here (``X as X``: re-exported); at run time
+# ``__getattr__`` imports each from its home on first use.
 if TYPE_CHECKING:
-    from ._context import ProcessorContext
-    from ._core.pool import ProcessorStatistics
-    from ._sync_client import (
-        AutoLockRenewer,
-        ServiceBusClient,
-        ServiceBusProcessor,
-        ServiceBusReceiver,
-        ServiceBusSender,
-        ServiceBusSession,
-        ServiceBusTransaction,
-        connect,
-    )
-    from .aio import EntityInfo
-    from .enums import (
-        NEXT_AVAILABLE_SESSION,
-        EntityStatus,
-        ServiceBusDisposition,
-        ServiceBusMessageState,
-        ServiceBusReceiveMode,
-        ServiceBusSessionFilter,
-        ServiceBusSubQueue,
-    )
-    from .management import ServiceBusAdministrationClient
-    from .message import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
+    from ._context import ProcessorContext as ProcessorContext
+    from ._core.pool import ProcessorStatistics as ProcessorStatistics
+    from ._sync_client import AutoLockRenewer as AutoLockRenewer
+    from ._sync_client import ServiceBusClient as ServiceBusClient
+    from ._sync_client import ServiceBusProcessor as ServiceBusProcessor
+    from ._sync_client import ServiceBusReceiver as ServiceBusReceiver
+    from ._sync_client import ServiceBusSender as ServiceBusSender
+    from ._sync_client import ServiceBusSession as ServiceBusSession
+    from ._sync_client import ServiceBusTransaction as ServiceBusTransaction
+    from ._sync_client import connect as connect
+    from .aio import EntityInfo as EntityInfo
+    from .enums import NEXT_AVAILABLE_SESSION as NEXT_AVAILABLE_SESSION
+    from .enums import EntityStatus as EntityStatus
+    from .enums import ServiceBusDisposition as ServiceBusDisposition
+    from .enums import ServiceBusMessageState as ServiceBusMessageState
+    from .enums import ServiceBusReceiveMode as ServiceBusReceiveMode
+    from .enums import ServiceBusSessionFilter as ServiceBusSessionFilter
+    from .enums import ServiceBusSubQueue as ServiceBusSubQueue
+    from .management import ServiceBusAdministrationClient as ServiceBusAdministrationClient
+    from .message import ServiceBusMessage as ServiceBusMessage
+    from .message import ServiceBusMessageBatch as ServiceBusMessageBatch
+    from .message import ServiceBusReceivedMessage as ServiceBusReceivedMessage
 
 __version__ = "0.1.0"
 
-# Public name -> the module (relative to this package) that defines it.
-_HOMES = {
-    "ProcessorContext": "._context",
-    "ProcessorStatistics": "._core.pool",
-    **dict.fromkeys(
-        (
-            "AutoLockRenewer",
-            "ServiceBusClient",
-            "ServiceBusProcessor",
-            "ServiceBusReceiver",
-            "ServiceBusSender",
-            "ServiceBusSession",
-            "ServiceBusTransaction",
-            "connect",
-        ),
-        "._sync_client",
+# Each module (relative to this package) and the public names it defines.
+_EXPORTS = {
+    "._context": ("ProcessorContext",),
+    "._core.pool": ("ProcessorStatistics",),
+    "._sync_client": (
+        "AutoLockRenewer",
+        "ServiceBusClient",
+        "ServiceBusProcessor",
+        "ServiceBusReceiver",
+        "ServiceBusSender",
+        "ServiceBusSession",
+        "ServiceBusTransaction",
+        "connect",
     ),
-    "EntityInfo": ".aio",
-    **dict.fromkeys(
-        (
-            "NEXT_AVAILABLE_SESSION",
-            "EntityStatus",
-            "ServiceBusDisposition",
-            "ServiceBusMessageState",
-            "ServiceBusReceiveMode",
-            "ServiceBusSessionFilter",
-            "ServiceBusSubQueue",
-        ),
-        ".enums",
+    ".aio": ("EntityInfo",),
+    ".enums": (
+        "NEXT_AVAILABLE_SESSION",
+        "EntityStatus",
+        "ServiceBusDisposition",
+        "ServiceBusMessageState",
+        "ServiceBusReceiveMode",
+        "ServiceBusSessionFilter",
+        "ServiceBusSubQueue",
     ),
-    "ServiceBusAdministrationClient": ".management",
-    **dict.fromkeys(
-        ("ServiceBusMessage", "ServiceBusMessageBatch", "ServiceBusReceivedMessage"), ".message"
-    ),
+    ".management": ("ServiceBusAdministrationClient",),
+    ".message": ("ServiceBusMessage", "ServiceBusMessageBatch", "ServiceBusReceivedMessage"),
 }
+_HOMES = {name: home for home, names in _EXPORTS.items() for name in names}
 
 # The public subpackages, reached as attributes of ``raybus`` once anything imported them
 # before; now on first use too.
 _SUBMODULES = ("aio", "amqp", "auth", "cli", "enums", "exceptions", "http", "management")
 
-__all__ = [
-    "NEXT_AVAILABLE_SESSION",
-    "AutoLockRenewer",
-    "EntityInfo",
-    "EntityStatus",
-    "ProcessorContext",
-    "ProcessorStatistics",
-    "ServiceBusAdministrationClient",
-    "ServiceBusClient",
-    "ServiceBusDisposition",
-    "ServiceBusMessage",
-    "ServiceBusMessageBatch",
-    "ServiceBusMessageState",
-    "ServiceBusProcessor",
-    "ServiceBusReceiveMode",
-    "ServiceBusReceivedMessage",
-    "ServiceBusReceiver",
-    "ServiceBusSender",
-    "ServiceBusSession",
-    "ServiceBusSessionFilter",
-    "ServiceBusSubQueue",
-    "ServiceBusTransaction",
-    "connect",
-]
+__all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:

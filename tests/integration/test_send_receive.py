@@ -5,9 +5,11 @@ status, deletion and concurrency (sync and asyncio clients)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -495,11 +497,20 @@ def test_deleting_a_queue_makes_its_sender_and_receiver_raise_not_found(
         receiver.complete_message(msg)
 
 
-async def _warm_up(sender: aio.ServiceBusSender, receiver: aio.ServiceBusReceiver) -> None:
-    """Resolve both routes first: one message sent, received and completed."""
-    await sender.send_messages(ServiceBusMessage("warm-up"))
-    (warm,) = await receiver.receive_messages(max_wait_time=5)
-    await receiver.complete_message(warm)
+@contextlib.asynccontextmanager
+async def _warm_pair(
+    aclient: aio.ServiceBusClient, queue: str
+) -> AsyncIterator[tuple[aio.ServiceBusSender, aio.ServiceBusReceiver]]:
+    """A sender and a receiver of ``queue`` with both routes resolved (one message sent,
+    received and completed)."""
+    async with (
+        aclient.get_queue_sender(queue) as sender,
+        aclient.get_queue_receiver(queue) as receiver,
+    ):
+        await sender.send_messages(ServiceBusMessage("warm-up"))
+        (warm,) = await receiver.receive_messages(max_wait_time=5)
+        await receiver.complete_message(warm)
+        yield sender, receiver
 
 
 async def test_an_actor_of_a_deleted_queue_refuses_calls_before_it_is_gone(
@@ -509,11 +520,7 @@ async def test_an_actor_of_a_deleted_queue_refuses_calls_before_it_is_gone(
     # partitions deleted, so a sender holding the old handle cannot have a message accepted
     # meanwhile, and a receiver waiting there is woken to raise. Marked here without the kill,
     # which is the window a delete leaves.
-    async with (
-        aclient.get_queue_sender(queue) as sender,
-        aclient.get_queue_receiver(queue) as receiver,
-    ):
-        await _warm_up(sender, receiver)
+    async with _warm_pair(aclient, queue) as (_sender, receiver):
         part = (await aclient._conn.registry.route.remote(queue)).partitions[0]
         waiting = asyncio.ensure_future(receiver.receive_messages(max_wait_time=120))
         await asyncio.sleep(0.5)
@@ -542,11 +549,7 @@ def test_closed_sender_refuses_to_send(client: raybus.ServiceBusClient, idle_que
 async def test_aio_receive_returns_as_soon_as_a_message_is_sent(
     aclient: aio.ServiceBusClient, queue: str
 ) -> None:
-    async with (
-        aclient.get_queue_sender(queue) as sender,
-        aclient.get_queue_receiver(queue) as receiver,
-    ):
-        await _warm_up(sender, receiver)
+    async with _warm_pair(aclient, queue) as (sender, receiver):
 
         async def send_later() -> None:
             await asyncio.sleep(0.3)
