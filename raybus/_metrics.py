@@ -8,7 +8,9 @@ metrics cost nothing per message. Every series carries the tags ``namespace``, `
 Counters: ``raybus_messages_sent_total`` (accepted), ``raybus_messages_delivered_total``
 (handed to receivers), ``raybus_messages_completed_total``,
 ``raybus_messages_dead_lettered_total``, ``raybus_lock_expiries_total`` (locks lost),
-``raybus_redeliveries_total``, ``raybus_flushes_total``; transactions:
+``raybus_redeliveries_total``, ``raybus_flushes_total`` (of them
+``raybus_inline_flushes_total`` written on the actor's event loop thread, not a worker
+thread: ``raybus._core.committer``); transactions:
 ``raybus_transactions_total`` with tag ``outcome`` (committed/aborted). Gauges:
 ``raybus_active_messages``, ``raybus_dead_letter_messages``, ``raybus_scheduled_messages``,
 ``raybus_size_bytes``. Histograms (seconds): ``raybus_flush_seconds`` (one storage write),
@@ -40,6 +42,7 @@ COUNTERS = {
     "lock_expired": "raybus_lock_expiries_total",
     "redelivered": "raybus_redeliveries_total",
     "flushes": "raybus_flushes_total",
+    "inline_flushes": "raybus_inline_flushes_total",
 }
 GAUGES = {
     "active": "raybus_active_messages",

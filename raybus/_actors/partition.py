@@ -538,12 +538,14 @@ class PartitionActor(Guarded):
     def _totals(self) -> dict[str, float]:
         totals: dict[str, float] = dict(self._core.stats)
         totals["flushes"] = self._commit.flushes
+        totals["inline_flushes"] = self._commit.inline_flushes
         return totals
 
     @guarded(MANAGE)
     async def stats(self) -> dict[str, float]:
         """Running totals of this partition (what the metrics export): messages sent,
-        delivered, completed, dead-lettered, lock expiries, redeliveries, flushes."""
+        delivered, completed, dead-lettered, lock expiries, redeliveries, flushes (and of
+        those, the ones written on the event loop's thread: ``raybus._core.committer``)."""
         return self._totals()
 
     async def _export_metrics(self) -> None:

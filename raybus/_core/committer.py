@@ -23,6 +23,20 @@ Guarantees:
   threshold (profiled: writing a checkpoint and deleting the files took 15 % of a busy
   partition's samples, and every send and settlement waiting on the next flush waited too).
 
+Where a flush is written: a small one (at most ``INLINE_FLUSH_BYTES`` of Arrow data) to a
+local segment is written and fsynced on the event loop's own thread; a larger one, or one to an
+object store, in a worker thread, so that the loop serves other calls meanwhile. Why: handing a
+write to a thread and its answer back cost more CPU than the write itself (measured, one
+1 KiB send and its flush, this process's CPU: 554-643 us through a thread, 344-383 us inline;
+on a tmpfs 474 us against 165 us), and on a 2-core machine the broker's throughput is its CPU
+per message. End to end the gain is small, as Ray's own cost per call dominates: one sender
+and one receiver taking turns (send, receive, complete: three calls and two flushes per
+message), two queues of one Ray session measured in turn, 4 % less partition CPU per message
+and 2 % lower p50. What it costs: while an inline fsync runs (about 0.25 ms on the local disk) the
+partition answers nothing, reads included. A disk that gets slow must not stall reads for long:
+an inline write that takes longer than ``SLOW_INLINE_S`` sends the writes of the next
+``THREADED_AFTER_SLOW_S`` to the worker thread.
+
 Memory-only partitions (no log) pay nothing: ``durable()`` returns at once.
 """
 
@@ -41,7 +55,15 @@ from ..exceptions import ServiceBusError
 from . import journal
 from .partition import Partition
 
-__all__ = ["Committer"]
+__all__ = ["INLINE_FLUSH_BYTES", "SLOW_INLINE_S", "THREADED_AFTER_SLOW_S", "Committer"]
+
+# Flushes of at most this many bytes of Arrow data to a local segment are written on the
+# event loop's thread (module docstring); a 1 KiB message takes about 1.1 KiB.
+INLINE_FLUSH_BYTES = 64 * 1024
+# An inline write slower than this sends the writes of the next THREADED_AFTER_SLOW_S seconds
+# to the worker thread (a slow disk would otherwise stall every call of the partition).
+SLOW_INLINE_S = 0.005
+THREADED_AFTER_SLOW_S = 1.0
 
 _log = logging.getLogger("raybus.commit")
 
@@ -58,12 +80,15 @@ class Committer:
         checkpoint_min: int = 1000,
         express_interval: float | None = None,
         on_fatal: Callable[[BaseException], None] = lambda exc: None,
+        inline_bytes: int = INLINE_FLUSH_BYTES,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``express_interval`` (seconds) makes the partition express: ``durable()`` returns at
         once and the changes are written within that interval (the loss window of a crash).
         ``on_fatal`` is told when the log can be neither written nor read back: the committer
         then hides every message and refuses all changes (the actor exits so that Ray restarts
-        it and it recovers once the storage is back)."""
+        it and it recovers once the storage is back). ``inline_bytes`` is the largest flush
+        written on the event loop's thread (0: none); ``monotonic`` times those writes."""
         self._make_core = make_core
         self._log = log
         self._on_visible = on_visible
@@ -71,6 +96,10 @@ class Committer:
         self._express = express_interval
         self._since_checkpoint = 0
         self._on_fatal = on_fatal
+        self._inline_bytes = inline_bytes
+        self._monotonic = monotonic
+        self._threaded_until = float("-inf")  # after a slow inline write (module docstring)
+        self.inline_flushes = 0  # statistics
         self.broken: BaseException | None = None
         self._waiting: asyncio.Future[None] | None = None  # for changes not yet taken
         self._inflight: asyncio.Future[None] | None = None  # for the flush being written
@@ -160,6 +189,26 @@ class Committer:
         if self.core.journal_size() > mark:
             await self.durable(after_inflight=False)
 
+    def _writes_inline(self, table: pa.Table) -> bool:
+        """Whether this flush is written on the event loop's thread (module docstring)."""
+        assert self._log is not None
+        return (
+            self._log.segment_bytes is not None
+            and table.nbytes <= self._inline_bytes
+            and self._monotonic() >= self._threaded_until
+        )
+
+    def _append_inline(self, table: pa.Table) -> None:
+        assert self._log is not None
+        before = self._monotonic()
+        try:
+            self._log.append(table)
+        finally:
+            now = self._monotonic()
+            if now - before > SLOW_INLINE_S:
+                self._threaded_until = now + THREADED_AFTER_SLOW_S
+        self.inline_flushes += 1
+
     async def _flush_loop(self, delay: float = 0.0) -> None:
         assert self._log is not None
         log = self._log
@@ -179,8 +228,12 @@ class Committer:
                     waiting = asyncio.get_running_loop().create_future()
                 self._inflight = waiting
                 started = time.perf_counter()
+                table = journal.to_table(entries)
                 try:
-                    await asyncio.to_thread(log.append, journal.to_table(entries))
+                    if self._writes_inline(table):
+                        self._append_inline(table)
+                    else:
+                        await asyncio.to_thread(log.append, table)
                 except ServiceBusError as exc:
                     await self._checkpoint_written()  # recovery must not race its writer
                     self._failed(exc, waiting)

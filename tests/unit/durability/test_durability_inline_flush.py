@@ -1,0 +1,146 @@
+"""Where a flush is written (``raybus._core.committer``'s docstring): a small one to a local
+segment on the event loop's thread, a large one or one to an object store in a worker thread,
+and, after an inline write that was slow, every write in the thread for a while. Whichever
+thread wrote it, an acknowledged change is durable and a failed write undoes what it carried.
+
+Runs on a real directory (``tmp_path``, fsync included); the time an inline write took is read
+from a fake clock that the log's append moves on.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+import pytest
+from durability_helpers import by_id, core_factory, record
+
+from raybus._core.committer import SLOW_INLINE_S, THREADED_AFTER_SLOW_S, Committer
+from raybus._storage import DurableLog, StorageUnavailableError
+from raybus._storage.framing import Batches
+from raybus.testing import FakeClock
+
+
+class WatchedLog(DurableLog):
+    """A local ``DurableLog`` that records which thread ran each append, can make the next
+    appends take ``slow_s`` seconds of ``clock``, and can fail the next one."""
+
+    def __init__(self, directory: str, clock: FakeClock, **options: Any) -> None:
+        super().__init__(pafs.LocalFileSystem(), directory, **options)
+        self.clock = clock
+        self.threads: list[int] = []
+        self.slow_s = 0.0
+        self.fail_next = False
+
+    def append(self, data: Batches) -> int:
+        self.threads.append(threading.get_ident())
+        self.clock.advance(self.slow_s)
+        if self.fail_next:
+            self.fail_next = False
+            raise StorageUnavailableError("injected: the disk refused the write")
+        return super().append(data)
+
+
+def committer(log: WatchedLog, clock: FakeClock, **options: Any) -> Committer:
+    return Committer(core_factory(clock), log, monotonic=clock.now, **options)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+async def send(c: Committer, message_id: str, size: int = 16) -> None:
+    """Send one message of ``size`` bytes and wait until it is durable."""
+    c.core.send([record(b"x" * size, message_id=message_id)])
+    await c.durable()
+
+
+def stored(tmp_path: Path, clock: FakeClock) -> set[str]:
+    """The message ids a restarted Committer recovers from ``tmp_path``."""
+    return set(by_id(committer(WatchedLog(str(tmp_path), clock), clock).core))
+
+
+async def test_a_small_flush_to_a_local_segment_is_written_on_the_loops_thread(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    log = WatchedLog(str(tmp_path), clock)
+    c = committer(log, clock)
+    await send(c, "a")
+    await send(c, "b")
+    assert log.threads == [threading.get_ident()] * 2
+    assert c.inline_flushes == 2
+    assert stored(tmp_path, clock) == {"a", "b"}
+
+
+async def test_a_flush_larger_than_inline_bytes_is_written_in_a_worker_thread(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    log = WatchedLog(str(tmp_path), clock)
+    c = committer(log, clock, inline_bytes=4096)
+    await send(c, "small")
+    await send(c, "large", size=8192)
+    assert log.threads[0] == threading.get_ident()
+    assert log.threads[1] != threading.get_ident()
+    assert c.inline_flushes == 1
+    assert stored(tmp_path, clock) == {"small", "large"}
+
+
+async def test_a_log_without_segments_is_written_in_a_worker_thread(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """One file per append is the object stores' layout: each write may take a network round
+    trip, so none is written on the loop's thread."""
+    log = WatchedLog(str(tmp_path), clock, segment_bytes=None)
+    c = committer(log, clock)
+    await send(c, "a")
+    assert log.threads != [threading.get_ident()]
+    assert c.inline_flushes == 0
+    assert set(by_id(c.core)) == {"a"}
+
+
+async def test_after_a_slow_inline_write_the_writes_go_to_the_thread_for_a_while(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    me = threading.get_ident()
+    log = WatchedLog(str(tmp_path), clock)
+    c = committer(log, clock)
+    log.slow_s = SLOW_INLINE_S * 2
+    await send(c, "slow")  # inline, and too slow
+    log.slow_s = 0.0
+    await send(c, "next")  # in the thread
+    clock.advance(THREADED_AFTER_SLOW_S - SLOW_INLINE_S * 2 - 0.01)
+    await send(c, "still")  # in the thread: the while has not passed
+    clock.advance(0.02)
+    await send(c, "again")  # inline again
+    assert [t == me for t in log.threads] == [True, False, False, True]
+    assert c.inline_flushes == 2
+    assert stored(tmp_path, clock) == {"slow", "next", "still", "again"}
+
+
+async def test_a_fast_inline_write_keeps_the_next_ones_inline(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    log = WatchedLog(str(tmp_path), clock)
+    c = committer(log, clock)
+    log.slow_s = SLOW_INLINE_S / 2
+    await send(c, "a")
+    await send(c, "b")
+    assert log.threads == [threading.get_ident()] * 2
+
+
+async def test_a_failed_inline_write_undoes_what_it_carried(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    log = WatchedLog(str(tmp_path), clock)
+    c = committer(log, clock)
+    await send(c, "kept")
+    log.fail_next = True
+    with pytest.raises(StorageUnavailableError):
+        await send(c, "refused")
+    assert log.threads[-1] == threading.get_ident()  # it was an inline write that failed
+    assert set(by_id(c.core)) == {"kept"}  # rebuilt from the log: nothing of it stored
+    await send(c, "after")  # the log stays usable
+    assert stored(tmp_path, clock) == {"kept", "after"}
