@@ -40,7 +40,7 @@ from ..exceptions import (
     ServiceBusAuthorizationError,
     TransactionAbortedError,
 )
-from .access import Guarded, guarded, internal, named_actor
+from .access import BROKER_ACTOR_OPTIONS, Guarded, guarded, internal, named_actor
 from .changelog import ChangeLog
 from .handles import HandleCache
 from .self_call import call_self_until_answered
@@ -283,12 +283,8 @@ def coordinator_actor(namespace: str, storage_path: str | None = None) -> Any:
     cls = ray.remote(CoordinatorActor)
     return cls.options(
         name=coordinator_actor_name(namespace),
-        namespace="raybus",
-        lifetime="detached",
-        get_if_exists=True,
-        num_cpus=0,
-        max_restarts=-1,
         max_concurrency=1000,
+        **BROKER_ACTOR_OPTIONS,
     ).remote(namespace, storage_path)
 
 

@@ -28,7 +28,7 @@ from .._storage import open_storage
 from .._topic_models import is_subscription
 from ..auth import AccessRights
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
-from .access import guarded, internal_token
+from .access import BROKER_ACTOR_OPTIONS, guarded, internal_token
 from .access_admin import AccessOps
 from .changelog import ChangeLog
 from .partition import partition_actor
@@ -344,10 +344,6 @@ def namespace_actor(namespace: str, storage_path: str | None = None) -> Any:
     cls = ray.remote(NamespaceActor)
     return cls.options(
         name=namespace_actor_name(namespace),
-        namespace="raybus",
-        lifetime="detached",
-        get_if_exists=True,
-        num_cpus=0,
-        max_restarts=-1,
         max_concurrency=1000,
+        **BROKER_ACTOR_OPTIONS,
     ).remote(namespace, storage_path)

@@ -34,7 +34,7 @@ from .._models import EXPRESS_FLUSH_INTERVAL, QueueProperties
 from .._storage import DurableLog, StorageCorruptedError, StorageUnavailableError
 from ..auth import AccessRights
 from ..exceptions import ServiceBusError
-from .access import Guarded, guarded, internal, named_actor
+from .access import BROKER_ACTOR_OPTIONS, Guarded, guarded, internal, named_actor
 from .self_call import call_self_until_answered
 
 __all__ = ["PartitionActor"]
@@ -759,12 +759,8 @@ def partition_actor(
     cls = ray.remote(PartitionActor)
     return cls.options(
         name=name,
-        namespace="raybus",
-        lifetime="detached",
-        get_if_exists=True,
-        num_cpus=0,
-        max_restarts=-1,
         max_concurrency=10_000,
         # Partitions of one entity go to different nodes where there are several.
         scheduling_strategy="SPREAD",
+        **BROKER_ACTOR_OPTIONS,
     ).remote(namespace, properties, partition_id, incarnation, storage_path, owned)

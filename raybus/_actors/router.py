@@ -54,7 +54,7 @@ from ..exceptions import (
     ServiceBusServerBusyError,
     TransactionAbortedError,
 )
-from .access import Guarded, guarded, internal, named_actor
+from .access import BROKER_ACTOR_OPTIONS, Guarded, guarded, internal, named_actor
 from .coordinator import CoordinatorCommit
 from .deliverer import Deliverer
 from .self_call import call_self_until_answered
@@ -400,10 +400,6 @@ def router_actor(
     cls = ray.remote(RouterActor)
     return cls.options(
         name=router_actor_name(namespace, topic.name, incarnation),
-        namespace="raybus",
-        lifetime="detached",
-        get_if_exists=True,
-        num_cpus=0,
-        max_restarts=-1,
         max_concurrency=1000,
+        **BROKER_ACTOR_OPTIONS,
     ).remote(namespace, topic, storage_path, incarnation)

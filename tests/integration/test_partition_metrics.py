@@ -1,6 +1,9 @@
-"""Partition actors count what flows through them (the totals ray.util.metrics exports)."""
+"""Partition actors count what flows through them (the totals ray.util.metrics exports), and
+the broker's actors leave Ray's task events out."""
 
 from __future__ import annotations
+
+import time
 
 import ray
 
@@ -34,3 +37,45 @@ def test_partition_totals_move_when_messages_flow(
     assert moved["flushes"] >= 1  # the namespace is durable in tests
     # On the local disk these small flushes are written on the actor's own thread.
     assert 1 <= moved["inline_flushes"] <= moved["flushes"]
+
+
+@ray.remote(num_cpus=0)
+class _Control:
+    """An actor with Ray's default options: its calls do record task events."""
+
+    def ping(self) -> int:
+        return 1
+
+
+def _task_event_names() -> set[str]:
+    """The function names of every task event the GCS holds (actor methods: ``Class.method``)."""
+    from ray._private import state
+
+    return {
+        e.task_info.func_or_class_name
+        for e in state.state._get_all_task_events()
+        if e.HasField("task_info")
+    }
+
+
+def test_broker_actors_record_no_ray_task_events(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
+) -> None:
+    """Broker actors are created without task events (``BROKER_ACTOR_OPTIONS``): a call per
+    batch would otherwise be reported to the GCS. A default actor's calls are, within Ray's
+    report interval (1 s): once the control's show, none of the broker's may."""
+    control = _Control.remote()  # type: ignore[attr-defined]
+    try:
+        with client.get_queue_sender(queue) as sender:
+            sender.send_messages(ServiceBusMessage("m"))
+        with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+            receiver.complete_messages(receiver.receive_messages(1))
+        assert ray.get(control.ping.remote()) == 1
+        deadline = time.monotonic() + 30
+        while "_Control.ping" not in (names := _task_event_names()):
+            assert time.monotonic() < deadline, "the control's task events never arrived"
+            time.sleep(0.2)
+        broker = ("NamespaceActor.", "PartitionActor.", "RouterActor.", "CoordinatorActor.")
+        assert sorted(n for n in names if n.startswith(broker)) == []
+    finally:
+        ray.kill(control)
