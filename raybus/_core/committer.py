@@ -32,10 +32,10 @@ on a tmpfs 474 us against 165 us), and on a 2-core machine the broker's throughp
 per message. End to end the gain is small, as Ray's own cost per call dominates: one sender
 and one receiver taking turns (send, receive, complete: three calls and two flushes per
 message), two queues of one Ray session measured in turn, 4 % less partition CPU per message
-and 2 % lower p50. What it costs: while an inline fsync runs (about 0.25 ms on the local disk) the
-partition answers nothing, reads included. A disk that gets slow must not stall reads for long:
-an inline write that takes longer than ``SLOW_INLINE_S`` sends the writes of the next
-``THREADED_AFTER_SLOW_S`` to the worker thread.
+and 2 % lower p50. What it costs: while an inline fsync runs (about 0.25 ms on the local
+disk) the partition answers nothing, reads included. A disk that gets slow must not stall
+reads for long: an inline write that takes longer than ``SLOW_INLINE_S`` sends the writes of
+the next ``THREADED_AFTER_SLOW_S`` to the worker thread.
 
 Memory-only partitions (no log) pay nothing: ``durable()`` returns at once.
 """
@@ -228,8 +228,8 @@ class Committer:
                     waiting = asyncio.get_running_loop().create_future()
                 self._inflight = waiting
                 started = time.perf_counter()
-                table = journal.to_table(entries)
                 try:
+                    table = journal.to_table(entries)
                     if self._writes_inline(table):
                         self._append_inline(table)
                     else:

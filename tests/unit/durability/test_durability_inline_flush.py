@@ -47,6 +47,14 @@ def committer(log: WatchedLog, clock: FakeClock, **options: Any) -> Committer:
     return Committer(core_factory(clock), log, monotonic=clock.now, **options)
 
 
+def on_disk(
+    tmp_path: Path, clock: FakeClock, log_options: dict[str, Any] | None = None, **options: Any
+) -> tuple[WatchedLog, Committer]:
+    """A watched log in ``tmp_path`` and a Committer writing to it."""
+    log = WatchedLog(str(tmp_path), clock, **(log_options or {}))
+    return log, committer(log, clock, **options)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
@@ -66,8 +74,7 @@ def stored(tmp_path: Path, clock: FakeClock) -> set[str]:
 async def test_a_small_flush_to_a_local_segment_is_written_on_the_loops_thread(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    log = WatchedLog(str(tmp_path), clock)
-    c = committer(log, clock)
+    log, c = on_disk(tmp_path, clock)
     await send(c, "a")
     await send(c, "b")
     assert log.threads == [threading.get_ident()] * 2
@@ -78,8 +85,7 @@ async def test_a_small_flush_to_a_local_segment_is_written_on_the_loops_thread(
 async def test_a_flush_larger_than_inline_bytes_is_written_in_a_worker_thread(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    log = WatchedLog(str(tmp_path), clock)
-    c = committer(log, clock, inline_bytes=4096)
+    log, c = on_disk(tmp_path, clock, inline_bytes=4096)
     await send(c, "small")
     await send(c, "large", size=8192)
     assert log.threads[0] == threading.get_ident()
@@ -93,8 +99,7 @@ async def test_a_log_without_segments_is_written_in_a_worker_thread(
 ) -> None:
     """One file per append is the object stores' layout: each write may take a network round
     trip, so none is written on the loop's thread."""
-    log = WatchedLog(str(tmp_path), clock, segment_bytes=None)
-    c = committer(log, clock)
+    log, c = on_disk(tmp_path, clock, {"segment_bytes": None})
     await send(c, "a")
     assert log.threads != [threading.get_ident()]
     assert c.inline_flushes == 0
@@ -105,8 +110,7 @@ async def test_after_a_slow_inline_write_the_writes_go_to_the_thread_for_a_while
     tmp_path: Path, clock: FakeClock
 ) -> None:
     me = threading.get_ident()
-    log = WatchedLog(str(tmp_path), clock)
-    c = committer(log, clock)
+    log, c = on_disk(tmp_path, clock)
     log.slow_s = SLOW_INLINE_S * 2
     await send(c, "slow")  # inline, and too slow
     log.slow_s = 0.0
@@ -123,8 +127,7 @@ async def test_after_a_slow_inline_write_the_writes_go_to_the_thread_for_a_while
 async def test_a_fast_inline_write_keeps_the_next_ones_inline(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    log = WatchedLog(str(tmp_path), clock)
-    c = committer(log, clock)
+    log, c = on_disk(tmp_path, clock)
     log.slow_s = SLOW_INLINE_S / 2
     await send(c, "a")
     await send(c, "b")
@@ -134,8 +137,7 @@ async def test_a_fast_inline_write_keeps_the_next_ones_inline(
 async def test_a_failed_inline_write_undoes_what_it_carried(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    log = WatchedLog(str(tmp_path), clock)
-    c = committer(log, clock)
+    log, c = on_disk(tmp_path, clock)
     await send(c, "kept")
     log.fail_next = True
     with pytest.raises(StorageUnavailableError):
