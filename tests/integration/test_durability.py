@@ -83,7 +83,7 @@ def test_killed_partition_actor_recovers_every_acknowledged_message(
     assert all(seen[m.message_id or ""] == 0 for m in locked)
 
 
-@pytest.mark.fault  # a crash or storage fault, 8-28 s: `make fault` (README, Development)
+@pytest.mark.fault
 def test_sequence_numbers_keep_increasing_after_a_restart_of_a_drained_queue(
     durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
 ) -> None:
@@ -102,7 +102,7 @@ def test_sequence_numbers_keep_increasing_after_a_restart_of_a_drained_queue(
     assert str(msg) == "after" and msg.sequence_number > 10
 
 
-@pytest.mark.fault  # a crash or storage fault, 8-28 s: `make fault` (README, Development)
+@pytest.mark.fault
 def test_killed_namespace_actor_finds_its_entities_again(
     namespace: str,
     durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
@@ -152,7 +152,7 @@ def test_updated_properties_survive_a_partition_restart(
     _wait_until(lambda: admin.get_queue_runtime_properties("props").dead_letter_message_count == 1)
 
 
-@pytest.mark.fault  # a crash or storage fault, 8-28 s: `make fault` (README, Development)
+@pytest.mark.fault
 def test_a_torn_log_tail_loses_only_the_torn_write(
     namespace: str,
     storage: str,

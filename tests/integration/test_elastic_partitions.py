@@ -341,7 +341,7 @@ def _wait_converged(admin: ServiceBusAdministrationClient, name: str, count: int
         time.sleep(0.2)
 
 
-@pytest.mark.fault  # a crash or storage fault, 8-28 s: `make fault` (README, Development)
+@pytest.mark.fault
 def test_a_change_resumes_after_the_namespace_actor_restarts(
     namespace: str, admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
 ) -> None:

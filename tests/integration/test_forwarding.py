@@ -166,7 +166,7 @@ def test_forwarding_settings_are_checked_and_receivers_are_refused(
         receiver.receive_messages(1)
 
 
-@pytest.mark.fault  # a crash or storage fault, 8-28 s: `make fault` (README, Development)
+@pytest.mark.fault
 def test_forwarding_rides_out_a_destination_partition_crash(
     client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
 ) -> None:

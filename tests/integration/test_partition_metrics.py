@@ -59,7 +59,7 @@ def _task_event_names() -> set[str]:
 
 
 def test_broker_actors_record_no_ray_task_events(
-    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
+    client: raybus.ServiceBusClient, queue: str
 ) -> None:
     """Broker actors are created without task events (``BROKER_ACTOR_OPTIONS``): a call per
     batch would otherwise be reported to the GCS. A default actor's calls are, within Ray's

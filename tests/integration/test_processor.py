@@ -191,7 +191,7 @@ def test_poison_message_is_dead_lettered_with_the_exception_after_max_delivery_c
 # ---------------------------------------------------------------------- a killed replica
 
 
-@pytest.mark.fault  # a crash or storage fault, 8-28 s: `make fault` (README, Development)
+@pytest.mark.fault
 async def test_killed_replicas_messages_are_handled_by_others_before_their_locks_expire(
     aclient: aio.ServiceBusClient,
     aadmin: aio.ServiceBusAdministrationClient,

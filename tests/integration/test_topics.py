@@ -258,7 +258,7 @@ def test_topic_and_subscription_runtime_counts(
 # ------------------------------------------------------------------------------ router restart
 
 
-@pytest.mark.fault  # a crash or storage fault, 8-28 s: `make fault` (README, Development)
+@pytest.mark.fault
 def test_killed_router_comes_back_and_routes_with_its_configuration(
     client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
 ) -> None:

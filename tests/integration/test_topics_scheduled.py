@@ -150,7 +150,7 @@ def test_cancel_on_the_topic_sender_is_all_or_none_and_cancelled_messages_never_
     assert asyncio.run(run()) == ["m1", "m2"]
 
 
-@pytest.mark.fault  # a crash or storage fault, 8-28 s: `make fault` (README, Development)
+@pytest.mark.fault
 def test_scheduled_messages_survive_a_router_restart(
     client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient, t: str
 ) -> None:

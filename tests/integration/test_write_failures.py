@@ -80,7 +80,7 @@ def test_a_refilling_completion_whose_write_fails_completes_nothing(
     assert sorted(got) == sorted(f"m{i}" for i in range(30))
 
 
-@pytest.mark.fault  # a crash or storage fault, 8-28 s: `make fault` (README, Development)
+@pytest.mark.fault
 def test_a_logged_publish_waits_out_a_subscription_whose_writes_fail(
     admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
 ) -> None:

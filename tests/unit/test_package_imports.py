@@ -3,8 +3,10 @@ process importing ``raybus._actors...``) do not import the client API."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,25 @@ def test_every_public_name_resolves_to_its_defining_object() -> None:
         assert getattr(raybus, name) is not None, name
     assert set(raybus.__all__) <= set(dir(raybus))
     assert raybus.aio.ServiceBusClient is aio.ServiceBusClient  # subpackage as an attribute
+
+
+def test_the_type_checkers_imports_name_what_the_lazy_table_loads() -> None:
+    """The names type checkers see (the ``TYPE_CHECKING`` imports) and the names loaded on
+    first use (``_EXPORTS``) are two lists of one thing: they must not drift apart."""
+    tree = ast.parse(Path(raybus.__file__).read_text())
+    (block,) = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    ]
+    static = {
+        (f".{node.module}", alias.name)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    lazy = {(home, name) for home, names in raybus._EXPORTS.items() for name in names}
+    assert static == lazy
 
 
 def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
