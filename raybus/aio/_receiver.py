@@ -31,7 +31,10 @@ receive that starts after close() has started raises ``InvalidArgumentError``; s
 ``receive_deferred_messages`` answered once close() has started, after giving its messages
 back (deferred again): it asked for those messages, and ``[]`` would read as "none there".
 The close is seen through the prefetch buffer's state (``raybus.aio._prefetch``), and every
-message this receiver will not hand out goes back through one path (``_release``).
+message this receiver will not hand out goes back through one path (``_release``). A
+prefetching peek-lock receiver's standing request (``_standing_receive``), which outlives the
+receive that made it, follows the same rule: what it brings once close() took the buffer is
+given back at once; close() does not wait for it.
 
 The transfer dead-letter sub-queue (``ServiceBusSubQueue.TRANSFER_DEAD_LETTER``) is always
 empty in raybus, so a receiver of it asks no partition anything: in Service Bus it holds the
@@ -211,6 +214,9 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         self._handoff: list[tuple[ServiceBusReceivedMessage, SettleOp, str, Any]] = []
         self._handoff_lock = threading.Lock()
         self._handoff_scheduled = False
+        # The standing request of a prefetching receiver (``_stands``), if one is out: it
+        # puts what it gets in the buffer, and answers a broker refusal (None otherwise).
+        self._standing: asyncio.Task[ServiceBusError | None] | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -295,7 +301,8 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             await self._release_rows(rows)
             self._raise_failures()
             return []
-        return out
+        # A standing request (``_standing_receive``) answers into the buffer.
+        return out or self._from_buffer(count)
 
     def _check_receivable(self, route: Any) -> None:
         if isinstance(route, TopicRoute):
@@ -334,6 +341,9 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
                 rows = await self._receive_call(args, pid)
                 if rows or _past(deadline) or self._closing:
                     break
+        elif route.single and self._stands():
+            await self._standing_receive(fetch, deadline)
+            return []  # what it got is in the buffer
         elif route.single:
             while True:
                 rows = await self._receive_call(self._receive_args(fetch, deadline), 0)
@@ -343,6 +353,70 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             rows = await receive_partitioned(self, route, fetch, deadline)
         result: list[WireRecord] = rows
         return result
+
+    def _stands(self) -> bool:
+        """Whether this receiver keeps a standing request at the broker (a peek-lock receiver
+        of a main queue or subscription, with a prefetch buffer, no session; the route is of
+        one partition): see ``_standing_receive``."""
+        return (
+            self.prefetch_count > 0
+            and not self._delete
+            and self.sub_queue is None
+            and self.session is None
+        )
+
+    async def _standing_receive(self, fetch: int, deadline: float | None) -> None:
+        """Wait until ``deadline`` (forever when None) for the standing request to put
+        messages in the buffer, making one if none is out.
+
+        A prefetching receiver's request to its partition does not end with the receive that
+        made it: the partition holds it up to ``_WAIT_SLICE_S`` whatever the caller's
+        ``max_wait_time``, and when the caller stops waiting it stays out and puts what it
+        gets in the prefetch buffer, for the next receive. This is what an AMQP receiver's
+        link credit does in Service Bus (its prefetched messages are locked from the moment
+        they are fetched). Why: each receive that found nothing in ``max_wait_time`` cost a
+        call, and a loop of short waits on an idle subscription made one every few hundred
+        ms (measured: 30 idle subscriptions with receivers waiting 0.2 s at a time, 144 calls
+        a second costing 1.9 ms of the client's CPU and 2.2 ms of the partition's each, 0.6
+        of a core on the 2-core test machine). Once close() has taken the buffer, what a
+        standing request brings is given back at once (``_buffer_more``)."""
+        while True:
+            standing = self._standing
+            if standing is not None and standing.done():  # answered while nobody waited
+                self._standing = None
+                refused = standing.result()
+                if refused is not None:
+                    raise refused
+                if self._buffer:
+                    return
+                standing = None
+            if standing is None:
+                args = self._receive_args(fetch, None)  # the partition holds it one slice
+                standing = self._standing = asyncio.ensure_future(self._stand(args))
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                refused = await asyncio.wait_for(asyncio.shield(standing), timeout)
+            except asyncio.TimeoutError:
+                return  # it stays out
+            if self._standing is standing:
+                self._standing = None
+            if refused is not None:
+                raise refused
+            if self._buffer or _past(deadline) or self._closing:
+                return
+
+    async def _stand(self, args: tuple[Any, ...]) -> ServiceBusError | None:
+        """The standing request: a partition's receive whose messages go to the buffer
+        (given back if close() took it). A refusal is answered, not raised, for the receive
+        that waits on it or, if none does, the next one (``_standing_receive``)."""
+        try:
+            rows = await self._conn.retrying(self.entity_path, lambda: self._receive_call(args, 0))
+        except ServiceBusError as exc:
+            return exc
+        back = self._buffer_more(self._wrap(rows, "locked"))
+        if back:
+            await self._release(m._record for m in back)
+        return None
 
     async def _wait_for_close(self, deadline: float | None) -> None:
         """Wait until ``deadline`` (forever when None) or until close() starts."""

@@ -2,7 +2,8 @@
 broker call (``settle_receive``) once the buffer holds less than the last receive asked for:
 the next receive is then served without a call of its own. Every message still arrives once,
 in order, locked to this receiver; refusals, ``close`` and the dead-letter sub-queue behave
-as without the refill."""
+as without the refill. And the standing request of a prefetching asyncio receiver: a receive
+that found nothing leaves its partition call out, and what it brings goes to the buffer."""
 
 from __future__ import annotations
 
@@ -20,7 +21,11 @@ from raybus import ServiceBusMessage, ServiceBusReceivedMessage, _rpc, aio
 from raybus._core.partition import COMPLETE, SettleOp
 from raybus._sync import run
 from raybus.aio import _prefetch
-from raybus.exceptions import InvalidArgumentError, SettlementFailedError
+from raybus.exceptions import (
+    InvalidArgumentError,
+    MessagingEntityNotFoundError,
+    SettlementFailedError,
+)
 from raybus.management import ServiceBusAdministrationClient
 
 # One namespace for the module, a fresh queue per test from the pool (see conftest).
@@ -414,3 +419,95 @@ def _calls_on_loop(inner: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(inner, "_call", _call)
     return names
+
+
+# ---------------------------------------------------------------------------------------------
+# The standing request of a prefetching asyncio receiver (``ServiceBusReceiver._standing_
+# receive``): a receive that found nothing in its max_wait_time leaves its partition call out,
+# and what that call brings goes to the prefetch buffer.
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.02)
+
+
+async def test_idle_short_receives_share_one_standing_request(
+    aclient: aio.ServiceBusClient, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with aclient.get_queue_receiver(queue, prefetch_count=10) as receiver:
+        assert await receiver.receive_messages(5, max_wait_time=0.05) == []
+        calls = _calls(receiver, monkeypatch)
+        for _ in range(10):
+            assert await receiver.receive_messages(5, max_wait_time=0.05) == []
+        assert calls == []  # the first receive's call is still out, for all of them
+        async with aclient.get_queue_sender(queue) as sender:
+            await sender.send_messages(ServiceBusMessage("late"))
+        got = await receiver.receive_messages(5, max_wait_time=5)
+        assert [str(m) for m in got] == ["late"] and calls == []
+        await receiver.complete_messages(got)
+
+
+async def test_a_message_sent_after_a_receive_gave_up_is_prefetched_and_locked(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    async with aclient.get_queue_receiver(queue, prefetch_count=10) as receiver:
+        assert await receiver.receive_messages(1, max_wait_time=0.05) == []
+        async with aclient.get_queue_sender(queue) as sender:
+            await sender.send_messages(ServiceBusMessage("m"))
+        await _until(lambda: len(receiver._buffer) == 1, "the standing request brought nothing")
+        # Locked to this receiver (as Service Bus's prefetch locks what it fetches): a
+        # competing receiver does not get it; this one's next receive does, at once.
+        async with aclient.get_queue_receiver(queue) as other:
+            assert await other.receive_messages(1, max_wait_time=0.3) == []
+        got = await receiver.receive_messages(1, max_wait_time=0.01)
+        assert [str(m) for m in got] == ["m"] and got[0].lock_token
+        await receiver.complete_message(got[0])
+
+
+async def test_close_gives_back_what_a_standing_request_brings_after_it(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    receiver = aclient.get_queue_receiver(queue, prefetch_count=10)
+    assert await receiver.receive_messages(1, max_wait_time=0.05) == []
+    standing = receiver._standing
+    assert standing is not None and not standing.done()
+    await receiver.close()
+    async with aclient.get_queue_sender(queue) as sender:
+        await sender.send_messages(ServiceBusMessage("after close"))
+    await asyncio.wait_for(standing, 10)  # it took the message, and gave it back
+    async with aclient.get_queue_receiver(queue) as other:
+        got = await other.receive_messages(1, max_wait_time=5)  # not after a 60 s lock
+        assert [str(m) for m in got] == ["after close"]
+        assert got[0].delivery_count == 0  # a release counts no delivery
+        await other.complete_message(got[0])
+
+
+async def test_a_refusal_of_a_standing_request_is_raised_by_the_next_receive(
+    aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    receiver = aclient.get_queue_receiver(queue, prefetch_count=10)
+    assert await receiver.receive_messages(1, max_wait_time=0.05) == []
+    standing = receiver._standing
+    assert standing is not None
+    await aadmin.delete_queue(queue)
+    refused = await asyncio.wait_for(asyncio.shield(standing), 15)
+    assert isinstance(refused, MessagingEntityNotFoundError)
+    with pytest.raises(MessagingEntityNotFoundError):
+        await receiver.receive_messages(1, max_wait_time=0.05)
+    await receiver.close()
+
+
+async def test_no_standing_request_without_prefetch_or_in_receive_and_delete(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    plain = aclient.get_queue_receiver(queue)
+    deleting = aclient.get_queue_receiver(
+        queue, prefetch_count=10, receive_mode=raybus.ServiceBusReceiveMode.RECEIVE_AND_DELETE
+    )
+    for r in (plain, deleting):
+        assert await r.receive_messages(1, max_wait_time=0.05) == []
+        assert r._standing is None
+        await r.close()
