@@ -111,6 +111,10 @@ class ServiceBusReceiver:
         ready, count, fetch, deadline = inner._receive_start(max_message_count, max_wait_time)
         if ready:
             return ready
+        if inner._stands():
+            # Its standing request lives on raybus's loop, as the asyncio receiver's does
+            # (``ServiceBusReceiver._standing_receive``): wait there, the buffer being empty.
+            return run(inner.receive_messages(max_message_count, max_wait_time))
         handed_before = inner._handed
         while True:
             args = inner._receive_args(fetch, deadline)

@@ -511,3 +511,34 @@ async def test_no_standing_request_without_prefetch_or_in_receive_and_delete(
         assert await r.receive_messages(1, max_wait_time=0.05) == []
         assert r._standing is None
         await r.close()
+
+
+def test_sync_idle_short_receives_share_one_standing_request(
+    client: raybus.ServiceBusClient, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with client.get_queue_receiver(queue, prefetch_count=10) as receiver:
+        assert receiver.receive_messages(5, max_wait_time=0.05) == []
+        calls = _calls(receiver, monkeypatch)
+        for _ in range(10):
+            assert receiver.receive_messages(5, max_wait_time=0.05) == []
+        assert calls == []
+        _send(client, queue, 1)
+        got = receiver.receive_messages(5, max_wait_time=5)
+        assert [str(m) for m in got] == ["m0"] and calls == []
+        receiver.complete_messages(got)
+
+
+def test_sync_close_gives_back_what_a_standing_request_brings_after_it(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    receiver = client.get_queue_receiver(queue, prefetch_count=10)
+    assert receiver.receive_messages(1, max_wait_time=0.05) == []
+    standing = receiver._aio._standing
+    assert standing is not None and not standing.done()
+    receiver.close()
+    _send(client, queue, 1)
+    run(asyncio.wait_for(asyncio.shield(standing), 10))
+    with client.get_queue_receiver(queue, max_wait_time=5) as other:
+        got = other.receive_messages(1)
+        assert [str(m) for m in got] == ["m0"] and got[0].delivery_count == 0
+        other.complete_messages(got)
