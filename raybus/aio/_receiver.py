@@ -385,7 +385,8 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             if standing is not None and standing.done():  # answered while nobody waited
                 self._standing = None
                 refused = standing.result()
-                if refused is not None:
+                # A refusal that a new call may not meet again (``retryable``) is stale now.
+                if refused is not None and not refused.retryable:
                     raise refused
                 if self._buffer:
                     return
@@ -408,7 +409,8 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
     async def _stand(self, args: tuple[Any, ...]) -> ServiceBusError | None:
         """The standing request: a partition's receive whose messages go to the buffer
         (given back if close() took it). A refusal is answered, not raised, for the receive
-        that waits on it or, if none does, the next one (``_standing_receive``)."""
+        that waits on it or, if none does and it is not ``retryable``, the next one
+        (``_standing_receive``)."""
         try:
             rows = await self._conn.retrying(self.entity_path, lambda: self._receive_call(args, 0))
         except ServiceBusError as exc:

@@ -24,6 +24,8 @@ from raybus.aio import _prefetch
 from raybus.exceptions import (
     InvalidArgumentError,
     MessagingEntityNotFoundError,
+    ServiceBusConnectionError,
+    ServiceBusError,
     SettlementFailedError,
 )
 from raybus.management import ServiceBusAdministrationClient
@@ -542,3 +544,23 @@ def test_sync_close_gives_back_what_a_standing_request_brings_after_it(
         got = other.receive_messages(1)
         assert [str(m) for m in got] == ["m0"] and got[0].delivery_count == 0
         other.complete_messages(got)
+
+
+async def test_a_transient_refusal_nobody_waited_for_is_dropped_for_a_new_request(
+    aclient: aio.ServiceBusClient, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standing request that failed with a retryable error while no receive waited on it
+    (a partition restarting, say) is stale by the next receive: that one asks again."""
+    async with aclient.get_queue_receiver(queue, prefetch_count=10) as receiver:
+
+        async def failed() -> ServiceBusError | None:
+            return ServiceBusConnectionError("the partition restarted", queue)
+
+        receiver._standing = asyncio.ensure_future(failed())
+        await receiver._standing
+        calls = _calls(receiver, monkeypatch)
+        async with aclient.get_queue_sender(queue) as sender:
+            await sender.send_messages(ServiceBusMessage("after"))
+        got = await receiver.receive_messages(1, max_wait_time=5)
+        assert [str(m) for m in got] == ["after"] and calls == ["receive"]
+        await receiver.complete_messages(got)
