@@ -234,9 +234,14 @@ class Committer:
                         self._append_inline(table)
                     else:
                         await asyncio.to_thread(log.append, table)
-                except ServiceBusError as exc:
+                except Exception as exc:  # a storage error, or a bug encoding the entries
+                    failure = (
+                        exc
+                        if isinstance(exc, ServiceBusError)
+                        else ServiceBusError(f"changes not logged: {exc!r}", self.core.entity)
+                    )
                     await self._checkpoint_written()  # recovery must not race its writer
-                    self._failed(exc, waiting)
+                    self._failed(failure, waiting)  # no waiter is left hanging
                     continue
                 finally:
                     self._inflight = None

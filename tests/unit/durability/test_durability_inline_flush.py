@@ -1,7 +1,8 @@
 """Where a flush is written (``raybus._core.committer``'s docstring): a small one to a local
 segment on the event loop's thread, a large one or one to an object store in a worker thread,
 and, after an inline write that was slow, every write in the thread for a while. Whichever
-thread wrote it, an acknowledged change is durable and a failed write undoes what it carried.
+thread wrote it, an acknowledged change is durable and a failed write (or a flush whose entries
+cannot be encoded) undoes what it carried.
 
 Runs on a real directory (``tmp_path``, fsync included); the time an inline write took is read
 from a fake clock that the log's append moves on.
@@ -9,6 +10,7 @@ from a fake clock that the log's append moves on.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,9 +19,11 @@ import pyarrow.fs as pafs
 import pytest
 from durability_helpers import by_id, core_factory, record
 
+from raybus._core import committer as committer_module
 from raybus._core.committer import SLOW_INLINE_S, THREADED_AFTER_SLOW_S, Committer
 from raybus._storage import DurableLog, StorageUnavailableError
 from raybus._storage.framing import Batches
+from raybus.exceptions import ServiceBusError
 from raybus.testing import FakeClock
 
 
@@ -145,4 +149,25 @@ async def test_a_failed_inline_write_undoes_what_it_carried(
     assert log.threads[-1] == threading.get_ident()  # it was an inline write that failed
     assert set(by_id(c.core)) == {"kept"}  # rebuilt from the log: nothing of it stored
     await send(c, "after")  # the log stays usable
+    assert stored(tmp_path, clock) == {"kept", "after"}
+
+
+async def test_entries_that_cannot_be_encoded_fail_their_waiters_and_are_undone(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a storage error: the table of the flush cannot be built. Its waiters get an error
+    (they would otherwise wait for ever) and memory returns to what the log holds."""
+    _log, c = on_disk(tmp_path, clock)
+    await send(c, "kept")
+    to_table = committer_module.journal.to_table
+
+    def broken(entries: Any) -> Any:
+        monkeypatch.setattr(committer_module.journal, "to_table", to_table)  # once
+        raise TypeError("injected: an entry that does not pickle")
+
+    monkeypatch.setattr(committer_module.journal, "to_table", broken)
+    with pytest.raises(ServiceBusError, match="injected: an entry that does not pickle"):
+        await asyncio.wait_for(send(c, "refused"), 5)
+    assert set(by_id(c.core)) == {"kept"}
+    await send(c, "after")
     assert stored(tmp_path, clock) == {"kept", "after"}
