@@ -114,7 +114,7 @@ class ServiceBusReceiver:
         if inner._stands():
             # Its standing request lives on raybus's loop, as the asyncio receiver's does
             # (``ServiceBusReceiver._standing_receive``): wait there, the buffer being empty.
-            return run(inner.receive_messages(max_message_count, max_wait_time))
+            return run(inner._receive_rest(count, fetch, deadline))
         handed_before = inner._handed
         while True:
             args = inner._receive_args(fetch, deadline)

@@ -286,6 +286,13 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         ready, count, fetch, deadline = self._receive_start(max_message_count, max_wait_time)
         if ready:
             return ready
+        return await self._receive_rest(count, fetch, deadline)
+
+    async def _receive_rest(
+        self, count: int, fetch: int, deadline: float | None
+    ) -> list[ServiceBusReceivedMessage]:
+        """``receive_messages`` after ``_receive_start`` found the buffer empty: from the
+        broker. The sync API comes here too, through the loop, for a standing request."""
         sent_before = list(self._pending)
         try:
             rows = await self._conn.retrying(self.entity_path, lambda: self._fetch(fetch, deadline))
@@ -355,9 +362,9 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         return result
 
     def _stands(self) -> bool:
-        """Whether this receiver keeps a standing request at the broker (a peek-lock receiver
-        of a main queue or subscription, with a prefetch buffer, no session; the route is of
-        one partition): see ``_standing_receive``."""
+        """Whether this receiver keeps a standing request at the broker when its route is of
+        one partition (the callers check that): a peek-lock receiver of a main queue or
+        subscription, with a prefetch buffer, no session. See ``_standing_receive``."""
         return (
             self.prefetch_count > 0
             and not self._delete
@@ -382,28 +389,23 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         standing request brings is given back at once (``_buffer_more``)."""
         while True:
             standing = self._standing
-            if standing is not None and standing.done():  # answered while nobody waited
-                self._standing = None
-                refused = standing.result()
-                # A refusal that a new call may not meet again (``retryable``) is stale now.
-                if refused is not None and not refused.retryable:
-                    raise refused
-                if self._buffer:
-                    return
-                standing = None
+            stale = standing is not None and standing.done()  # answered while nobody waited
             if standing is None:
                 args = self._receive_args(fetch, None)  # the partition holds it one slice
                 standing = self._standing = asyncio.ensure_future(self._stand(args))
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                refused = await asyncio.wait_for(asyncio.shield(standing), timeout)
-            except asyncio.TimeoutError:
-                return  # it stays out
+            if not stale:
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    await asyncio.wait_for(asyncio.shield(standing), timeout)
+                except asyncio.TimeoutError:
+                    return  # it stays out
             if self._standing is standing:
                 self._standing = None
-            if refused is not None:
+            refused = standing.result()
+            # A stale refusal that a new call may not meet again (``retryable``) is dropped.
+            if refused is not None and not (stale and refused.retryable):
                 raise refused
-            if self._buffer or _past(deadline) or self._closing:
+            if self._buffer or self._closing or (not stale and _past(deadline)):
                 return
 
     async def _stand(self, args: tuple[Any, ...]) -> ServiceBusError | None:

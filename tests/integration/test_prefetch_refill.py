@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -429,13 +429,6 @@ def _calls_on_loop(inner: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 # and what that call brings goes to the prefetch buffer.
 
 
-async def _until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, what
-        await asyncio.sleep(0.02)
-
-
 async def test_idle_short_receives_share_one_standing_request(
     aclient: aio.ServiceBusClient, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -453,13 +446,17 @@ async def test_idle_short_receives_share_one_standing_request(
 
 
 async def test_a_message_sent_after_a_receive_gave_up_is_prefetched_and_locked(
-    aclient: aio.ServiceBusClient, queue: str
+    aclient: aio.ServiceBusClient, queue: str, aeventually: Callable[..., Awaitable[None]]
 ) -> None:
     async with aclient.get_queue_receiver(queue, prefetch_count=10) as receiver:
         assert await receiver.receive_messages(1, max_wait_time=0.05) == []
         async with aclient.get_queue_sender(queue) as sender:
             await sender.send_messages(ServiceBusMessage("m"))
-        await _until(lambda: len(receiver._buffer) == 1, "the standing request brought nothing")
+
+        async def brought() -> None:
+            assert len(receiver._buffer) == 1, "the standing request brought nothing"
+
+        await aeventually(brought)
         # Locked to this receiver (as Service Bus's prefetch locks what it fetches): a
         # competing receiver does not get it; this one's next receive does, at once.
         async with aclient.get_queue_receiver(queue) as other:
@@ -499,6 +496,19 @@ async def test_a_refusal_of_a_standing_request_is_raised_by_the_next_receive(
     assert isinstance(refused, MessagingEntityNotFoundError)
     with pytest.raises(MessagingEntityNotFoundError):
         await receiver.receive_messages(1, max_wait_time=0.05)
+    await receiver.close()
+
+
+async def test_a_refusal_of_the_standing_request_a_receive_waits_on_is_raised_by_it(
+    aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    receiver = aclient.get_queue_receiver(queue, prefetch_count=10)
+    waiting = asyncio.ensure_future(receiver.receive_messages(1, max_wait_time=20))
+    while receiver._standing is None:
+        await asyncio.sleep(0.01)
+    await aadmin.delete_queue(queue)
+    with pytest.raises(MessagingEntityNotFoundError):
+        await asyncio.wait_for(waiting, 15)
     await receiver.close()
 
 
