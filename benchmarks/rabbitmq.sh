@@ -78,6 +78,20 @@ as_rabbitmq() {
         "$@"
 }
 
+# epmd's listening addresses (port 4369), one per line.
+epmd_addresses() {
+    ss -ltnH "sport = :4369" 2>/dev/null | awk '{print $4}'
+}
+
+epmd_listening() {
+    [ -n "$(epmd_addresses)" ]
+}
+
+# True when no epmd listens, or every address it listens on is a loopback one.
+epmd_loopback_only() {
+    ! epmd_addresses | grep -qvE '^(127\.0\.0\.1|\[::1\]):4369$'
+}
+
 running() {
     [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
 }
@@ -91,8 +105,28 @@ start() {
     fi
     write_config
     log "starting node $NODE on 127.0.0.1:$PORT"
-    # epmd first, bound to loopback (the node would otherwise start one itself).
+    # epmd first, bound to loopback (the node would otherwise start one itself). Installing
+    # the package starts one that listens on every interface (seen on Debian 12): replace it.
+    if ! epmd_loopback_only; then
+        log "an epmd listens beyond loopback: stopping it"
+        pkill -x epmd || true
+        sleep 0.5
+    fi
     runuser -u rabbitmq -- env ERL_EPMD_ADDRESS=127.0.0.1 epmd -daemon
+    local e=0
+    until epmd_listening; do
+        sleep 0.2
+        e=$((e + 1))
+        if [ $e -gt 50 ]; then
+            log "epmd did not start"
+            exit 1
+        fi
+    done
+    if ! epmd_loopback_only; then
+        log "epmd listens beyond loopback; refusing to start"
+        ss -ltnp "sport = :4369" >&2 || true
+        exit 1
+    fi
     (cd /var/lib/rabbitmq && as_rabbitmq setsid "$BIN/rabbitmq-server" \
         >"$DIR/log/startup.out" 2>"$DIR/log/startup.err" </dev/null &)
     local t=0
