@@ -10,8 +10,9 @@ driver) spent per 1,000 published messages (``/proc``, all threads): on a shared
 rates swing by 2x between runs, CPU per message much less, so compare those.
 
 ``--py-spy DIR`` records the router, the coordinator and two partition actors for the first
-repeat and prints their hottest frames (``--gil``: only samples holding the GIL, i.e. Python
-CPU work). Needs ``py-spy`` next to the interpreter.
+repeat (with ``--cycle``: two subscription partitions) and prints their hottest frames
+(``--gil``: only samples holding the GIL, i.e. Python CPU work). Needs ``py-spy`` next to the
+interpreter.
 
 ``--cycle`` measures the whole cycle of the suite's topic cells instead: one sender
 publishing lists of ``--batch``, and a receiver per subscription (prefetch twice the batch)
@@ -147,9 +148,16 @@ async def cycle(namespace: str, storage: str, args: argparse.Namespace) -> None:
                 for _ in range(args.lists):
                     await sender.send_messages([ServiceBusMessage(BODY) for _ in range(args.batch)])
 
-            t0 = time.perf_counter()
-            await asyncio.gather(publish_all(), *(drain(r, n) for r in receivers))
-            elapsed = time.perf_counter() - t0
+            spied: dict[str, int] = {}
+            if rep == 0 and args.py_spy:
+                spied = {f"partition{i}": p for i, p in enumerate(pids["PartitionActor"][:2])}
+            prof = Profiler(Path(args.py_spy) if spied else None, f"cycle{rep}", spied)
+            if args.gil:
+                prof.extra.append("--gil")
+            with prof:
+                t0 = time.perf_counter()
+                await asyncio.gather(publish_all(), *(drain(r, n) for r in receivers))
+                elapsed = time.perf_counter() - t0
             copies = n * args.subscriptions
             by_kind = cpu_by_kind(roles, cpu0)
             flushes = sum(await partition_flushes(namespace)) - sum(flushes0)
