@@ -22,6 +22,8 @@ Guarantees:
   deleted, in the background: flushes go on meanwhile, until the log holds twice the
   threshold (profiled: writing a checkpoint and deleting the files took 15 % of a busy
   partition's samples, and every send and settlement waiting on the next flush waited too).
+  A checkpoint that fails loses nothing (the log stays complete): a failed write is tried
+  again at the next flush, a state that cannot be captured (a bug) after another threshold.
 
 Where a flush is written: a small one (at most ``INLINE_FLUSH_BYTES`` of Arrow data) to a
 local segment is written and fsynced on the event loop's own thread; a larger one, or one to an
@@ -288,15 +290,29 @@ class Committer:
     def _checkpoint_due(self) -> bool:
         return self._since_checkpoint >= self._checkpoint_threshold()
 
-    def _start_checkpoint(self) -> None:
+    def _start_checkpoint(self, *, raising: bool = False) -> None:
         """Capture the state now (call only when every recorded change is durable) and write
-        it in the background, unless a checkpoint is being written already."""
+        it in the background, unless a checkpoint is being written already.
+
+        A state that cannot be encoded is a bug, not the storage: the flush loop that calls
+        this must go on answering its waiters, so the error is logged and the next attempt
+        waits for another threshold of entries (capturing costs a pass over every message).
+        ``raising`` (``checkpoint_now``) raises it as a ``ServiceBusError`` instead."""
         assert self._log is not None
         if self._checkpointing is not None:
             return
         # Captured synchronously: entries recorded after this point are not in it and will
         # be appended with higher LSNs, which recovery replays on top of it.
-        table = journal.to_table(self.core.snapshot_entries())
+        try:
+            table = journal.to_table(self.core.snapshot_entries())
+        except Exception as exc:
+            self._since_checkpoint = 0  # the log stays complete: only its length grows
+            if raising:
+                raise ServiceBusError(
+                    f"checkpoint not captured: {exc!r}", self.core.entity
+                ) from exc
+            _log.exception("checkpoint of %s not captured", self.core.entity)
+            return
         upto = self._log.next_lsn - 1
         self._checkpointing = asyncio.ensure_future(
             self._write_checkpoint(table, upto, self._since_checkpoint)
@@ -331,5 +347,5 @@ class Committer:
         while self._task is not None:  # a flush started meanwhile: checkpoint after it
             await asyncio.wait([self._task])
         if not self.core.has_journal():
-            self._start_checkpoint()
+            self._start_checkpoint(raising=True)
         await self._checkpoint_written()

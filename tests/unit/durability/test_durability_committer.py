@@ -45,7 +45,7 @@ from raybus._core.partition import (
 from raybus._core.record import ACTIVE, DEFERRED
 from raybus._models import QueueProperties
 from raybus._storage import DurableLog, StorageUnavailableError
-from raybus.exceptions import MessageLockLostError
+from raybus.exceptions import MessageLockLostError, ServiceBusError
 from raybus.testing import FakeClock
 
 DIR = "bucket/ns/orders/0"
@@ -442,6 +442,60 @@ async def test_failed_checkpoint_loses_nothing(faulty, clock, monkeypatch):
     await eventually(lambda: len(calls) >= 2)  # tried, failed, tried again at the next flush
     assert log.checkpoint_lsn is None
     assert ids(committer_on(fs, DIR, clock)) == {f"m{i}" for i in range(6, 10)}
+
+
+async def test_a_checkpoint_that_cannot_be_captured_stops_no_flush(tmp_path, clock, monkeypatch):
+    """Capturing the state for a checkpoint fails (a bug: the state does not encode). The
+    flush that made it due has answered its waiters, its task ends without an error, later
+    flushes go on, and the next capture waits for another threshold of entries instead of
+    costing a pass over every message at each flush."""
+    c = local(tmp_path, clock, checkpoint_min=5)
+    attempts: list[int] = []  # completions settled when a capture was tried
+    settled: list[str] = []
+
+    def broken() -> Any:
+        attempts.append(len(settled))
+        raise TypeError("injected: a state that does not encode")
+
+    monkeypatch.setattr(c.core, "snapshot_entries", broken)
+    c.core.send(records(*(f"m{i}" for i in range(10))))
+    await c.durable()
+    for rec in c.core.receive(10):
+        c.core.settle([SettleOp(COMPLETE, rec.lock_token)])
+        settled.append(rec.lock_token)
+        flush = asyncio.ensure_future(c.durable())
+        await asyncio.sleep(0)
+        task = c._task  # the flush loop this completion started
+        assert task is not None
+        await asyncio.wait_for(flush, 5)  # answered, capture failure or not
+        await asyncio.wait([task], timeout=5)
+        assert task.done() and task.exception() is None
+    # Due at the 4th completion (14 entries >= 2 x 6 messages left); after the failure the
+    # next capture waits for another 5 entries (the 9th), not for the next flush.
+    assert attempts == [4, 9]
+    assert c.durable_log.checkpoint_lsn is None
+    monkeypatch.undo()
+    assert ids(local(tmp_path, clock)) == set()  # every completion was logged
+
+
+async def test_checkpoint_now_raises_a_capture_failure_and_the_log_stays_whole(
+    tmp_path, clock, monkeypatch
+):
+    c = local(tmp_path, clock)
+    c.core.send(records("a", "b"))
+    await c.durable()
+
+    def broken() -> Any:
+        raise TypeError("injected: a state that does not encode")
+
+    monkeypatch.setattr(c.core, "snapshot_entries", broken)
+    with pytest.raises(ServiceBusError, match=r"checkpoint not captured.*does not encode"):
+        await c.checkpoint_now()
+    assert c.durable_log.checkpoint_lsn is None
+    c.core.send(records("c"))  # the committer still takes changes
+    await c.durable()
+    monkeypatch.undo()
+    assert ids(local(tmp_path, clock)) == {"a", "b", "c"}
 
 
 async def test_storage_unreachable_during_a_failed_flush_never_keeps_the_failed_send(faulty, clock):
