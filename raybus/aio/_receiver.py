@@ -363,12 +363,13 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
 
     def _stands(self) -> bool:
         """Whether this receiver keeps a standing request at the broker when its route is of
-        one partition (the callers check that): a peek-lock receiver of a main queue or
-        subscription, with a prefetch buffer, no session. See ``_standing_receive``."""
+        one partition (the callers check that): a peek-lock receiver of a queue or
+        subscription or of its dead-letter sub-queue, with a prefetch buffer, no session.
+        See ``_standing_receive``."""
         return (
             self.prefetch_count > 0
             and not self._delete
-            and self.sub_queue is None
+            and not self._transfer  # always empty: no partition is asked
             and self.session is None
         )
 

@@ -512,6 +512,39 @@ async def test_a_refusal_of_the_standing_request_a_receive_waits_on_is_raised_by
     await receiver.close()
 
 
+async def test_a_dead_letter_receiver_keeps_a_standing_request_too(
+    aclient: aio.ServiceBusClient,
+    queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+    aeventually: Callable[..., Awaitable[None]],
+) -> None:
+    """Idle short receives of the dead-letter sub-queue make no call; a message dead-lettered
+    after one gave up is brought by the standing request, locked to this receiver."""
+    dlq = aclient.get_queue_receiver(queue, sub_queue="deadletter", prefetch_count=10)
+    async with dlq:
+        assert await dlq.receive_messages(5, max_wait_time=0.05) == []
+        calls = _calls(dlq, monkeypatch)
+        for _ in range(5):
+            assert await dlq.receive_messages(5, max_wait_time=0.05) == []
+        assert calls == []
+        async with aclient.get_queue_sender(queue) as sender:
+            await sender.send_messages(ServiceBusMessage("poison"))
+        async with aclient.get_queue_receiver(queue) as main:
+            (msg,) = await main.receive_messages(1, max_wait_time=5)
+            await main.dead_letter_message(msg, reason="bad")
+
+        async def brought() -> None:
+            assert len(dlq._buffer) == 1, "the standing request brought nothing"
+
+        await aeventually(brought)
+        async with aclient.get_queue_receiver(queue, sub_queue="deadletter") as other:
+            assert await other.receive_messages(1, max_wait_time=0.3) == []  # locked
+        got = await dlq.receive_messages(5, max_wait_time=0.01)
+        assert [(str(m), m.dead_letter_reason) for m in got] == [("poison", "bad")]
+        assert calls == []
+        await dlq.complete_messages(got)
+
+
 async def test_no_standing_request_without_prefetch_or_in_receive_and_delete(
     aclient: aio.ServiceBusClient, queue: str
 ) -> None:
