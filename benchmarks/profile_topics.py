@@ -192,7 +192,6 @@ async def partition_flushes(namespace: str) -> list[int]:
 def core_cost(batch: int, rounds: int = 200) -> None:
     """CPU per copy of the broker's own steps on a pure Partition (no Ray, no disk)."""
     from raybus._clock import SystemClock
-    from raybus._core import deliveries
     from raybus._core.journal import to_table
     from raybus._core.partition import COMPLETE, Partition, SettleOp
     from raybus._core.record import from_wire, to_wire
@@ -206,7 +205,7 @@ def core_cost(batch: int, rounds: int = 200) -> None:
     pieces = pack_rows(to_wire(_records([ServiceBusMessage(BODY) for _ in range(batch)])))
     t0 = time.process_time()
     for number in range(rounds):
-        deliveries.deliver(core, "router", number, from_wire(unpack_rows(pieces)))
+        core.deliver("router", number, from_wire(unpack_rows(pieces)))
         entries, _last = core.take_journal()
         serialize(to_table(entries))
         core.visible_seq = None  # as if flushed: every message may be received

@@ -22,7 +22,7 @@ import ray
 
 from .. import _failpoints
 from .._clock import SystemClock
-from .._core import deliveries, migration, transactions
+from .._core import migration, transactions
 from .._core.access import ANY, INTERNAL
 from .._core.committer import Committer
 from .._core.partition import Partition, PartitionCounts, SettleOp
@@ -255,18 +255,18 @@ class PartitionActor(Guarded):
         if self._ask_slots:
             await self._learn_slots()
         rows = unpack_rows(pieces)  # pickled once by the router for every subscription
-        applied = deliveries.deliver(self._core, source, number, from_wire(rows))
+        applied = self._core.deliver(source, number, from_wire(rows))
         # Applied before, it may still be in a flush under way: answer once that is durable.
         await self._commit.durable()
         if applied:
             self._notify()
         _failpoints.hit("participant.after_deliver")
-        return deliveries.room(self._core)
+        return self._core.room()
 
     @guarded(INTERNAL)
     async def room(self) -> int:
-        """The bytes this partition can still take (``raybus._core.deliveries.room``)."""
-        return deliveries.room(self._core)
+        """The bytes this partition can still take (``raybus._core.deliveries``)."""
+        return self._core.room()
 
     @guarded(SEND)
     async def cancel_scheduled(self, sequence_numbers: list[int]) -> None:

@@ -24,25 +24,42 @@ What a partition promises here:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import journal
-from .partition import Partition
 from .record import MessageRecord
 
-__all__ = ["deliver", "room"]
+if TYPE_CHECKING:
+    from .._models import QueueProperties
+    from .store import Store
+
+__all__ = ["DeliveryOps"]
 
 
-def deliver(p: Partition, source: str, number: int, records: Sequence[MessageRecord]) -> bool:
-    """Store delivery ``number`` of ``source`` unless it was applied here already (False)."""
-    if p.delivered.get(source, -1) >= number:
-        return False
-    p.send(records, forced=True)
-    p.delivered[source] = number
-    p._record(journal.DELIVERED, p._main, number, source)
-    return True
+class DeliveryOps:
+    """Delivery methods of ``Partition`` (see the module docstring)."""
 
+    if TYPE_CHECKING:
+        delivered: dict[str, int]
+        reserved: int
+        _props: QueueProperties
+        _size: int
+        _main: Store
 
-def room(p: Partition) -> int:
-    """Bytes this partition can still take before its quota (prepared transactions' reserved
-    bytes count as taken; a delivery may take it below zero, never a send)."""
-    return p._props.max_size - p._size - p.reserved
+        def send(self, records: Sequence[MessageRecord], *, forced: bool = False) -> list[int]: ...
+
+        def _record(self, op: int, store: Store, seq: int, payload: Any = None) -> None: ...
+
+    def deliver(self, source: str, number: int, records: Sequence[MessageRecord]) -> bool:
+        """Store delivery ``number`` of ``source`` unless it was applied here already (False)."""
+        if self.delivered.get(source, -1) >= number:
+            return False
+        self.send(records, forced=True)
+        self.delivered[source] = number
+        self._record(journal.DELIVERED, self._main, number, source)
+        return True
+
+    def room(self) -> int:
+        """Bytes this partition can still take before its quota (prepared transactions'
+        reserved bytes count as taken; a delivery may take it below zero, never a send)."""
+        return self._props.max_size - self._size - self.reserved

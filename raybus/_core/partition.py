@@ -38,6 +38,7 @@ from ..exceptions import (
     ServiceBusQuotaExceededError,
 )
 from . import journal
+from .deliveries import DeliveryOps
 from .partition_sessions import SessionOps
 from .partition_snapshots import SnapshotOps
 from .record import (
@@ -82,7 +83,7 @@ TTL_EXPIRED = "TTLExpiredException"
 SEQUENCE_BITS = 48  # the partition id lives above these
 
 
-class Partition(SessionOps, SnapshotOps):
+class Partition(SessionOps, SnapshotOps, DeliveryOps):
     """The state of one partition of a queue (main queue and dead-letter sub-queue)."""
 
     def __init__(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from transactions_core_support import all_ids, durable, flush, props, rebuilt, rec
 
-from raybus._core import deliveries, journal
+from raybus._core import journal
 from raybus._core.partition import Partition
 from raybus._core.slots import slot_of
 from raybus._models import EntityStatus
@@ -22,15 +22,15 @@ SRC = "raybus/ns/topic/t/0/router#a"
 
 def test_a_delivery_is_stored_once_per_number_and_source(clock: FakeClock) -> None:
     p = Partition(props(), clock)
-    assert deliveries.deliver(p, SRC, 0, [rec("a"), rec("b")])
+    assert p.deliver(SRC, 0, [rec("a"), rec("b")])
     assert all_ids(p) == ["a", "b"]
     # Again (a retry after a lost answer), or an older number: nothing stored.
-    assert not deliveries.deliver(p, SRC, 0, [rec("a"), rec("b")])
-    assert deliveries.deliver(p, SRC, 3, [rec("c")])
-    assert not deliveries.deliver(p, SRC, 2, [rec("x")])
+    assert not p.deliver(SRC, 0, [rec("a"), rec("b")])
+    assert p.deliver(SRC, 3, [rec("c")])
+    assert not p.deliver(SRC, 2, [rec("x")])
     assert all_ids(p) == ["a", "b", "c"]
     # Another source (a router of a re-created topic, or a fresh log) counts on its own.
-    assert deliveries.deliver(p, SRC + "x", 0, [rec("d")])
+    assert p.deliver(SRC + "x", 0, [rec("d")])
     assert all_ids(p) == ["a", "b", "c", "d"]
     assert p.counts().active == 4
 
@@ -39,15 +39,15 @@ def test_a_delivery_is_stored_once_per_number_and_source(clock: FakeClock) -> No
 def test_the_mark_survives_a_restart_with_the_copies(clock: FakeClock, through: str) -> None:
     p = Partition(props(), clock)
     log = durable(p)
-    deliveries.deliver(p, SRC, 7, [rec("a")])
+    p.deliver(SRC, 7, [rec("a")])
     flush(p, log)
     entries = log if through == "journal" else p.snapshot_entries()
     assert (journal.DELIVERED, journal.MAIN, 7, SRC) in entries
     r = rebuilt(p, clock, entries)
     assert r.delivered == {SRC: 7}
-    assert not deliveries.deliver(r, SRC, 7, [rec("a")])  # the router's redelivery
+    assert not r.deliver(SRC, 7, [rec("a")])  # the router's redelivery
     assert all_ids(r) == ["a"]
-    assert deliveries.deliver(r, SRC, 8, [rec("b")])
+    assert r.deliver(SRC, 8, [rec("b")])
     assert all_ids(r) == ["a", "b"]
 
 
@@ -59,38 +59,36 @@ def test_a_delivery_is_not_refused_for_room_or_status(clock: FakeClock) -> None:
     p.send([rec(f"first{i}", big) for i in range(5)])
     with pytest.raises(ServiceBusQuotaExceededError):
         p.send([rec("refused", big)])
-    assert deliveries.deliver(p, SRC, 0, [rec("delivered", big)])
-    assert deliveries.room(p) < 0
+    assert p.deliver(SRC, 0, [rec("delivered", big)])
+    assert p.room() < 0
     p.update_properties(props(max_size_in_megabytes=1, status=EntityStatus.SEND_DISABLED))
-    assert deliveries.deliver(p, SRC, 1, [rec("while-disabled")])
+    assert p.deliver(SRC, 1, [rec("while-disabled")])
     assert all_ids(p) == [f"first{i}" for i in range(5)] + ["delivered", "while-disabled"]
 
 
 def test_room_counts_stored_and_reserved_bytes(clock: FakeClock) -> None:
     p = Partition(props(max_size_in_megabytes=1), clock)
-    assert deliveries.room(p) == 1024 * 1024
+    assert p.room() == 1024 * 1024
     r = rec("a", b"x" * 1000)
     p.send([r])
-    assert deliveries.room(p) == 1024 * 1024 - r.size
+    assert p.room() == 1024 * 1024 - r.size
     p.reserved += 500  # a prepared transaction's sends
-    assert deliveries.room(p) == 1024 * 1024 - r.size - 500
+    assert p.room() == 1024 * 1024 - r.size - 500
 
 
 def test_a_slot_given_away_refuses_the_whole_delivery(clock: FakeClock) -> None:
     p = Partition(props(), clock)
     p.owned = frozenset({slot_of("kept")})
     with pytest.raises(PartitionMovedError):
-        deliveries.deliver(
-            p, SRC, 0, [rec("a", partition_key="kept"), rec("b", partition_key="gone")]
-        )
+        p.deliver(SRC, 0, [rec("a", partition_key="kept"), rec("b", partition_key="gone")])
     assert all_ids(p) == []
     assert p.delivered == {}  # the number is still due: the router places the copies again
-    assert deliveries.deliver(p, SRC, 1, [rec("a", partition_key="kept"), rec("c")])
+    assert p.deliver(SRC, 1, [rec("a", partition_key="kept"), rec("c")])
     assert all_ids(p) == ["a", "c"]
 
 
 def test_duplicate_detection_applies_to_deliveries(clock: FakeClock) -> None:
     p = Partition(props(requires_duplicate_detection=True), clock)
     p.send([rec("a")])
-    assert deliveries.deliver(p, SRC, 0, [rec("a"), rec("b"), rec("b")])
+    assert p.deliver(SRC, 0, [rec("a"), rec("b"), rec("b")])
     assert all_ids(p) == ["a", "b"]

@@ -20,7 +20,6 @@ from transactions_core_support import all_ids, props, rec
 from raybus._actors import deliverer as deliverer_module
 from raybus._actors.deliverer import Deliverer
 from raybus._actors.handles import HandleCache
-from raybus._core import deliveries
 from raybus._core.partition import Partition
 from raybus._core.record import from_wire
 from raybus._core.slots import slot_of
@@ -58,15 +57,15 @@ class FakePartition:
         if self.down:
             self.down -= 1
             raise ServiceBusConnectionError("restarting", None)
-        deliveries.deliver(self.core, source, number, from_wire(unpack_rows(pieces)))
+        self.core.deliver(source, number, from_wire(unpack_rows(pieces)))
         if self.lose:
             self.lose -= 1
             raise ServiceBusConnectionError("the answer was lost", None)
-        return deliveries.room(self.core)
+        return self.core.room()
 
     async def _room(self) -> int:
         self.rooms_asked += 1
-        return deliveries.room(self.core)
+        return self.core.room()
 
 
 @pytest.fixture(autouse=True)
@@ -124,7 +123,7 @@ def test_a_publish_reaches_every_partition_once_through_lost_answers(
         assert all_ids(p.core) == ["a", "b", "c"]
     assert parts["p2"].calls == 3 and parts["p3"].calls == 3  # one retry each
     assert d.log.pending == {}
-    assert d.log.rooms["p1"] == deliveries.room(parts["p1"].core)
+    assert d.log.rooms["p1"] == parts["p1"].core.room()
 
 
 def test_a_restarted_router_finishes_a_publish_a_partition_did_not_take(
