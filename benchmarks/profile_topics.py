@@ -67,6 +67,15 @@ def cpu_by_kind(roles: list[tuple[str, int]], cpu0: list[float]) -> dict[str, fl
     return by_kind
 
 
+def profiler(args: argparse.Namespace, label: str, spied: dict[str, int]) -> Profiler:
+    """py-spy on the ``spied`` processes (none: only their CPU), as ``--py-spy``/``--gil``
+    ask."""
+    prof = Profiler(Path(args.py_spy) if spied else None, label, spied)
+    if args.gil:
+        prof.extra.append("--gil")
+    return prof
+
+
 async def publish(namespace: str, storage: str, args: argparse.Namespace) -> None:
     clients = [aio.ServiceBusClient(namespace, storage_path=storage) for _ in range(args.senders)]
     senders = [c.get_topic_sender("t") for c in clients]
@@ -84,9 +93,7 @@ async def publish(namespace: str, storage: str, args: argparse.Namespace) -> Non
                 if pids.get("CoordinatorActor"):
                     spied["coordinator"] = pids["CoordinatorActor"][0]
                 spied.update({f"partition{i}": p for i, p in enumerate(pids["PartitionActor"][:2])})
-            prof = Profiler(Path(args.py_spy) if spied else None, f"topic{rep}", spied)
-            if args.gil:
-                prof.extra.append("--gil")
+            prof = profiler(args, f"topic{rep}", spied)
             latencies: list[float] = []
 
             async def one(sender: aio.ServiceBusSender, latencies: list[float]) -> None:
@@ -151,9 +158,7 @@ async def cycle(namespace: str, storage: str, args: argparse.Namespace) -> None:
             spied: dict[str, int] = {}
             if rep == 0 and args.py_spy:
                 spied = {f"partition{i}": p for i, p in enumerate(pids["PartitionActor"][:2])}
-            prof = Profiler(Path(args.py_spy) if spied else None, f"cycle{rep}", spied)
-            if args.gil:
-                prof.extra.append("--gil")
+            prof = profiler(args, f"cycle{rep}", spied)
             with prof:
                 t0 = time.perf_counter()
                 await asyncio.gather(publish_all(), *(drain(r, n) for r in receivers))

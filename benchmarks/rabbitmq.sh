@@ -30,6 +30,13 @@ need_root() {
 }
 
 install() {
+    # ss (iproute2) is how start() checks that epmd listens on loopback only.
+    if ! command -v ss >/dev/null 2>&1; then
+        log "installing the Debian package iproute2 (ss)"
+        apt-get -y -q update >/dev/null || true
+        DEBIAN_FRONTEND=noninteractive apt-get -y -q install --no-install-recommends \
+            iproute2 >/dev/null
+    fi
     if [ -x "$BIN/rabbitmq-server" ]; then
         return
     fi

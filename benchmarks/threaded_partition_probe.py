@@ -181,7 +181,8 @@ class ThreadedProbe:
 
 
 async def drive(actor: Any, n: int) -> None:
-    """One sender and one receiver through ``actor`` until ``n`` messages are completed."""
+    """One sender and one receiver through ``actor`` until ``n`` messages are completed;
+    raises ``TimeoutError`` past ``n / 100`` seconds (a stuck probe stops by itself)."""
     from raybus import ServiceBusMessage
     from raybus._core.record import from_wire, to_wire
     from raybus.aio._sender import _records
@@ -205,7 +206,7 @@ async def drive(actor: Any, n: int) -> None:
                 if refused:
                     raise RuntimeError(f"{refused} completions refused")
 
-    await asyncio.gather(sender(), receiver())
+    await asyncio.wait_for(asyncio.gather(sender(), receiver()), max(30.0, n / 100))
 
 
 async def run(args: argparse.Namespace) -> None:

@@ -259,7 +259,10 @@ class Committer:
                     waiting.set_result(None)
                 self._on_visible()
                 if not core.has_journal() and self._checkpoint_due():
-                    self._start_checkpoint()
+                    try:
+                        self._start_checkpoint()
+                    except ServiceBusError:  # its waiters are answered: go on flushing
+                        _log.exception("checkpoint of %s not captured", core.entity)
         finally:
             self._task = None
 
@@ -290,14 +293,14 @@ class Committer:
     def _checkpoint_due(self) -> bool:
         return self._since_checkpoint >= self._checkpoint_threshold()
 
-    def _start_checkpoint(self, *, raising: bool = False) -> None:
+    def _start_checkpoint(self) -> None:
         """Capture the state now (call only when every recorded change is durable) and write
         it in the background, unless a checkpoint is being written already.
 
-        A state that cannot be encoded is a bug, not the storage: the flush loop that calls
-        this must go on answering its waiters, so the error is logged and the next attempt
-        waits for another threshold of entries (capturing costs a pass over every message).
-        ``raising`` (``checkpoint_now``) raises it as a ``ServiceBusError`` instead."""
+        A state that cannot be encoded is a bug, not the storage: it is raised as a
+        ``ServiceBusError`` (the flush loop logs it and goes on answering its waiters), and
+        the next attempt waits for another threshold of entries (capturing costs a pass over
+        every message)."""
         assert self._log is not None
         if self._checkpointing is not None:
             return
@@ -307,12 +310,7 @@ class Committer:
             table = journal.to_table(self.core.snapshot_entries())
         except Exception as exc:
             self._since_checkpoint = 0  # the log stays complete: only its length grows
-            if raising:
-                raise ServiceBusError(
-                    f"checkpoint not captured: {exc!r}", self.core.entity
-                ) from exc
-            _log.exception("checkpoint of %s not captured", self.core.entity)
-            return
+            raise ServiceBusError(f"checkpoint not captured: {exc!r}", self.core.entity) from exc
         upto = self._log.next_lsn - 1
         self._checkpointing = asyncio.ensure_future(
             self._write_checkpoint(table, upto, self._since_checkpoint)
@@ -347,5 +345,5 @@ class Committer:
         while self._task is not None:  # a flush started meanwhile: checkpoint after it
             await asyncio.wait([self._task])
         if not self.core.has_journal():
-            self._start_checkpoint(raising=True)
+            self._start_checkpoint()
         await self._checkpoint_written()
