@@ -444,6 +444,43 @@ async def test_failed_checkpoint_loses_nothing(faulty, clock, monkeypatch):
     assert ids(committer_on(fs, DIR, clock)) == {f"m{i}" for i in range(6, 10)}
 
 
+async def test_a_checkpoint_write_failing_with_a_bug_stops_no_flush(
+    tmp_path, clock, monkeypatch, caplog
+):
+    """Writing the checkpoint raises something that is not a storage error (a bug in the
+    writer). It is logged with its traceback, the flushes after it go on being answered, the
+    next flush tries the checkpoint again, and once the writer works the checkpoint is taken
+    and recovery reads the same state."""
+    c = local(tmp_path, clock, checkpoint_min=5)
+    log = c.durable_log
+    real = log.checkpoint
+    calls: list[int] = []
+
+    def buggy(table: Any, upto_lsn: int) -> None:
+        calls.append(upto_lsn)
+        raise TypeError("injected: a bug in the checkpoint writer")
+
+    monkeypatch.setattr(log, "checkpoint", buggy)
+    c.core.send(records(*(f"m{i}" for i in range(10))))
+    await c.durable()
+    for rec in c.core.receive(6):  # each completion adds an entry; a checkpoint becomes due
+        await asyncio.wait_for(settle_all(c, [SettleOp(COMPLETE, rec.lock_token)]), 5)
+    await eventually(lambda: len(calls) >= 2 and c._checkpointing is None)
+    assert log.checkpoint_lsn is None
+    assert any(  # reported by the committer, not left to the task's garbage collection
+        r.name == "raybus.commit"
+        and r.getMessage().startswith("checkpoint of")
+        and r.exc_info
+        and "a bug in the checkpoint writer" in str(r.exc_info[1])
+        for r in caplog.records
+    )
+    monkeypatch.setattr(log, "checkpoint", real)
+    for rec in c.core.receive(4):
+        await settle_all(c, [SettleOp(COMPLETE, rec.lock_token)])
+    await eventually(lambda: log.checkpoint_lsn is not None and c._checkpointing is None)
+    assert ids(local(tmp_path, clock)) == set()
+
+
 async def test_a_checkpoint_that_cannot_be_captured_stops_no_flush(tmp_path, clock, monkeypatch):
     """Capturing the state for a checkpoint fails (a bug: the state does not encode). The
     flush that made it due has answered its waiters, its task ends without an error, later
