@@ -422,18 +422,20 @@ class Run:
 
     def latency(self, n: int, size: int) -> dict[str, Any]:
         q = self.queue()
-        with self.profiler("latency", q):
+        with self.profiler("latency", q) as prof:
             ref = self.sender.paced.remote(q, n, size, self.args.rate)
             _t_end, ids, lat = self.drain(q, n, 100, 0, each=False)
             ray.get(ref)
         self.check("latency", ids, n)
         lat.sort()
-        return {
+        out = {
             "p50_ms": 1000 * lat[len(lat) // 2],
             "p99_ms": 1000 * lat[int(len(lat) * 0.99)],
             "max_ms": 1000 * lat[-1],
             "mean_ms": 1000 * statistics.mean(lat),
         }
+        out.update(cpu_per_1000(prof.cpu, n))
+        return out
 
 
 def cpu_per_1000(cpu: dict[str, float], n: int) -> dict[str, float]:
