@@ -103,11 +103,24 @@ running() {
     [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
 }
 
+# True when every port the node (pid $1) listens on is a loopback one.
+node_loopback_only() {
+    ! ss -ltnpH 2>/dev/null | grep -F "pid=$1," | awk '{print $4}' |
+        grep -qvE '^(127\.0\.0\.1|\[::1\]):[0-9]+$'
+}
+
 start() {
     need_root
     install
     if running; then
-        log "already running (pid $(cat "$PIDFILE"))"
+        # Started earlier, perhaps by another version of this script: it must still listen
+        # on loopback only, and so must its epmd.
+        if ! node_loopback_only "$(cat "$PIDFILE")" || ! epmd_loopback_only; then
+            log "the running node or its epmd listens beyond loopback; stop it first"
+            ss -ltnp 2>/dev/null | grep -E 'beam|epmd' >&2 || true
+            exit 1
+        fi
+        log "already running (pid $(cat "$PIDFILE")), loopback only"
         return
     fi
     write_config
