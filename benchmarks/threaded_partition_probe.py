@@ -12,6 +12,13 @@ wait on threading primitives. This probe measures what that would buy before any
 * ``ThreadedProbe``: the same core under one lock, a flusher thread doing the group commit
   (every flush in that thread), callers waiting on a ``threading.Condition``.
 
+``--pool`` measures the other side of a threaded actor instead: Ray creates all
+``max_concurrency`` threads of a threaded actor when it starts, and a long poll holds one of
+them for its whole wait. It reports, for threaded actors of 64, 1,000 and 4,000 threads and
+for raybus's async actor setting (10,000), the OS threads, resident memory and seconds to the
+first answer, and how long a send to a threaded actor of 64 threads takes while 0, 63 and 64
+receivers wait in it (1 s long polls).
+
 Both write to a real durable log (fsync) in a temporary directory below ``--dir``. Neither has
 the actor's access checks, metrics or fail points: the probe compares the two ways of running
 the same work, not raybus against itself. The driver: one sender (lists of 100 x 1 KiB, one
@@ -19,7 +26,7 @@ call in flight) and one receiver (receive up to 100, then complete them), three 
 messages. Reported per round, alternating: messages/s and the actor's CPU per 1,000 messages
 (its whole process, ``os.times``).
 
-    python benchmarks/threaded_partition_probe.py [--messages 20000] [--rounds 3]
+    python benchmarks/threaded_partition_probe.py [--messages 20000] [--rounds 3] [--pool]
 """
 
 from __future__ import annotations
@@ -209,7 +216,76 @@ async def drive(actor: Any, n: int) -> None:
     await asyncio.wait_for(asyncio.gather(sender(), receiver()), max(30.0, n / 100))
 
 
+def _process() -> tuple[int, int]:
+    """This process's OS threads and resident memory (KiB)."""
+    with open("/proc/self/status") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    return int(fields["Threads"]), int(fields["VmRSS"].split()[0])
+
+
+class _PoolProbe:
+    """A long poll that holds its thread (threaded) or awaits (async), and a send."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Event()
+
+    def process(self) -> tuple[int, int]:
+        return _process()
+
+    def send(self) -> float:
+        return time.monotonic()
+
+
+class _ThreadedPool(_PoolProbe):
+    def poll(self, wait: float) -> bool:
+        return self.changed.wait(wait)
+
+
+class _AsyncPool(_PoolProbe):
+    async def poll(self, wait: float) -> bool:
+        await asyncio.sleep(wait)
+        return False
+
+
+async def pool(args: argparse.Namespace) -> None:
+    """The ``--pool`` measurements (module docstring)."""
+    for kind, cls, threads in (
+        ("threaded", _ThreadedPool, 64),
+        ("threaded", _ThreadedPool, 1000),
+        ("threaded", _ThreadedPool, 4000),
+        ("async", _AsyncPool, 10_000),
+    ):
+        t0 = time.perf_counter()
+        actor = ray.remote(cls).options(num_cpus=0, max_concurrency=threads).remote()
+        os_threads, rss = await actor.process.remote()
+        started = time.perf_counter() - t0
+        print(
+            f"{kind:8s} max_concurrency {threads:6,d}: {os_threads:5,d} OS threads, "
+            f"{rss / 1024:6.1f} MiB resident, first answer after {started:.2f} s",
+            flush=True,
+        )
+        ray.kill(actor)
+    actor = ray.remote(_ThreadedPool).options(num_cpus=0, max_concurrency=64).remote()
+    await actor.send.remote()
+    for waiting in (0, 63, 64):
+        polls = [actor.poll.remote(1.0) for _ in range(waiting)]
+        await asyncio.sleep(0.3)  # the polls are in the actor's threads now
+        t0 = time.monotonic()
+        answered = await actor.send.remote()
+        print(
+            f"threaded, 64 threads, {waiting:2d} receivers waiting: a send answered after "
+            f"{1000 * (answered - t0):7.1f} ms (in the actor), "
+            f"{1000 * (time.monotonic() - t0):7.1f} ms (at the caller)",
+            flush=True,
+        )
+        await asyncio.gather(*polls)
+    ray.kill(actor)
+
+
 async def run(args: argparse.Namespace) -> None:
+    if args.pool:
+        await pool(args)
+        return
     with tempfile.TemporaryDirectory(dir=args.dir) as path:
         probes = {"async": AsyncProbe.remote(path), "threaded": ThreadedProbe.remote(path)}
         for actor in probes.values():
@@ -233,6 +309,7 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=20000, help="per round and probe")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default=None, help="where the temporary logs go")
+    ap.add_argument("--pool", action="store_true", help="thread pools and long polls instead")
     args = ap.parse_args()
     _common.start_local_ray(300)
     try:
