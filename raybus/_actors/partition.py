@@ -46,6 +46,8 @@ _log = logging.getLogger("raybus.partition")
 
 # A transaction prepared here this long without a decision is asked about.
 TXN_INQUIRY_S = 2.0
+# An ``end_waits`` for a receive that has not arrived (or already ended) is kept this long.
+END_KEEP_S = 60.0
 
 
 def _in_pieces(
@@ -100,6 +102,10 @@ class PartitionActor(Guarded):
             storage_path is None and ray.get_runtime_context().was_current_actor_reconstructed
         )
         self._changed = asyncio.Event()
+        # Receives waiting here under a receiver's waiter id, and the waits ended by
+        # ``end_waits`` (id -> when), forgotten after END_KEEP_S if no receive came for them.
+        self._waiting: set[str] = set()
+        self._ended: dict[str, float] = {}
         self._idle_task: asyncio.Task[None] | None = None
         log = None
         if storage_path is not None:
@@ -349,6 +355,7 @@ class PartitionActor(Guarded):
         delete: bool,
         session: tuple[str, str] | None = None,
         pieces: int = 1,
+        waiter: str | None = None,
     ) -> list[WireRecord] | tuple[list[WireRecord], ...]:
         """Up to ``max_count`` messages (of the accepted ``session``, on a session-enabled
         queue); waits up to ``wait_s`` for the first one. With ``pieces`` > 1 the caller
@@ -357,25 +364,57 @@ class PartitionActor(Guarded):
 
         Returns as soon as any message is available (never polls): senders, settlements and
         the core's deadlines (scheduled activations, lock expiries) wake the waiters.
+        ``waiter`` names this receive for ``end_waits``, which makes it return no messages
+        at once if it has taken none yet.
         """
         deadline = time.monotonic() + wait_s
         # Peek-lock receives of the main queue wait for their own changes only; the
         # dead-letter sub-queue shows messages moved there whose move may not be durable yet.
         own = not (delete or dead_letter)
-        while True:
-            core = await self._settled_core(pending=not own)
-            mark = core.journal_size()
-            got = core.receive(max_count, dead_letter=dead_letter, delete=delete, session=session)
-            if got or deadline <= time.monotonic():
-                self._sample_wait(got)
-                rows = to_wire(got)
-                # Deletions, expiries, activations; locks alone need no write.
-                if own:
-                    await self._commit.durable_since(mark)
-                else:
-                    await self._commit.durable(after_inflight=delete)
-                return _in_pieces(rows, pieces)
-            await self._wait_change(deadline)
+        if waiter is not None:
+            self._waiting.add(waiter)
+        try:
+            while True:
+                core = await self._settled_core(pending=not own)
+                if waiter is not None and waiter in self._ended:
+                    return _in_pieces([], pieces)  # its receiver stopped waiting: take nothing
+                mark = core.journal_size()
+                got = core.receive(
+                    max_count, dead_letter=dead_letter, delete=delete, session=session
+                )
+                if got or deadline <= time.monotonic():
+                    self._sample_wait(got)
+                    rows = to_wire(got)
+                    # Deletions, expiries, activations; locks alone need no write.
+                    if own:
+                        await self._commit.durable_since(mark)
+                    else:
+                        await self._commit.durable(after_inflight=delete)
+                    return _in_pieces(rows, pieces)
+                await self._wait_change(deadline)
+        finally:
+            if waiter is not None:
+                self._waiting.discard(waiter)
+                self._ended.pop(waiter, None)
+
+    @guarded(LISTEN)
+    async def end_waits(self, waiters: list[str]) -> None:
+        """End the waits of the receives named ``waiters`` (``receive``'s ``waiter``): each
+        returns no messages at once, unless it took some already (it returns those).
+
+        For a receiver that stops waiting while its receive is still out here: ``close()``
+        and a receive its caller cancelled. Left out, the receive would take the next
+        message for nobody: locked until its lock expired (a delivery counted), or, in
+        receive-and-delete mode, deleted. An end that arrives before its receive (or after
+        it) is kept ``END_KEEP_S`` and then forgotten."""
+        now = time.monotonic()
+        for name, at in list(self._ended.items()):
+            if now - at > END_KEEP_S:
+                del self._ended[name]
+        for name in waiters:
+            self._ended[name] = now
+        if any(name in self._waiting for name in waiters):
+            self._notify()
 
     @guarded(LISTEN)
     async def wait_available(self, wait_s: float, dead_letter: bool) -> bool:

@@ -17,14 +17,26 @@ next one received), and ``complete_messages`` wait for the broker's answer. Proc
 must therefore be idempotent (it must be anyway under at-least-once delivery).
 
 Closing during a receive: a ``receive_messages`` waiting at the broker when ``close()`` runs
-is not waited for (a long poll may last ``max_wait_time``), and it must not hand out messages
-locked to a closed receiver, which could not settle them. So a receive whose broker answer
-arrives once close() has started gives every message of it back at once (RELEASE: available to
-other receivers at once, no delivery counted; prefetched extras too) and returns ``[]``; an
-error that the close causes in it (the closed receiver, the released session) also ends it with
-``[]``. In receive-and-delete mode the broker has deleted what it handed out: the receive
-returns all of it (more than ``max_message_count`` if it prefetched, as the closed receiver has
-no buffer to keep the rest in); those messages are the caller's. A session receiver's messages
+must not hand out messages locked to a closed receiver, which could not settle them, nor leave
+its partition call waiting (a long poll may last ``max_wait_time``, and the standing request
+30 s): that call would take what arrives next for nobody, locked until its lock expired, or
+deleted in receive-and-delete mode, once the program's event loop had ended. So close() ends
+the wait of every receive this receiver has out at a partition (the partition's
+``end_waits``: each returns no messages at once) and waits, up to 5 s, for the standing
+request to answer. A receive whose broker answer arrives once close() has started (it took
+messages before the end reached the partition) gives every message of it back at once
+(RELEASE: available to other receivers at once, no delivery counted; prefetched extras too)
+and returns ``[]``; an error that the close causes in it (the closed receiver, the released
+session) also ends it with ``[]``. In receive-and-delete mode the broker has deleted what it
+handed out: the receive returns all of it (more than ``max_message_count`` if it prefetched,
+as the closed receiver has no buffer to keep the rest in); those messages are the caller's.
+The sync API's receive that waits on its caller's own thread (its direct path) is not ended
+by close(): it gives back what it gets once its wait ends, as described.
+
+A receive whose caller is cancelled (``asyncio.wait_for``, a timeout, a cancelled task) ends
+the same way: its partition call is told to end its wait, and what it took before the end
+arrived is given back (peek-lock) or kept in the buffer for the next receive
+(receive-and-delete: the broker deleted it), not left to nobody. A session receiver's messages
 are locked by the session, which close() releases (they come again, none counted): its receive
 cut short returns ``[]`` too, and gives back what it got should its answer beat the release. A
 receive that starts after close() has started raises ``InvalidArgumentError``; so does a
@@ -33,8 +45,8 @@ back (deferred again): it asked for those messages, and ``[]`` would read as "no
 The close is seen through the prefetch buffer's state (``raybus.aio._prefetch``), and every
 message this receiver will not hand out goes back through one path (``_release``). A
 prefetching peek-lock receiver's standing request (``_standing_receive``), which outlives the
-receive that made it, follows the same rule: what it brings once close() took the buffer is
-given back at once; close() does not wait for it.
+receive that made it, follows the same rule: close() ends it, and what it brings once close()
+took the buffer is given back at once.
 
 The transfer dead-letter sub-queue (``ServiceBusSubQueue.TRANSFER_DEAD_LETTER``) is always
 empty in raybus, so a receiver of it asks no partition anything: in Service Bus it holds the
@@ -54,8 +66,11 @@ This module keeps receiving, the plumbing the parts share, and closing.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
 from itertools import chain
@@ -88,9 +103,13 @@ from ._transaction import ServiceBusTransaction
 
 __all__ = ["ServiceBusReceiver"]
 
+_log = logging.getLogger("raybus.receiver")
+
 # A receive with no max_wait_time waits in slices of this length, so a deleted queue or a
 # closed receiver is noticed.
 _WAIT_SLICE_S = 30.0
+# How long close() waits for the standing request it ended to answer.
+_END_WAIT_S = 5.0
 
 
 def _retries(method_name: str) -> int:
@@ -200,6 +219,11 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         self._init_prefetch()
         self._init_reads()
         self._row_bytes = 0.0  # the wire size of a row the last call returned, on average
+        # This receiver's receives out at partitions: waiter id -> partition (``_receive_call``).
+        self._waiter_prefix = uuid.uuid4().hex[:16]
+        self._waiter_ids = itertools.count()
+        self._waits: dict[str, int] = {}
+        self._orphans: set[asyncio.Task[None]] = set()
         self._turn = 0
         self._pending: set[asyncio.Future[SettleResults]] = set()
         # Settlements sent without waiting (from any thread) and how many the broker has
@@ -392,6 +416,8 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             standing = self._standing
             stale = standing is not None and standing.done()  # answered while nobody waited
             if standing is None:
+                if self._closing:  # a closed receiver's request would lock for nobody
+                    return
                 args = self._receive_args(fetch, None)  # the partition holds it one slice
                 standing = self._standing = asyncio.ensure_future(self._stand(args))
             if not stale:
@@ -435,15 +461,84 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         return await self._receive_call(self._receive_args(count, None, None, wait_s=wait_s), pid)
 
     async def _receive_call(self, args: tuple[Any, ...], pid: int) -> list[WireRecord]:
-        """A partition's ``receive`` with ``args`` (``_receive_args``): its rows."""
-        return await self._call_rows("receive", *args, partition=pid)
+        """A partition's ``receive`` with ``args`` (``_receive_args``): its rows.
+
+        The call runs on, shielded, when its caller is cancelled (``asyncio.wait_for`` or a
+        timeout around ``receive_messages``, a cancelled task): a partition call cannot be
+        taken back, and what it takes must not go to nobody. The partition is told to end
+        its wait (``end_waits``) and what it took meanwhile is given back (peek-lock) or kept
+        for the next receive (receive-and-delete: the broker deleted it). ``close()`` ends
+        the waits of every receive still out the same way (``_end_waits``)."""
+        waiter = f"{self._waiter_prefix}:{next(self._waiter_ids)}"
+        self._waits[waiter] = pid
+        call = asyncio.ensure_future(
+            self._call_rows("receive", *args, waiter, partition=pid, pieces=args[-1])
+        )
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            if not call.done():
+                task = asyncio.ensure_future(self._orphaned(call, waiter, pid))
+                self._orphans.add(task)
+                task.add_done_callback(self._orphans.discard)
+            raise
+        finally:
+            if call.done():
+                self._waits.pop(waiter, None)
+
+    async def _orphaned(
+        self, call: asyncio.Future[list[WireRecord]], waiter: str, pid: int
+    ) -> None:
+        """A receive whose caller was cancelled (``_receive_call``): end its wait, then give
+        back or keep what it took."""
+        try:
+            await self._end_waits({pid: [waiter]})
+            try:
+                rows = await call
+            except Exception:  # an error: it took nothing
+                return
+            if not rows:
+                return
+            if not self._delete:
+                await self._release_rows(rows)
+                return
+            lost = self._buffer_more(self._wrap(rows, "deleted"))
+            if lost:  # deleted by the broker, and this receiver closed meanwhile
+                _log.warning(
+                    "%d message(s) of %s received and deleted for a cancelled receive after "
+                    "its receiver closed",
+                    len(lost),
+                    self.entity_path,
+                )
+        finally:
+            self._waits.pop(waiter, None)
+
+    async def _end_waits(self, by_partition: dict[int, list[str]] | None = None) -> None:
+        """Tell the partitions to end these receives' waits (all of this receiver's receives
+        out, when None). Best effort: a partition that does not answer ends them when their
+        wait does."""
+        if by_partition is None:
+            by_partition = {}
+            for waiter, pid in self._waits.items():
+                by_partition.setdefault(pid, []).append(waiter)
+        for pid, waiters in by_partition.items():
+            try:
+                await self._call("end_waits", waiters, partition=pid)
+            except Exception as exc:  # restarting or removed: its waits ended with it
+                _log.debug("waits at partition %d of %s not ended: %r", pid, self.entity_path, exc)
 
     async def _call_rows(
-        self, method_name: str, *args: Any, partition: int = 0, timeout: Any = None
+        self,
+        method_name: str,
+        *args: Any,
+        partition: int = 0,
+        timeout: Any = None,
+        pieces: int | None = None,
     ) -> list[WireRecord]:
-        """A partition call that returns rows, its last argument the number of pieces they
-        come back in (``receive``, ``peek``, ``receive_deferred``): the rows, joined."""
-        pieces = args[-1]
+        """A partition call that returns rows in ``pieces`` (``receive``, ``peek``,
+        ``receive_deferred``; by default its last argument is that number): the rows, joined."""
+        if pieces is None:
+            pieces = args[-1]
         result = await self._call(
             method_name, *args, partition=partition, timeout=timeout, returns=pieces
         )
@@ -726,6 +821,14 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             return
         buffered = await self._close_buffer()
         await self._release(m._record for m in buffered)
+        # Receives still out at partitions (the standing request, another task's receive)
+        # would take what arrives for this closed receiver: end them, and wait (briefly) for
+        # the standing request, which gives back what it brings.
+        if self._waits:
+            await self._end_waits()
+        standing = self._standing
+        if standing is not None and not standing.done():
+            await asyncio.wait([standing], timeout=_END_WAIT_S)
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
         if self.session is not None:

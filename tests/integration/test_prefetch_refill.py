@@ -466,22 +466,85 @@ async def test_a_message_sent_after_a_receive_gave_up_is_prefetched_and_locked(
         await receiver.complete_message(got[0])
 
 
-async def test_close_gives_back_what_a_standing_request_brings_after_it(
-    aclient: aio.ServiceBusClient, queue: str
-) -> None:
+async def test_close_ends_the_standing_request(aclient: aio.ServiceBusClient, queue: str) -> None:
+    """close() ends the standing request at the partition and waits for its answer: it does
+    not stay out (30 s) to take what is sent next for the closed receiver."""
     receiver = aclient.get_queue_receiver(queue, prefetch_count=10)
     assert await receiver.receive_messages(1, max_wait_time=0.05) == []
     standing = receiver._standing
     assert standing is not None and not standing.done()
     await receiver.close()
+    assert standing.done() and standing.result() is None
     async with aclient.get_queue_sender(queue) as sender:
         await sender.send_messages(ServiceBusMessage("after close"))
-    await asyncio.wait_for(standing, 10)  # it took the message, and gave it back
     async with aclient.get_queue_receiver(queue) as other:
         got = await other.receive_messages(1, max_wait_time=5)  # not after a 60 s lock
         assert [str(m) for m in got] == ["after close"]
         assert got[0].delivery_count == 0  # a release counts no delivery
         await other.complete_message(got[0])
+
+
+async def test_a_standing_request_gives_back_what_it_took_before_close_ended_it(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    """The partition answered before close()'s end reached it (the answer held here until
+    close() has started): what it brought is given back at once, none counted."""
+    receiver = aclient.get_queue_receiver(queue, prefetch_count=10)
+    assert await receiver.receive_messages(1, max_wait_time=0.05) == []
+    call_rows = receiver._call_rows
+    answered, proceed = asyncio.Event(), asyncio.Event()
+
+    async def held(*args: Any, **kw: Any) -> Any:
+        rows = await call_rows(*args, **kw)
+        answered.set()
+        await proceed.wait()
+        return rows
+
+    receiver._call_rows = held  # type: ignore[method-assign]
+    standing = receiver._standing
+    assert standing is not None
+    # The standing request out now was made before the hold: end it, let the next one be held.
+    await receiver._end_waits()
+    await asyncio.wait_for(asyncio.shield(standing), 10)
+    assert await receiver.receive_messages(1, max_wait_time=0.05) == []
+    async with aclient.get_queue_sender(queue) as sender:
+        await sender.send_messages(ServiceBusMessage("before the end"))
+    await asyncio.wait_for(answered.wait(), 10)
+    closing = asyncio.ensure_future(receiver.close())
+    await asyncio.sleep(0.2)
+    proceed.set()
+    await asyncio.wait_for(closing, 10)
+    async with aclient.get_queue_receiver(queue) as other:
+        got = await other.receive_messages(1, max_wait_time=5)  # not after a 60 s lock
+        assert [str(m) for m in got] == ["before the end"]
+        assert got[0].delivery_count == 0
+        await other.complete_message(got[0])
+
+
+def test_a_closed_receivers_standing_request_takes_nothing_after_its_event_loop_ended(
+    client: raybus.ServiceBusClient, queue: str, namespace: str
+) -> None:
+    """The usual shape of an asyncio program: ``asyncio.run(main())``, main receiving with a
+    prefetching receiver in ``async with``. Once main returned the loop is gone, and with it
+    anything that could give back what a standing request still out brings: close() must have
+    ended it (a message sent next would otherwise be locked to nobody until its lock
+    expired, and counted as a delivery)."""
+
+    async def main() -> None:
+        aclient = aio.ServiceBusClient(namespace)
+        async with aclient.get_queue_receiver(queue, prefetch_count=5, max_wait_time=0.3) as r:
+            assert await r.receive_messages(5) == []
+            assert r._standing is not None and not r._standing.done()
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),))
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive()
+    _send(client, queue, 1)
+    with client.get_queue_receiver(queue, max_wait_time=5) as other:
+        got = other.receive_messages(1)  # at once, not after the 60 s lock
+        assert [str(m) for m in got] == ["m0"] and got[0].delivery_count == 0
+        other.complete_messages(got)
 
 
 async def test_a_refusal_of_a_standing_request_is_raised_by_the_next_receive(
@@ -573,16 +636,14 @@ def test_sync_idle_short_receives_share_one_standing_request(
         receiver.complete_messages(got)
 
 
-def test_sync_close_gives_back_what_a_standing_request_brings_after_it(
-    client: raybus.ServiceBusClient, queue: str
-) -> None:
+def test_sync_close_ends_the_standing_request(client: raybus.ServiceBusClient, queue: str) -> None:
     receiver = client.get_queue_receiver(queue, prefetch_count=10)
     assert receiver.receive_messages(1, max_wait_time=0.05) == []
     standing = receiver._aio._standing
     assert standing is not None and not standing.done()
     receiver.close()
+    assert standing.done()
     _send(client, queue, 1)
-    run(asyncio.wait_for(asyncio.shield(standing), 10))
     with client.get_queue_receiver(queue, max_wait_time=5) as other:
         got = other.receive_messages(1)
         assert [str(m) for m in got] == ["m0"] and got[0].delivery_count == 0

@@ -1,12 +1,15 @@
-"""A receive under way when ``close()`` runs: what its broker answer becomes.
+"""A receive under way when ``close()`` runs, or whose caller is cancelled: what its broker
+answer becomes.
 
 The receive below waits at the broker (a long poll of up to ``max_wait_time``) when the
-receiver is closed; the message sent after that reaches it. Peek-lock: the receive gives every
-message it got back at once and returns ``[]``, so nothing stays locked to the closed receiver
-(which could not settle it) until its lock expires. Receive-and-delete: the broker deleted
-what it handed out, so the receive returns it (nothing lost). The queues' locks last a minute
-(30 s for sessions): a second receiver that gets the message within its 5 s wait, with no
-delivery counted, got it from the release, not from a lock expiry.
+receiver is closed: close() ends that wait (the partition's ``end_waits``), so a message sent
+afterwards stays in the queue. An answer that reached the receiver first is handled so: peek-
+lock, the receive gives every message it got back at once and returns ``[]``, so nothing stays
+locked to the closed receiver (which could not settle it) until its lock expires;
+receive-and-delete, the broker deleted what it handed out, so the receive returns it (nothing
+lost). A cancelled receive's wait is ended the same way. The queues' locks last a minute (30 s
+for sessions): a second receiver that gets the message within its 5 s wait, with no delivery
+counted, got it from the release, not from a lock expiry.
 """
 
 from __future__ import annotations
@@ -111,18 +114,119 @@ def test_sync_receive_under_way_when_another_thread_closes_gives_its_messages_ba
 
 
 @pytest.mark.parametrize(("prefetch", "n"), [(0, 1), (3, 3)], ids=["plain", "prefetch"])
-async def test_aio_receive_and_delete_under_way_at_close_returns_all_it_took(
+async def test_aio_receive_and_delete_under_way_at_close_takes_nothing_sent_after_it(
     aclient: aio.ServiceBusClient, queue: str, prefetch: int, n: int
 ) -> None:
-    """The broker deleted what it handed out: the receive returns all of it, more than it
+    """close() ended the receive's wait at the partition: it returns nothing, and what is
+    sent afterwards stays in the queue (nothing is deleted for the closed receiver)."""
+    receiver = aclient.get_queue_receiver(
+        queue, max_wait_time=5, prefetch_count=prefetch, receive_mode=RAD
+    )
+    assert await _aclose_during_receive(aclient, receiver, queue, n) == []
+    async with aclient.get_queue_receiver(queue, receive_mode=RAD) as other:
+        got = await _areceive_n(other, n)
+        assert _bodies(got) == [f"m{i}" for i in range(n)]
+
+
+@pytest.mark.parametrize(("prefetch", "n"), [(0, 1), (3, 3)], ids=["plain", "prefetch"])
+async def test_aio_receive_and_delete_answered_before_close_ended_it_returns_all_it_took(
+    aclient: aio.ServiceBusClient, queue: str, prefetch: int, n: int
+) -> None:
+    """The broker answered before close()'s end reached it (held here until close() has
+    started): it deleted what it handed out, so the receive returns all of it, more than it
     asked for when it prefetched (a closed receiver has no buffer to keep the rest in)."""
     receiver = aclient.get_queue_receiver(
         queue, max_wait_time=5, prefetch_count=prefetch, receive_mode=RAD
     )
-    got = await _aclose_during_receive(aclient, receiver, queue, n)
+    await receiver.receive_messages(1, max_wait_time=0.1)  # resolves the route: no hop later
+    answered = asyncio.Event()
+    proceed = asyncio.Event()
+    call_rows = receiver._call_rows
+
+    async def held(*args: Any, **kw: Any) -> Any:
+        rows = await call_rows(*args, **kw)
+        answered.set()
+        await proceed.wait()  # the answer reaches the receiver once close() has started
+        return rows
+
+    receiver._call_rows = held  # type: ignore[method-assign]
+    receiving = asyncio.ensure_future(receiver.receive_messages(1))
+    await asyncio.sleep(_SETTLE_S)
+    await _asend(aclient, queue, *[f"m{i}" for i in range(n)])
+    await asyncio.wait_for(answered.wait(), 10)
+    closing = asyncio.ensure_future(receiver.close())
+    await asyncio.sleep(0.2)
+    proceed.set()
+    got = await asyncio.wait_for(receiving, 10)
+    await asyncio.wait_for(closing, 10)
     assert _bodies(got) == [f"m{i}" for i in range(n)]
     async with aclient.get_queue_receiver(queue) as other:
         assert await other.receive_messages(5, max_wait_time=0.3) == []
+
+
+@pytest.mark.parametrize("mode", ["peek_lock", "receive_and_delete"])
+async def test_a_cancelled_receive_leaves_nothing_to_nobody(
+    aclient: aio.ServiceBusClient, queue: str, mode: str
+) -> None:
+    """``asyncio.wait_for`` around a long receive cancels it on this side only: its partition
+    call is ended too, so the message sent next goes to the same receiver's next receive at
+    once (not locked to nobody until its lock expired, nor, receive-and-delete, deleted)."""
+    rad = mode == "receive_and_delete"
+    kw: dict[str, Any] = {"receive_mode": RAD} if rad else {}
+    async with aclient.get_queue_receiver(queue, **kw) as receiver:
+        assert await receiver.receive_messages(1, max_wait_time=0.1) == []  # route resolved
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(receiver.receive_messages(1, max_wait_time=20), _SETTLE_S)
+        await _asend(aclient, queue, "after the cancel")
+        got = await receiver.receive_messages(1, max_wait_time=5)
+        assert _bodies(got) == ["after the cancel"] and got[0].delivery_count == 0
+        if not rad:
+            await receiver.complete_message(got[0])
+        assert await asyncio.wait_for(_no_waits(receiver), 5)
+
+
+async def _no_waits(receiver: aio.ServiceBusReceiver) -> bool:
+    while receiver._waits:
+        await asyncio.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("mode", ["peek_lock", "receive_and_delete"])
+async def test_what_a_cancelled_receive_took_before_its_end_is_not_lost(
+    aclient: aio.ServiceBusClient, queue: str, mode: str
+) -> None:
+    """The partition answered before the end reached it (the answer held here until the
+    caller was cancelled): peek-lock, the messages are given back at once, none counted;
+    receive-and-delete, the broker deleted them, so the next receive returns them."""
+    rad = mode == "receive_and_delete"
+    kw: dict[str, Any] = {"receive_mode": RAD} if rad else {}
+    async with aclient.get_queue_receiver(queue, **kw) as receiver:
+        assert await receiver.receive_messages(1, max_wait_time=0.1) == []  # route resolved
+        call_rows = receiver._call_rows
+        answered, proceed = asyncio.Event(), asyncio.Event()
+
+        async def held(*args: Any, **kwargs: Any) -> Any:
+            rows = await call_rows(*args, **kwargs)
+            answered.set()
+            await proceed.wait()
+            return rows
+
+        receiver._call_rows = held  # type: ignore[method-assign]
+        receiving = asyncio.ensure_future(receiver.receive_messages(1, max_wait_time=20))
+        await asyncio.sleep(_SETTLE_S)
+        await _asend(aclient, queue, "taken")
+        await asyncio.wait_for(answered.wait(), 10)
+        receiving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await receiving
+        receiver._call_rows = call_rows  # type: ignore[method-assign]
+        proceed.set()
+        await asyncio.wait_for(_no_waits(receiver), 5)
+        if rad:
+            got = await receiver.receive_messages(1, max_wait_time=0.1)
+            assert _bodies(got) == ["taken"]
+    if not rad:
+        await _aget_released(aclient, queue, ["taken"])
 
 
 async def test_aio_receive_under_way_at_close_on_a_partitioned_queue_gives_back(
