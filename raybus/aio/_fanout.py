@@ -26,6 +26,10 @@ __all__ = ["peek_partitioned", "receive_partitioned", "wait_any"]
 
 # A wait with no deadline is made in slices of this length.
 _WAIT_SLICE_S = 30.0
+# How long to pause when every partition is restarting. Their waits fail at once, so waiting
+# again at once would only repeat the failure, a Ray call per partition per turn of the loop,
+# for the ~1 s a restart takes (for ever if the receive has no deadline).
+_RESTART_BACKOFF_S = 0.25
 
 
 def _ignore_outcome(fut: asyncio.Future[Any]) -> None:
@@ -39,11 +43,20 @@ async def wait_any(
 ) -> list[tuple[int, Any]]:
     """Wait (without polling) until some partition has a message or an acceptable
     session; returns those that said so (none after ``wait_s``). The other waits are
-    cancelled; one that cannot be cancelled ends by itself within ``wait_s``."""
+    cancelled; one that cannot be cancelled ends by itself within ``wait_s``.
+
+    A partition that is restarting or gone is passed over while another can still answer.
+    When every one of them fails, there is nothing left to wait on, so this does not
+    return at once (the caller would call again at once, a busy loop): it raises
+    ``MessagingEntityNotFoundError`` if any partition is gone (the entity was deleted, or a
+    partition change removed that partition: the caller's ``Connection.retrying`` rechecks
+    the route and tells the two apart), and otherwise, all restarting, returns none after
+    a pause of ``_RESTART_BACKOFF_S`` (at most ``wait_s``)."""
     entity = receiver.entity_path
     refs = [h.wait_available.remote(wait_s, dead_letter) for _pid, h in parts]
     futs = {asyncio.wrap_future(ref.future()): i for i, ref in enumerate(refs)}
     ready: list[tuple[int, Any]] = []
+    failed: list[BaseException] = []
     pending = set(futs)
     try:
         while pending and not ready:
@@ -58,12 +71,18 @@ async def wait_any(
                         error, ServiceBusConnectionError | MessagingEntityNotFoundError
                     ):
                         raise error from None
+                    failed.append(error)
             if not ready and pending and all(f.done() for f in pending):
                 break
     finally:
         for fut in pending:
             fut.add_done_callback(_ignore_outcome)
             ray.cancel(refs[futs[fut]])
+    if not ready and failed and len(failed) == len(refs):
+        for error in failed:
+            if isinstance(error, MessagingEntityNotFoundError):
+                raise error from None
+        await asyncio.sleep(min(_RESTART_BACKOFF_S, wait_s))
     return ready
 
 
@@ -77,6 +96,11 @@ async def receive_partitioned(
     once for equal shares (so no more than ``fetch`` messages are locked). When that finds
     nothing, the receiver waits on all partitions at once (``wait_available``, which locks
     nothing) and receives from the first that has a message.
+
+    Raises ``MessagingEntityNotFoundError`` when the wait fails on every partition and some
+    partition is gone (the queue was deleted), as a receive from a queue of one partition
+    does; while every partition is restarting it waits on until ``deadline``, pausing
+    between attempts (see ``wait_any``).
     """
     parts = route.existing()
     n = len(parts)

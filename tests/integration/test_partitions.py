@@ -277,6 +277,26 @@ async def test_aio_receive_on_an_empty_partitioned_queue_waits_and_wakes_on_a_se
         await receiver.complete_message(got[0])
 
 
+async def test_aio_receive_waiting_on_a_partitioned_queue_raises_not_found_when_it_is_deleted(
+    admin: ServiceBusAdministrationClient, aclient: aio.ServiceBusClient
+) -> None:
+    """A receive waiting on every partition of a queue that is then deleted raises
+    ``MessagingEntityNotFoundError``, as on a queue of one partition, and promptly: it does
+    not wait on (calling the dead partitions again and again) until ``max_wait_time`` and
+    then return []."""
+    q = _name("pq-deleted")
+    admin.create_queue(q, partition_count=2)
+    async with aclient.get_queue_receiver(q, max_wait_time=15) as receiver:
+        assert await receiver.receive_messages(1, max_wait_time=0.1) == []  # route resolved
+        receiving = asyncio.ensure_future(receiver.receive_messages(1))
+        await asyncio.sleep(0.5)  # waiting on both partitions now
+        await asyncio.to_thread(admin.delete_queue, q)
+        deleted_at = time.monotonic()
+        with pytest.raises(MessagingEntityNotFoundError):
+            await receiving
+        assert time.monotonic() - deleted_at < 5
+
+
 def _one_per_partition(client: raybus.ServiceBusClient, q: str, per: int = 2) -> list[str]:
     bodies = []
     with client.get_queue_sender(q) as sender:
