@@ -85,7 +85,20 @@ class AuthedHandle:
         self._handle = handle
         self._token = token
 
+    @property
+    def _actor_id(self) -> Any:
+        """The wrapped actor's id, the same value every time.
+
+        Clients key their per-actor caches on it (``Connection.sender``/``settler``/
+        ``publisher``, grouped settlements). Through ``__getattr__`` it would be a new
+        ``_AuthedMethod`` per read, hashed by identity: a new coalescer per call, kept for
+        ever, and nothing batched.
+        """
+        return self._handle._actor_id
+
     def __getattr__(self, name: str) -> _AuthedMethod:
+        # Only actor methods should reach here: an attribute of the handle itself (such as
+        # ``_actor_id`` above) must be defined on this class, or it comes back wrapped.
         return _AuthedMethod(getattr(self._handle, name), self._token)
 
     def __eq__(self, other: object) -> bool:

@@ -1,4 +1,5 @@
-"""Access control without Ray: SAS tokens as Azure computes them, and the actors' Guard."""
+"""Access control without Ray: SAS tokens as Azure computes them, the actors' Guard, and the
+client's ``AuthedHandle``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import urllib.parse
 
 import pytest
 
+from raybus._actors.access import AuthedHandle
+from raybus._connection import Connection
 from raybus._core.access import ANY, INTERNAL, AccessTable, Guard
 from raybus.auth import (
     AccessRights,
@@ -291,6 +294,32 @@ def test_auth_errors_pickle() -> None:
     ):
         back = pickle.loads(pickle.dumps(exc))
         assert type(back) is type(exc) and str(back) == str(exc)
+
+
+def test_client_caches_keep_one_coalescer_per_actor_behind_authed_handles() -> None:
+    """With a credential every route handle is an ``AuthedHandle`` (and each route fetched
+    wraps the handles anew). The client keeps one send, settle and publish coalescer per
+    actor, keyed on ``handle._actor_id``: that must be the wrapped actor's id, not a wrapped
+    attribute made anew per read (a coalescer per call, kept for ever, nothing batched)."""
+
+    class Handle:
+        _actor_id = "partition-actor-id"
+
+    plain = Handle()
+    handle = AuthedHandle(plain, lambda: "token")
+    conn = Connection.__new__(Connection)  # no Ray: only the caches
+    conn._senders, conn._settlers, conn._publishers = {}, {}, {}
+    for _ in range(1000):
+        conn.sender("q", handle)
+        conn.settler("q", handle)
+        conn.publisher("t", handle)
+    rewrapped = AuthedHandle(plain, lambda: "token")  # from a route fetched again
+    assert conn.settler("q", rewrapped) is conn.settler("q", handle)
+    assert conn.sender("q", rewrapped) is conn.sender("q", handle)
+    assert (len(conn._senders), len(conn._settlers), len(conn._publishers)) == (1, 1, 1)
+    assert handle._actor_id == "partition-actor-id"
+    with pytest.raises(TypeError, match="unwrap"):  # still never pickled with its token
+        pickle.dumps(handle)
 
 
 def test_the_cli_takes_its_credential_from_the_environment(
