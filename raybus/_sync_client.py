@@ -183,11 +183,11 @@ class ServiceBusReceiver:
         # The coroutine's steps, with the one settle call made from this thread (no hop
         # through the loop). Settlements sent without waiting are answered first.
         inner.wait_answers_blocking(inner._handed)
-        inner._raise_failures()
-        by_partition = _complete.plan(inner, messages)
+        by_partition = _complete.plan(inner, messages)  # raises before anything is sent
         if set(by_partition) - {0}:  # received before a partition change: the general path
             run(inner.complete_messages(messages))
             return
+        earlier = inner._take_failures()
         failures: _complete.Failures = []
         for items in by_partition.values():
             ops = _complete.wire(items)
@@ -200,7 +200,7 @@ class ServiceBusReceiver:
             except BaseException as exc:
                 results = exc
             _complete.apply_results(items, results, failures)
-        _complete.raise_failures(inner.entity_path, failures, len(messages))
+        _complete.raise_failures(inner.entity_path, failures, len(messages), earlier)
 
     def abandon_message(
         self,

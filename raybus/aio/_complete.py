@@ -60,6 +60,17 @@ def apply_results(items: Items, results: Sequence[Any] | BaseException, failures
             failures.append((msg.sequence_number, msg.lock_token, err))
 
 
-def raise_failures(entity: str, failures: Failures, total: int) -> None:
-    if failures:
-        raise refusal(f"{len(failures)} of {total} completions were refused", entity, failures)
+def raise_failures(
+    entity: str, failures: Failures, total: int, earlier: Sequence[Failure] = ()
+) -> None:
+    """Raise one refusal for this call's ``failures`` of ``total`` completions and the
+    ``earlier`` settlements sent without waiting that the broker refused, if any."""
+    if not failures and not earlier:
+        return
+    text = f"{len(failures)} of {total} completions were refused"
+    if earlier:
+        text += (
+            f", and {len(earlier)} settlement(s) sent earlier without waiting; those messages"
+            " were not settled and will be delivered again"
+        )
+    raise refusal(text, entity, [*earlier, *failures])

@@ -10,7 +10,10 @@ lock was lost, e.g. to an actor restart) the next call on this receiver that rea
 ``complete_messages``) or ``close()`` raises ``SettlementFailedError``
 listing the refused messages; they were not settled and will be delivered again. Such a call
 waits for the settlements sent before it (a receive runs alongside them, so this costs no extra
-round trip) and, when it raises, gives back any messages it had received. A receive served
+round trip) and, when it raises, gives back any messages it had received; ``complete_messages``
+sends its own completions all the same and lists its own refusals with the earlier ones. A
+single settlement (``complete_message`` and the others) never raises an earlier refusal as its
+own: the error would name another message, and its own would go unsent. A receive served
 entirely from the prefetch buffer does not reach the broker and reports nothing. A settlement
 with little lock time left, an abandon in a session (so that the abandoned message is the
 next one received), and ``complete_messages`` wait for the broker's answer. Processing
@@ -738,10 +741,13 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         """Complete many messages in one broker call per partition, waiting for the answer.
 
         Raises ``SettlementFailedError`` listing the messages the broker refused; the others
-        are completed. A raybus extension.
+        are completed. The list also names the messages of earlier settlements sent without
+        waiting that the broker refused (they were not settled and will come again); this
+        call's own are sent all the same. A raybus extension.
         """
-        await self._settle_pending()
-        by_partition = _complete.plan(self, messages)
+        await self._answered_pending()
+        by_partition = _complete.plan(self, messages)  # raises before anything is sent
+        earlier = self._take_failures()
         failures: _complete.Failures = []
 
         async def settle(pid: int, items: _complete.Items) -> None:
@@ -758,7 +764,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
 
         # One call per partition, all at once.
         await asyncio.gather(*(settle(pid, items) for pid, items in by_partition.items()))
-        _complete.raise_failures(self.entity_path, failures, len(messages))
+        _complete.raise_failures(self.entity_path, failures, len(messages), earlier)
 
     async def renew_message_lock(
         self,

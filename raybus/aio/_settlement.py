@@ -50,9 +50,18 @@ class Settlement:
 
     async def _settle_pending(self) -> None:
         """Wait for the settlements sent without waiting; raise if the broker refused any."""
+        await self._answered_pending()
+        self._raise_failures()
+
+    async def _answered_pending(self) -> None:
+        """Wait for the settlements sent without waiting (their refusals are recorded)."""
         if self._pending:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
-        self._raise_failures()
+
+    def _take_failures(self) -> list[Failure]:
+        """The refusals recorded so far, now the caller's to report."""
+        failures, self._failures = self._failures, []
+        return failures
 
     def _raise_failures(self) -> None:
         if self._failures:
@@ -138,7 +147,9 @@ class Settlement:
         return error
 
     async def _settle(self, message: ServiceBusReceivedMessage, op: SettleOp) -> None:
-        self._raise_failures()
+        # Earlier refusals are not raised here: the error would name other messages, and this
+        # one would go unsent. The calls the module docstring of ``raybus.aio._receiver``
+        # lists (and close()) report them.
         self._settle_op(message, op)
         entity, actor, lock_s = await self._actor(message.partition_id)
         message._settled = True
@@ -174,9 +185,9 @@ class Settlement:
         settlement to ``loop`` without waiting for the loop or the broker.
 
         Returns False (having changed nothing) when the settlement must take the waiting
-        path instead: the route is not cached yet or the lock has little time left.
+        path instead: the route is not cached yet or the lock has little time left. Earlier
+        refusals are left for the calls that report them (``_settle``).
         """
-        self._raise_failures()
         self._settle_op(message, op)
         route = self._conn.cached_route(self.entity_path)
         if route is None or self._closed:
@@ -237,7 +248,6 @@ class Settlement:
                 self.entity_path,
                 "transaction",
             )
-        self._raise_failures()
         self._settle_op(message, op)
         route = await self._conn.route(self.entity_path)
         await transaction.add_settle(route, message, op)

@@ -63,6 +63,32 @@ def test_complete_messages_names_a_refused_message_and_completes_the_others(
     assert admin.get_queue_runtime_properties(queue).active_message_count == 0
 
 
+def test_complete_message_settles_its_own_and_leaves_an_earlier_refusal_to_the_next_receive(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    """An earlier settlement sent without waiting was refused: ``complete_message`` of
+    another message does not raise it as its own (it would name another message, and leave
+    its own unsent). It completes its message; the next receive reports the refusal."""
+    _send(client, queue, 3)
+    with client.get_queue_receiver(queue) as receiver:
+        first, second = _receive(receiver, 2)
+        op: Any = SettleOp(RELEASE, first.lock_token or "").to_wire()
+        assert run(receiver._aio._call("settle", [op])) == [None]
+        receiver.complete_message(first)  # returns at once; the broker will refuse it
+        receiver._aio.wait_answers_blocking(receiver._aio._handed)
+        receiver.complete_message(second)
+        with pytest.raises(SettlementFailedError) as info:
+            receiver.receive_messages(1, max_wait_time=5)
+        assert [f[0] for f in info.value.failures] == [first.sequence_number]
+    with client.get_queue_receiver(queue, max_wait_time=5) as other:
+        rest = _receive(other, 2)
+        assert sorted(m.sequence_number for m in rest) == sorted(
+            {first.sequence_number, second.sequence_number + 1}
+        )
+        other.complete_messages(rest)
+        assert other.receive_messages(1, max_wait_time=0.3) == []
+
+
 def test_complete_messages_reports_a_refused_settlement_sent_without_waiting_first(
     client: raybus.ServiceBusClient, queue: str
 ) -> None:
@@ -75,5 +101,9 @@ def test_complete_messages_reports_a_refused_settlement_sent_without_waiting_fir
         with pytest.raises(SettlementFailedError) as info:
             receiver.complete_messages([second])
         assert [f[0] for f in info.value.failures] == [first.sequence_number]
-        assert not second._settled  # raised before anything of this call was sent
-        receiver.complete_messages([second])
+        assert second._settled  # this call's own completion was sent, and taken
+    with client.get_queue_receiver(queue, max_wait_time=5) as other:
+        (again,) = _receive(other, 1)  # the refused one comes again; the completed one not
+        assert again.sequence_number == first.sequence_number
+        other.complete_messages([again])
+        assert other.receive_messages(1, max_wait_time=0.3) == []
