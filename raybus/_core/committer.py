@@ -14,7 +14,10 @@ Guarantees:
   every one recorded meanwhile, gets the ``StorageUnavailableError`` (retryable), and the core is
   rebuilt from the log: memory returns to exactly the durable state, so a failed send stores
   nothing and a failed settlement leaves its message where it was. Locks held at that moment are
-  lost, as after a restart. Reads go on being served.
+  lost, as after a restart. Reads go on being served. If the core cannot be rebuilt (the log
+  cannot be read, what the failed write left cannot be removed, or rebuilding raises anything
+  else) the committer is ``broken``: it shows no message, refuses every change, and tells
+  ``on_fatal``.
 * Checkpoints are taken when the log since the last one holds more entries than
   ``max(checkpoint_min, 2 * live messages)``: recovery time stays bounded and a drained queue's
   storage shrinks back to one small checkpoint. The state is captured at once, between two
@@ -87,10 +90,11 @@ class Committer:
     ) -> None:
         """``express_interval`` (seconds) makes the partition express: ``durable()`` returns at
         once and the changes are written within that interval (the loss window of a crash).
-        ``on_fatal`` is told when the log can be neither written nor read back: the committer
-        then hides every message and refuses all changes (the actor exits so that Ray restarts
-        it and it recovers once the storage is back). ``inline_bytes`` is the largest flush
-        written on the event loop's thread (0: none); ``monotonic`` times those writes."""
+        ``on_fatal`` is told when the log can be neither written nor read back (or the core
+        cannot be rebuilt from it after a failed flush): the committer then hides every
+        message and refuses all changes (the actor exits so that Ray restarts it and it
+        recovers once the storage is back). ``inline_bytes`` is the largest flush written on
+        the event loop's thread (0: none); ``monotonic`` times those writes."""
         self._make_core = make_core
         self._log = log
         self._on_visible = on_visible
@@ -158,14 +162,18 @@ class Committer:
         recorded nothing: an answer that depends on earlier changes (a dropped duplicate
         acknowledges its original) must not overtake them. Peek-lock receives pass False: they
         only see durable messages anyway. ``force`` waits for the write even on an express
-        partition (two-phase commit needs its prepare and commit records on disk).
+        partition (two-phase commit needs its prepare and commit records on disk), and so, on
+        an express partition too, for the flush in flight when this call recorded nothing: a
+        repeated prepare, commit or abort answers only once the first one's record is durable.
         """
         if self.broken is not None:
             raise self.broken
         if self._log is None:
             return
         if not self.core.has_journal():
-            if after_inflight and self._inflight is not None and self._express is None:
+            # An express partition acknowledges before writing, so only a forced answer
+            # (whose caller relies on the record being on disk) waits for the flush in flight.
+            if after_inflight and self._inflight is not None and (self._express is None or force):
                 await asyncio.shield(self._inflight)
             return
         if self._express is not None and not force:
@@ -272,20 +280,39 @@ class Committer:
             if fut is not None and not fut.done():
                 fut.set_exception(exc)
                 fut.add_done_callback(lambda f: f.exception())  # retrieved: no warning
-        _log.warning("flush failed (%s); rebuilding %s from its log", exc, self.core.entity)
+        entity = self.core.entity
+        _log.warning("flush failed (%s); rebuilding %s from its log", exc, entity)
         try:
             self.core = self._recover()
         except ServiceBusError as again:
-            # Neither written nor readable: memory holds changes the log does not. Serve
-            # nothing rather than something never stored.
-            _log.error("cannot read back %s after a failed flush: %s", self.core.entity, again)
-            self.broken = again
-            self.core = self._make_core()
-            self.core.enable_journal()
-            self.core.visible_seq = -1
-            self._on_fatal(again)
-            return
-        self._on_visible()
+            _log.error("cannot read back %s after a failed flush: %s", entity, again)
+            self._break(again)
+        except Exception as bug:
+            # A bug in replay, or MemoryError: raised out of the flush task it would go
+            # unreported (nobody awaits that task) and leave the old core, which holds the
+            # changes just undone, in service. Treat it as an unreadable log.
+            _log.exception("cannot rebuild %s after a failed flush", entity)
+            broken = ServiceBusError(f"not rebuilt after a failed flush: {bug!r}", entity)
+            broken.__cause__ = bug
+            self._break(broken)
+        else:
+            self._on_visible()
+
+    def _break(self, exc: ServiceBusError) -> None:
+        """Stop serving: memory holds changes the log does not (neither written nor read
+        back). Serve nothing rather than something never stored; every later ``durable()``
+        raises ``exc`` and ``on_fatal`` is told (the actor exits and recovers on restart)."""
+        self.broken = exc
+        try:
+            core = self._make_core()
+            core.enable_journal()
+        except Exception:
+            # Not even an empty core can be built: hide everything the old one holds instead.
+            _log.exception("cannot build an empty core for %s", self.core.entity)
+            core = self.core
+        core.visible_seq = -1
+        self.core = core
+        self._on_fatal(exc)
 
     def _checkpoint_threshold(self) -> int:
         return max(self._checkpoint_min, 2 * self.core.message_count())

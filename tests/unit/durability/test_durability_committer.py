@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 from durability_helpers import (
@@ -33,6 +34,7 @@ from durability_helpers import (
     view,
 )
 
+from raybus._core import transactions
 from raybus._core.committer import Committer
 from raybus._core.partition import (
     ABANDON,
@@ -565,6 +567,120 @@ async def test_storage_unreachable_during_a_failed_flush_never_keeps_the_failed_
     assert ids(committer_on(fs, DIR, clock)) == {"a", "b"}
 
 
+@pytest.mark.parametrize("where", ["replay", "make_core"])
+async def test_a_bug_while_rebuilding_after_a_failed_flush_breaks_the_committer(
+    faulty, clock, caplog, monkeypatch, where
+):
+    """Rebuilding the core after a failed flush raises something that is not a storage error
+    (a bug in replay, MemoryError). The old core holds the changes the failed flush carried,
+    so it must not stay in service: the error is logged with its traceback, the committer
+    serves nothing and refuses changes, and it reports itself fatal (the actor restarts).
+    With ``make_core`` itself failing not even an empty core can be built: the old one's
+    messages are hidden instead."""
+    fs, handler = faulty
+    fatal: list[BaseException] = []
+    c = committer_on(fs, DIR, clock)
+    c._on_fatal = fatal.append
+    c.core.send(records("a"))
+    await c.durable()
+
+    def buggy(*args: Any) -> Any:
+        raise RuntimeError("injected: a bug in replay")
+
+    handler.write_errno = errno.EIO
+    c.core.send(records("failed"))
+    monkeypatch.setattr(c, "_replay_into" if where == "replay" else "_make_core", buggy)
+    with pytest.raises(StorageUnavailableError):
+        await asyncio.wait_for(c.durable(), 5)  # the sender is told: not stored
+    await asyncio.sleep(0.05)  # let the flush task finish whatever it does after failing
+    monkeypatch.undo()
+    handler.write_errno = None
+    assert isinstance(c.broken, ServiceBusError)
+    assert fatal == [c.broken]
+    assert any(  # reported by the committer, not left to the task's garbage collection
+        r.name == "raybus.commit" and r.exc_info and "a bug in replay" in str(r.exc_info[1])
+        for r in caplog.records
+    )
+    assert c.core.receive(EVERYTHING) == [], "a broken committer must show nothing"
+    c.core.send(records("later"))
+    with pytest.raises(ServiceBusError):  # still broken until restarted
+        await asyncio.wait_for(c.durable(), 5)
+    assert ids(committer_on(fs, DIR, clock)) == {"a"}
+
+
+class _AnswerLost:
+    """An object store upload that completes, but whose answer is lost: close() raises."""
+
+    def __init__(self, inner: pa.NativeFile) -> None:
+        self._inner = inner
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        return self._inner.write(data)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def close(self) -> None:
+        self.closed = True
+        self._inner.close()  # the object is stored...
+        raise OSError(errno.ETIMEDOUT, "injected: response lost")  # ...yet we hear an error
+
+
+class AnswerLostHandler(FaultyHandler):
+    """``FaultyHandler`` whose writes complete but report an error while ``answer_lost``, and
+    which refuses the next ``refused_deletes`` deletions."""
+
+    answer_lost = False
+    refused_deletes = 0
+
+    def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:
+        out = super().open_output_stream(path, metadata)
+        return pa.PythonFile(_AnswerLost(out), mode="w") if self.answer_lost else out
+
+    def delete_file(self, path: str) -> None:
+        if self.refused_deletes > 0:
+            self.refused_deletes -= 1
+            raise OSError(errno.EIO, "injected fault", path)
+        super().delete_file(path)
+
+
+@pytest.mark.parametrize("removable", [True, False], ids=["removed", "stuck"])
+async def test_a_failed_send_stored_whole_is_not_read_back_by_the_rebuild(clock, removable):
+    """The write of a flush stores the whole object but reports an error, and its clean-up
+    delete is refused: the sender is told "not stored", so the rebuild after the failed flush
+    must not read the complete object back. It removes it first; if the storage still
+    refuses, the committer serves nothing and reports itself fatal (a restart may bring the
+    entry back: a failed write's outcome is "maybe", as ``DurableLog`` documents)."""
+    handler = AnswerLostHandler()
+    fs = pafs.PyFileSystem(handler)
+    fatal: list[BaseException] = []
+    c = committer_on(fs, DIR, clock)
+    c._on_fatal = fatal.append
+    c.core.send(records("a"))
+    await c.durable()
+
+    handler.answer_lost = True
+    # The write's own clean-up is refused; so is the rebuild's, unless removable.
+    handler.refused_deletes = 1 if removable else 10**6
+    c.core.send(records("ghost"))
+    with pytest.raises(StorageUnavailableError):
+        await asyncio.wait_for(c.durable(), 5)
+    await asyncio.sleep(0.05)  # let the flush task finish whatever it does after failing
+    handler.answer_lost = False
+    handler.refused_deletes = 0
+    got = [r.message_id for r in c.core.receive(EVERYTHING)]
+    assert "ghost" not in got, "a send reported as failed is delivered"
+    if removable:
+        assert (got, c.broken, fatal) == (["a"], None, [])
+        c.core.send(records("b"))
+        await asyncio.wait_for(c.durable(), 5)  # the failed send's LSN, written afresh
+        assert ids(committer_on(fs, DIR, clock)) == {"a", "b"}
+    else:
+        assert isinstance(c.broken, StorageUnavailableError) and fatal == [c.broken]
+        assert got == []
+
+
 async def test_duplicate_send_is_not_acknowledged_before_the_original_is_durable(faulty, clock):
     """A duplicate is answered "accepted" with the first copy's sequence number, so it must not
     be answered before that copy is durable: if the copy's flush fails, so must the duplicate."""
@@ -693,6 +809,33 @@ async def test_express_acknowledges_before_writing_and_writes_within_the_interva
     await asyncio.sleep(0.5)
     assert ids(local(tmp_path, clock)) == {"a", "b"}  # written within the interval
     assert c.flushes == 1
+
+
+@pytest.mark.parametrize("express", [None, 0.05], ids=["standard", "express"])
+async def test_a_repeated_prepare_waits_for_the_first_prepare_record(faulty, clock, express):
+    """``durable(force=True)`` that recorded nothing (a repeated two-phase-commit prepare)
+    still waits for the flush in flight, on an express partition too: it answers with that
+    flush's outcome, never "prepared" while the first prepare's record may still be lost."""
+    fs, handler = faulty
+    c = Committer(core_factory(clock), GatedLog(fs, DIR), express_interval=express)
+    log = c.durable_log
+    assert isinstance(log, GatedLog)
+    log.hold()
+    try:
+        transactions.prepare(c.core, "txn-1", records("a"), [], [])
+        first = asyncio.ensure_future(c.durable(force=True))  # what txn_prepare awaits
+        assert await asyncio.to_thread(log.entered.wait, 5)  # its record is being written
+        transactions.prepare(c.core, "txn-1", records("a"), [], [])  # the coordinator retries
+        assert not c.core.has_journal()  # nothing new recorded
+        retry = asyncio.ensure_future(c.durable(force=True))
+        await asyncio.sleep(0.05)
+        assert not retry.done(), "the repeated prepare answered before the first was durable"
+        handler.write_errno = errno.EIO  # the first prepare's write fails: the share is undone
+    finally:
+        log.release()
+    results = await asyncio.wait_for(asyncio.gather(first, retry, return_exceptions=True), 5)
+    assert all(isinstance(r, StorageUnavailableError) for r in results), results
+    assert "txn-1" not in c.core.prepared  # rebuilt from the log: never prepared
 
 
 async def churn(c: Committer, n: int) -> None:
