@@ -11,7 +11,8 @@ Every log and checkpoint file is written whole, once, and never changed afterwar
 A file is valid only if its size is exactly ``20 + length`` and the payload's CRC matches, so a
 file cut short by a crash (torn write), padded with garbage, or with any flipped payload byte is
 detected before Arrow reads it. A file that passes both checks but is not a readable Arrow
-stream is reported the same way.
+stream raises ``UnreadablePayloadError``: it was written whole, so it is no torn write but
+damage (or a format this version cannot read), which the log never discards as a torn end.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "MAGIC",
     "Batches",
     "FrameError",
+    "UnreadablePayloadError",
     "decode",
     "encode",
     "frame_header",
@@ -53,6 +55,15 @@ class FrameError(ValueError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class UnreadablePayloadError(FrameError):
+    """The bytes are complete and their checksum matches, but the payload is not a readable
+    Arrow IPC stream.
+
+    A torn write cannot produce this (the length and the CRC-32 cover every byte), so the
+    log reports it as ``StorageCorruptedError`` wherever it is, the end of the log included.
+    """
 
 
 def encode(data: Batches) -> tuple[bytes, pa.Buffer]:
@@ -102,7 +113,8 @@ def serialize(data: Batches) -> pa.Buffer:
 def decode(data: pa.Buffer | bytes) -> pa.Table:
     """Check the framing of a whole file's bytes and return its Arrow table.
 
-    Raises ``FrameError`` if the file is short, long, has a bad magic or checksum, or holds no
+    Raises ``FrameError`` if the file is short, long, or has a bad magic or checksum;
+    ``UnreadablePayloadError`` (a ``FrameError``) if it passes those checks but holds no
     readable Arrow IPC stream.
     """
     buf = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
@@ -123,10 +135,10 @@ def decode(data: pa.Buffer | bytes) -> pa.Table:
 
 
 def read_stream(payload: pa.Buffer) -> pa.Table:
-    """The table in an Arrow IPC stream whose checksum was verified; ``FrameError`` if
-    unreadable."""
+    """The table in an Arrow IPC stream whose checksum was verified;
+    ``UnreadablePayloadError`` if unreadable."""
     try:
         with pa.ipc.open_stream(payload) as reader:
             return reader.read_all()
     except (pa.ArrowException, OSError) as exc:
-        raise FrameError(f"payload is not a readable Arrow IPC stream: {exc}") from exc
+        raise UnreadablePayloadError(f"payload is not a readable Arrow IPC stream: {exc}") from exc

@@ -143,7 +143,8 @@ def write_durable(fs: pafs.FileSystem, path: str, chunks: tuple[bytes, pa.Buffer
 
     Replaces any existing file of that name. On failure raises ``StorageUnavailableError`` after
     trying to delete what was written; if that also fails the remnant stays (a torn file that
-    the framing checksum rejects, or, if only the final directory fsync failed, a complete one).
+    the framing checksum rejects, or a complete one if only the fsync or an object store's
+    answer failed: ``DurableLog.recover`` removes that before reading, if it knows).
     """
     local = local_path(fs, path)
     try:
@@ -176,8 +177,8 @@ def _discard(fs: pafs.FileSystem, path: str, local: str | None) -> None:
         return
     except _FS_ERRORS as exc:
         _log.warning(
-            "could not remove %s after a failed write (%s); recovery rejects it as torn "
-            "unless a later write replaces it first",
+            "could not remove %s after a failed write (%s); until a later write replaces it "
+            "a torn remnant is rejected by its checksum, a complete one reads back as written",
             path,
             exc,
         )

@@ -22,15 +22,20 @@ Guarantees:
   order. A failed append consumes no LSN: the next append reuses it (and replaces any remnant).
 * **Recovery** returns the newest valid checkpoint and every log entry after it: exactly the
   acknowledged appends. The one exception: if an append failed *after* its bytes reached the
-  storage (e.g. the fsync failed) and removing them failed too, and the process then crashed
-  before another append, that last unacknowledged entry may come back (a failed write's
-  outcome is "maybe", as everywhere).
+  storage (e.g. the fsync failed, or an object store's answer was lost) and removing them
+  failed too, and the process then crashed before another append, that last unacknowledged
+  entry may come back (a failed write's outcome is "maybe", as everywhere). Without a crash
+  it never does: a log recovered again in the same process knows which LSNs it never
+  acknowledged and removes what a failed append left of them before reading, or raises
+  ``StorageUnavailableError`` if the storage refuses.
 * **Crash safety of checkpoints**: the files a checkpoint replaces are deleted only after it is
   durable, so a torn checkpoint is skipped in favour of the previous one plus the log.
 * **Corruption** is never papered over: only the *end* of the log may be torn (a crash
   mid-append): a damaged last per-append file is deleted, a damaged end of the last segment
   cut off, with a warning. Damage anywhere else (an earlier file or segment, or a bad record
-  followed by an intact one) or a missing LSN raises ``StorageCorruptedError``.
+  followed by an intact one), a missing LSN, or a file or record that is complete and passes
+  its CRC-32 but whose Arrow payload cannot be read (a torn write cannot leave one: it was
+  written whole, so it may have been acknowledged) raises ``StorageCorruptedError``.
 * **Bounded size**: a segment is closed once it reaches ``segment_bytes``; a checkpoint deletes
   every file and segment it covers entirely (closing the segment being written if it covers
   all of it), so a drained log shrinks to its checkpoint.
@@ -54,7 +59,7 @@ import pyarrow.fs as pafs
 from ..exceptions import InvalidArgumentError
 from . import fs as _fs
 from .errors import StorageCorruptedError, StorageUnavailableError
-from .framing import Batches, FrameError, decode, frame_header, serialize
+from .framing import Batches, FrameError, UnreadablePayloadError, decode, frame_header, serialize
 from .segments import SEGMENT_NAME, SegmentWriter, encode_record, scan, segment_name
 
 __all__ = ["CHECKPOINT_DIR", "DEFAULT_SEGMENT_BYTES", "LOG_DIR", "DurableLog", "RecoveredState"]
@@ -65,6 +70,8 @@ LOG_DIR = "log"
 CHECKPOINT_DIR = "checkpoint"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
 _NAME = re.compile(r"(\d{20})\.arrow")
+# Why a complete, checksummed entry with an unreadable payload is damage, not a torn end.
+_WHOLE = "it is complete and its checksum matches, so no torn write left it"
 
 
 class RecoveredState(NamedTuple):
@@ -199,18 +206,26 @@ class DurableLog:
         Creates the directory if it does not exist. Cuts off (with a warning) a torn end of
         the log, deletes torn or superseded checkpoints, and deletes the files and segments a
         checkpoint covers. Raises ``StorageCorruptedError`` (changing nothing) if the log is
-        damaged anywhere but at its end, an LSN is missing, or a damaged checkpoint cannot be
-        replaced by an older one plus the log; ``StorageUnavailableError`` if the storage
-        cannot be read. May be called again; it re-reads the storage, and the next append
-        starts a new segment.
+        damaged anywhere but at its end, its end holds a complete, checksummed but unreadable
+        entry, an LSN is missing, or a damaged checkpoint cannot be replaced by an older one
+        plus the log; ``StorageUnavailableError`` if the storage cannot be read, or (called
+        again) a remnant of a failed append cannot be removed. May be called again; it
+        re-reads the storage, and the next append starts a new segment.
         """
+        # Called again (after a failed append, say), this log knows that no LSN from
+        # ``unacknowledged`` on was acknowledged: whatever a failed append left of one must
+        # go before reading, or a complete remnant would read back as an entry.
+        unacknowledged = self._next_lsn
         with self._append_lock:
             if self._active is not None:
+                self._active.cut_remnant()  # raises: it stays active for the next attempt
                 self._active.close()
                 self._active = None
         _fs.make_dir(self._fs, self._log_dir)
         _fs.make_dir(self._fs, self._checkpoint_dir)
         names = _fs.list_files(self._fs, self._log_dir)
+        if unacknowledged is not None:
+            names = self._remove_remnants(names, unacknowledged)
         sources = sorted(
             [_Source(lsn, False) for lsn in _lsns(names)]
             + [_Source(lsn, True) for lsn in _lsns(names, SEGMENT_NAME)]
@@ -264,6 +279,24 @@ class DurableLog:
         self._delete_checkpoints_except(base_lsn, checkpoint_lsns)
         return RecoveredState(base_table if base_lsn is not None else None, entries)
 
+    def _remove_remnants(self, names: dict[str, int], unacknowledged: int) -> dict[str, int]:
+        """``names`` without the per-append files from LSN ``unacknowledged`` on, which are
+        deleted first (what failed appends left). Segments need nothing: the active one
+        was cut back to its acknowledged records, and a later one holds none."""
+        kept = dict(names)
+        for lsn in _lsns(names):
+            if lsn < unacknowledged:
+                continue
+            path = self.log_path(lsn)
+            if not _fs.delete_file(self._fs, path):
+                raise StorageUnavailableError(
+                    f"cannot remove {path}, left by an append that failed: recovered, it "
+                    "would return that unacknowledged entry",
+                    path,
+                )
+            del kept[f"{lsn:020d}.arrow"]
+        return kept
+
     def _read_log(
         self, sources: list[_Source], start: int
     ) -> tuple[list[tuple[int, pa.Table]], int, _Torn | None, list[_Source]]:
@@ -307,13 +340,16 @@ class DurableLog:
         self, source: _Source, start: int, last: bool
     ) -> tuple[list[tuple[int, pa.Table]], int, int, str | None]:
         """``(entries after start, valid bytes, next LSN, damage)`` of one source; damage (a
-        torn end) is allowed only in the last one."""
+        torn end) is allowed only in the last one, and only if it can be torn: a complete
+        entry whose checksum matches was written whole, whatever its payload holds."""
         path = self._source_path(source)
         data = _fs.read_file(self._fs, path)
         if not source.segment:
             try:
                 table = decode(data)
             except FrameError as exc:
+                if isinstance(exc, UnreadablePayloadError):
+                    raise StorageCorruptedError(path, f"{exc.reason}; {_WHOLE}") from exc
                 if not last:
                     raise StorageCorruptedError(
                         path, f"{exc.reason}; later log files exist"
@@ -322,9 +358,16 @@ class DurableLog:
             found = [(source.first, table)] if source.first > start else []
             return found, data.size, source.first + 1, None
         result = scan(data, source.first, start)
-        if result.damage is not None and (not last or result.valid_after_damage):
-            later = "later records exist" if result.valid_after_damage else "later files exist"
-            raise StorageCorruptedError(path, f"{result.damage}; {later}")
+        if result.damage is not None and (
+            not last or result.valid_after_damage or result.unreadable
+        ):
+            if result.unreadable:
+                why = _WHOLE
+            elif result.valid_after_damage:
+                why = "later records exist"
+            else:
+                why = "later files exist"
+            raise StorageCorruptedError(path, f"{result.damage}; {why}")
         if result.damage is None and result.valid_end == 0 and last:
             return [], 0, source.first, "empty segment"  # created, never written
         return result.entries, result.valid_end, result.last_lsn + 1, result.damage
@@ -428,13 +471,25 @@ class DurableLog:
         self._delete_checkpoints_except(upto_lsn, sorted(self._checkpoints))
 
     def _covered(self, upto_lsn: int) -> list[_Source]:
-        """The stored files and segments whose every entry is ``<= upto_lsn``; closes the
-        active segment if it is one of them (the next append starts a new one)."""
+        """The stored files and segments that hold at least one entry and only entries
+        ``<= upto_lsn``; closes the active segment if it is one of them (the next append
+        starts a new one).
+
+        A source starting above ``upto_lsn`` is never covered, even if it holds nothing yet:
+        the segment a failed append created stays active and empty, and the append retried
+        once this returns (the lock is released before the deletion) writes that LSN into
+        that very file, which a deletion would then take with it."""
         with self._append_lock:
-            if self._active is not None and self._require_recovered() - 1 <= upto_lsn:
-                self._active.close()
-                self._active = None
-            active = None if self._active is None else self._active.first_lsn
+            active = self._active
+            # Its records are first_lsn .. next_lsn - 1: all covered, and at least one.
+            if (
+                active is not None
+                and active.records > 0
+                and self._require_recovered() - 1 <= upto_lsn
+            ):
+                active.close()
+                active = self._active = None
+            active_first = None if active is None else active.first_lsn
             with self._lock:
                 sources = sorted(
                     [_Source(lsn, False) for lsn in self._logs]
@@ -444,7 +499,9 @@ class DurableLog:
         covered: list[_Source] = []
         for index, source in enumerate(sources):
             upper = sources[index + 1].first - 1 if index + 1 < len(sources) else next_lsn - 1
-            if upper <= upto_lsn and not (source.segment and source.first == active):
+            if source.segment and source.first == active_first:
+                continue  # appends go on into it
+            if source.first <= upto_lsn and upper <= upto_lsn:
                 covered.append(source)
         return covered
 

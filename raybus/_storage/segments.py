@@ -19,7 +19,9 @@ the one in its name, with no file header::
 Only the end of a segment is ever written, and a record is acknowledged only after the fsync
 that follows it, so a crash leaves at most one incomplete record, at the very end of the newest
 segment. ``scan`` therefore tells a torn tail (nothing valid after the damage) from corruption
-(a valid record after the damage): the first is dropped, the second refused.
+(a valid record after the damage, or a complete record whose CRC-32 matches but whose Arrow
+payload cannot be read: a torn write cannot leave one): the first is dropped, the second
+refused.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from . import fs as _fs
-from .framing import FrameError, read_stream
+from .framing import FrameError, UnreadablePayloadError, read_stream
 
 __all__ = [
     "RECORD_HEADER_SIZE",
@@ -103,6 +105,9 @@ class Scan(NamedTuple):
     """Why the scan stopped before the end of the file; ``None`` if every byte was valid."""
     valid_after_damage: bool
     """A valid record with a later LSN follows the damage: corruption, not a torn tail."""
+    unreadable: bool
+    """The damage is a complete, checksummed record whose payload cannot be read: written
+    whole, so corruption, not a torn tail."""
 
 
 def scan(buf: pa.Buffer, first_lsn: int, skip_upto: int) -> Scan:
@@ -115,6 +120,7 @@ def scan(buf: pa.Buffer, first_lsn: int, skip_upto: int) -> Scan:
     entries: list[tuple[int, pa.Table]] = []
     offset, expected = 0, first_lsn
     damage: str | None = None
+    unreadable = False
     while offset < buf.size:
         try:
             lsn, payload, end = _record_at(buf, offset)
@@ -124,10 +130,11 @@ def scan(buf: pa.Buffer, first_lsn: int, skip_upto: int) -> Scan:
                 entries.append((lsn, read_stream(payload)))
         except FrameError as exc:
             damage = exc.reason
+            unreadable = isinstance(exc, UnreadablePayloadError)
             break
         offset, expected = end, expected + 1
     after = damage is not None and _valid_record_after(buf, offset + 1, expected)
-    return Scan(entries, expected - 1, offset, damage, after)
+    return Scan(entries, expected - 1, offset, damage, after, unreadable)
 
 
 def _valid_record_after(buf: pa.Buffer, start: int, min_lsn: int) -> bool:
@@ -219,7 +226,7 @@ class SegmentWriter:
             self._dirty = True
             _log.warning(
                 "could not truncate %s to %d bytes after a failed append (%s); the next "
-                "append truncates first, recovery drops the remnant as a torn tail",
+                "append or recovery in this process truncates first",
                 self.path,
                 self.end,
                 exc,
@@ -231,6 +238,18 @@ class SegmentWriter:
             # Best effort: the next successful append fsyncs the new size anyway. Until then
             # a crash may bring back the failed record: a failed write's outcome is "maybe".
             pass
+
+    def cut_remnant(self) -> None:
+        """Cut off what a failed append left after the acknowledged records, if a truncation
+        failed before (read back, a complete remnant would pass for an entry). Raises
+        ``StorageUnavailableError`` if the truncation fails again."""
+        if not self._dirty:
+            return
+        try:
+            os.ftruncate(self._fd, self.end)
+        except OSError as exc:
+            raise _fs.unavailable("truncating", self.path, exc) from exc
+        self._dirty = False
 
     def close(self) -> None:
         try:

@@ -10,10 +10,19 @@ from typing import Any
 
 import pyarrow.fs as pafs
 import pytest
-from storage_helpers import batch, faulty_fs, recovered_values, reopen, short_open, table
+from storage_helpers import (
+    batch,
+    faulty_fs,
+    recovered_values,
+    reopen,
+    short_open,
+    table,
+    values_of,
+)
 
 from raybus._storage import DurableLog, StorageUnavailableError
 from raybus._storage import fs as storage_fs
+from raybus._storage.framing import decode
 
 
 def _enospc(*args: Any, **kwargs: Any) -> None:
@@ -67,6 +76,29 @@ def test_short_write_whose_remnant_cannot_be_removed_is_discarded_as_torn(
     assert recovered_values(state) == [1]
     assert fresh.next_lsn == 2
     assert not Path(log.log_path(2)).exists()
+
+
+def test_complete_remnant_of_a_failed_append_is_not_read_back_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file of a failed append is complete (only the directory fsync failed) and cannot
+    be removed. Recovering again in the same process must not return that unacknowledged
+    entry: it removes the file first, and raises while the storage refuses."""
+    log = _local_log(tmp_path)
+    log.append(batch([1]))
+    with monkeypatch.context() as patch:
+        patch.setattr(storage_fs, "fsync_dir", _enospc)
+        patch.setattr(os, "remove", _enospc)
+        with pytest.raises(StorageUnavailableError):
+            log.append(batch([2]))
+        assert values_of(decode(Path(log.log_path(2)).read_bytes())) == [2]  # complete
+        with pytest.raises(StorageUnavailableError, match="append that failed") as info:
+            log.recover()  # the remnant cannot go yet
+        assert info.value.path == log.log_path(2)
+    assert recovered_values(log.recover()) == [1]
+    assert not Path(log.log_path(2)).exists()
+    assert log.append(batch([3])) == 2
+    assert recovered_values(reopen(log)[1]) == [1, 3]
 
 
 def test_later_append_replaces_a_remnant_in_process(

@@ -20,7 +20,7 @@ from storage_helpers import (
 )
 
 from raybus._storage import DurableLog, StorageCorruptedError
-from raybus._storage.framing import HEADER_SIZE
+from raybus._storage.framing import HEADER_SIZE, frame_header
 from raybus.exceptions import InvalidArgumentError
 
 MakeLog = Callable[[], DurableLog]
@@ -158,6 +158,21 @@ def test_damaged_log_file_before_valid_ones_is_corruption(make_log: MakeLog) -> 
         reopen(log)
     assert info.value.path == log.log_path(2)
     assert info.value.retryable is False
+    assert log.file_count() == 3  # nothing deleted: the evidence stays
+
+
+def test_checksummed_but_unreadable_last_log_file_is_corruption(make_log: MakeLog) -> None:
+    """A last file of the announced length whose checksum matches was written whole, so it
+    is no torn write: an unreadable Arrow payload in it is damage to an acknowledged append,
+    and recovery refuses rather than delete it and hand its LSN out again."""
+    log = make_log()
+    for v in range(2):
+        log.append(batch([v]))
+    payload = pa.py_buffer(b"\xff" * 64)  # e.g. written by a format this reader cannot read
+    put(log.filesystem, log.log_path(3), frame_header(payload) + payload.to_pybytes())
+    with pytest.raises(StorageCorruptedError, match="Arrow") as info:
+        reopen(log)
+    assert info.value.path == log.log_path(3)
     assert log.file_count() == 3  # nothing deleted: the evidence stays
 
 

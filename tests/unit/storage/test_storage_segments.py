@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 from segment_files import flip_in_record, record_starts, segments
@@ -22,6 +23,7 @@ from storage_helpers import batch, recovered_values, reopen, table
 
 from raybus._storage import DurableLog, StorageCorruptedError, StorageUnavailableError
 from raybus._storage import fs as storage_fs
+from raybus._storage.segments import encode_record
 from raybus.exceptions import InvalidArgumentError
 
 
@@ -146,6 +148,23 @@ def test_damaged_record_followed_by_intact_ones_is_corruption(tmp_path: Path) ->
         reopen(log)
     assert info.value.path == str(path)
     assert path.read_bytes() == garbled  # nothing cut: the evidence stays
+
+
+def test_checksummed_but_unreadable_last_record_is_corruption(tmp_path: Path) -> None:
+    """A complete last record whose CRC-32 matches cannot be left by a torn write: an
+    unreadable Arrow payload in it is damage to an acknowledged append, so recovery refuses
+    rather than cut it off and hand its LSN out again."""
+    log = _log(tmp_path)
+    log.append(batch([0]))
+    path = Path(log.appending_to or "")
+    payload = pa.py_buffer(b"\xff" * 64)  # e.g. written by a format this reader cannot read
+    with open(path, "ab") as f:
+        f.write(encode_record(2, payload) + payload.to_pybytes())
+    data = path.read_bytes()
+    with pytest.raises(StorageCorruptedError, match="Arrow") as info:
+        reopen(log)
+    assert info.value.path == str(path)
+    assert path.read_bytes() == data  # nothing cut: the evidence stays
 
 
 def test_torn_end_of_an_earlier_segment_is_corruption(tmp_path: Path) -> None:
@@ -313,6 +332,30 @@ def test_remnant_that_cannot_be_cut_is_cut_by_recovery_after_a_crash(
     assert recovered_values(reopen(fresh)[1]) == [1, 2]
 
 
+def test_complete_remnant_that_cannot_be_cut_is_not_read_back_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append whose record was written whole but whose fsync failed, and which cannot be
+    cut off: recovering again in the same process cuts it first (raising while it cannot)
+    rather than read it back as an entry."""
+    log = _log(tmp_path)
+    log.append(batch([1]))
+    path = Path(log.appending_to or "")
+    acknowledged = path.stat().st_size
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "fsync", _fail(errno.EIO))
+        patch.setattr(os, "ftruncate", _fail(errno.EIO))
+        with pytest.raises(StorageUnavailableError):
+            log.append(batch([666]))
+        assert len(record_starts(path.read_bytes())) == 2  # the whole record is there
+        with pytest.raises(StorageUnavailableError):
+            log.recover()  # it cannot be cut yet
+    assert recovered_values(log.recover()) == [1]
+    assert path.stat().st_size == acknowledged
+    assert log.append(batch([2])) == 2
+    assert recovered_values(reopen(log)[1]) == [1, 2]
+
+
 def test_checkpoints_racing_appends_keep_every_acknowledged_entry(tmp_path: Path) -> None:
     """A checkpoint written in one thread while another appends (as the partition does):
     closing and deleting covered segments never loses or reorders an entry."""
@@ -344,3 +387,54 @@ def test_checkpoints_racing_appends_keep_every_acknowledged_entry(tmp_path: Path
     fresh, state = reopen(log)
     assert recovered_values(state) == list(range(appends))
     assert fresh.next_lsn == appends + 1
+
+
+def test_checkpoint_racing_a_retried_append_keeps_the_segment_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append that opened a new segment failed, leaving that segment empty and active; a
+    checkpoint of everything before it runs while the append is retried. The empty segment
+    holds no entry the checkpoint covers: it is neither closed nor deleted, so the retried
+    append (the same LSN, the same file) stays durable, and so do the appends after it."""
+    log = _log(tmp_path, segment_bytes=1)  # every append after the first starts a segment
+    assert log.append(batch([1])) == 1
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "pwrite", _fail(errno.ENOSPC))
+        with pytest.raises(StorageUnavailableError):
+            log.append(batch([2]))  # created 2.seg; nothing acknowledged, no LSN consumed
+    assert log.next_lsn == 2
+    assert log.appending_to == str(_log_dir(tmp_path) / f"{2:020d}.seg")
+
+    listed = threading.Event()
+    appended = threading.Event()
+    real_delete = log._delete_sources
+
+    def delete_after_the_append(sources: Any) -> None:
+        listed.set()  # the checkpoint has chosen what it covers and let appends in again
+        assert appended.wait(10)
+        real_delete(sources)
+
+    monkeypatch.setattr(log, "_delete_sources", delete_after_the_append)
+    errors: list[BaseException] = []
+
+    def checkpoint() -> None:
+        try:
+            log.checkpoint(table([1]), 1)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            listed.set()
+
+    thread = threading.Thread(target=checkpoint)
+    thread.start()
+    try:
+        assert listed.wait(10)
+        assert log.append(batch([2])) == 2  # acknowledged while the checkpoint deletes
+    finally:
+        appended.set()
+        thread.join(10)
+    assert not thread.is_alive() and errors == []
+    assert log.append(batch([3])) == 3
+    fresh, state = reopen(log)
+    assert fresh.checkpoint_lsn == 1
+    assert [lsn for lsn, _ in state.entries] == [2, 3]
+    assert recovered_values(state) == [1, 2, 3]
