@@ -15,7 +15,14 @@ with a checkpoint now and then. ``ChangeLog`` is the one implementation of that 
   ignore). A failed write of such a change is logged, not raised;
 * every ``every`` appends (or ``every_bytes`` written, for logs whose changes carry messages:
   the router's) it writes ``snapshot()`` as a checkpoint, which keeps replay short and deletes
-  the log files it covers.
+  the log files it covers. A checkpoint holds durable changes only: callers apply a change in
+  memory before they queue it, so a snapshot taken while changes are queued holds them too.
+  It is then written only after the write carrying exactly those changes succeeded (as of
+  that write's LSN), and dropped if that write fails (the callers undo them). Why not wait
+  for an empty queue instead: under steady load the queue is never empty after a write, and
+  the log would grow without a checkpoint. This relies on callers queuing a change in the
+  same synchronous step in which they apply it (``append`` queues at once, before its result
+  is awaited, so ``asyncio.gather`` of several appends queues them all in the caller's step).
   A failed checkpoint — whatever it raises: a storage error, a raw ``OSError``, a snapshot that
   cannot be encoded — is only logged and tried again after the next write: the changes are
   already durable, so ``append`` must not report them as failed (the caller would undo in
@@ -33,6 +40,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import pyarrow as pa
 
 from .._core import journal
 from .._storage import DurableLog
@@ -81,10 +90,12 @@ class ChangeLog:
             for entry in journal.from_table(table):
                 yield entry[3]
 
-    async def append(self, change: Any) -> None:
-        """Log ``change``; return once it is durable (raise the storage error if the write
-        carrying it failed: then it is not logged)."""
-        await asyncio.shield(self._queue(change))
+    def append(self, change: Any) -> asyncio.Future[None]:
+        """Log ``change``: queued at once, in the caller's synchronous step (not when the
+        result is first awaited: a checkpoint captured in between would hold a change not
+        queued yet; see the module docstring); the result ends once it is durable (it raises
+        the storage error if the write carrying it failed: then it is not logged)."""
+        return asyncio.shield(self._queue(change))
 
     def append_soon(self, change: Any) -> None:
         """Log ``change`` with the next write, without waiting (see the module docstring)."""
@@ -106,30 +117,48 @@ class ChangeLog:
     async def _write_queued(self) -> None:
         """The one writer: every change queued while a write is under way goes in the next."""
         log = self._log
+        # A state captured with the queued changes applied: checkpointed once the write that
+        # takes exactly those changes (the next one: nothing is awaited in between) succeeds.
+        ahead: pa.Table | None = None
         while self._pending:
             batch, self._pending = self._pending, []
             written, self._written = self._written, None
             assert written is not None
             table = journal.to_table([(0, 0, 0, c) for c in batch])
             try:
-                await asyncio.to_thread(log.append, table)
+                lsn = await asyncio.to_thread(log.append, table)
             except Exception as exc:  # the storage error, for every change of this write
                 written.set_exception(exc)
+                ahead = None  # it holds the failed changes, which their callers undo
                 continue
             written.set_result(None)
             self._since_checkpoint += len(batch)
             self._bytes_since_checkpoint += table.nbytes
+            if ahead is not None:
+                snap, ahead = ahead, None
+                await self._checkpoint(snap, lsn)
+                continue
             big = (
                 self._every_bytes is not None and self._bytes_since_checkpoint >= self._every_bytes
             )
             if self._since_checkpoint >= self._every or big:
-                await self._checkpoint()
+                snap = self._capture()
+                if snap is not None and self._pending:
+                    ahead = snap  # holds changes not yet written (module docstring)
+                elif snap is not None:
+                    await self._checkpoint(snap, lsn)
 
-    async def _checkpoint(self) -> None:
-        log = self._log
+    def _capture(self) -> pa.Table | None:
+        """``snapshot()`` as a table; None (logged) if it cannot be taken."""
         try:
-            snap = journal.to_table([(0, 0, 0, c) for c in self._snapshot()])
-            await asyncio.to_thread(log.checkpoint, snap, log.next_lsn - 1)
+            return journal.to_table([(0, 0, 0, c) for c in self._snapshot()])
+        except Exception as exc:  # the changes are durable already: see the module docstring
+            _log.warning("checkpoint of the %s failed: %r", self._what, exc)
+            return None
+
+    async def _checkpoint(self, snap: pa.Table, upto_lsn: int) -> None:
+        try:
+            await asyncio.to_thread(self._log.checkpoint, snap, upto_lsn)
             self._since_checkpoint = 0
             self._bytes_since_checkpoint = 0
         except Exception as exc:  # the changes are durable already: see the module docstring

@@ -108,3 +108,24 @@ def test_a_log_of_big_changes_checkpoints_by_bytes_and_drops_what_the_checkpoint
     assert sum(p.stat().st_size for p in logged) < 50_000  # the first three appends are gone
     again = ChangeLog(str(tmp_path), "ns", "router", lambda: [], every=1000)
     assert list(again.replay()) == [big[2], big[3], big[4]]
+
+
+def test_append_queues_its_change_in_the_callers_step(tmp_path: Path) -> None:
+    """``append`` queues the change when called, not when its result is first awaited: a
+    caller that applies a change and then awaits ``gather`` of appends (the router's log
+    does) must not leave a moment in which a checkpoint captures the applied change while it
+    is not yet queued for the write the checkpoint waits for."""
+    state: list[Any] = []
+    log = open_log(tmp_path, state)
+    assert list(log.replay()) == []
+
+    async def run() -> None:
+        state.append("a")
+        written = asyncio.gather(log.append("a"), log.append("b"))
+        assert log._pending == ["a", "b"]  # both queued before anything is awaited
+        state.append("b")
+        await written
+        await drain(log)
+
+    asyncio.run(run())
+    assert list(open_log(tmp_path, []).replay()) == ["a", "b"]

@@ -1,12 +1,14 @@
 """``ChangeLog``: the namespace's and coordinator's durable log of changes (no Ray).
 
 Concurrent appends share one write (group commit); ``append_soon`` rides the next write without
-waiting; a failed write fails exactly the changes it carried and logs nothing of them."""
+waiting; a failed write fails exactly the changes it carried and logs nothing of them, not even
+through a checkpoint."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +115,55 @@ def test_a_checkpoint_replaces_the_records_it_covers(tmp_path: Path) -> None:
     # The checkpoint after the 5th write holds changes 0-4; records 5 and 6 follow it.
     assert _records(tmp_path) == 2
     assert list(_open(tmp_path, every=5).replay()) == [("change", i) for i in range(7)]
+
+
+@pytest.mark.parametrize("second_write", ["fails", "succeeds"])
+def test_a_checkpoint_never_holds_a_queued_change_whose_write_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, second_write: str
+) -> None:
+    """A checkpoint falls due after a write while the next change is already applied in the
+    caller's state and queued. If that change's write then fails (and the caller undoes it),
+    no checkpoint holds it: a restart replays only what was logged. If it succeeds, the
+    checkpoint is taken with it, not put off."""
+    state: list[Any] = []
+    entered = threading.Event()
+    gate = threading.Event()
+    calls: list[int] = []
+    real = DurableLog.append
+
+    def append(self: DurableLog, data: Any) -> int:
+        calls.append(data.num_rows)
+        if len(calls) == 1:
+            entered.set()
+            assert gate.wait(5)  # "b" is applied and queued while "a" is written
+        elif second_write == "fails":
+            raise StorageUnavailableError("disk full (injected)", "ns", "disk")
+        return real(self, data)
+
+    monkeypatch.setattr(DurableLog, "append", append)
+
+    async def main() -> None:
+        log = _open(tmp_path, snapshot=lambda: list(state), every=1)
+        state.append("a")  # as the actors do: apply, then log (the snapshot includes it)
+        a = asyncio.ensure_future(log.append("a"))
+        assert await asyncio.to_thread(entered.wait, 5)
+        state.append("b")
+        b = asyncio.ensure_future(log.append("b"))
+        await asyncio.sleep(0)  # "b" is queued for the next write
+        gate.set()
+        await asyncio.wait_for(a, 5)
+        try:
+            await asyncio.wait_for(b, 5)
+        except StorageUnavailableError:
+            state.remove("b")  # the caller undoes its failed change
+        while log._writer is not None and not log._writer.done():
+            await asyncio.wait([log._writer])
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    assert list(_open(tmp_path).replay()) == state
+    assert state == (["a"] if second_write == "fails" else ["a", "b"])
+    stored = DurableLog.from_storage_path(str(tmp_path), "ns", "changes")
+    found = stored.recover()
+    if second_write == "succeeds":
+        assert (stored.checkpoint_lsn, found.entries) == (2, [])
