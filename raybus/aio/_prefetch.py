@@ -145,10 +145,13 @@ class Prefetch:
         return got[:count]
 
     def _from_buffer(self, count: int) -> list[ServiceBusReceivedMessage]:
+        """Up to ``count`` buffered messages; none once close() has started (a receive on
+        another thread that got past the closed check must not take what close() gives
+        back: the closed receiver could not settle it)."""
         out: list[ServiceBusReceivedMessage] = []
         now = time.time()
         with self._refilling:  # not while close() copies the buffer
-            while self._buffer and len(out) < count:
+            while self._buffer and len(out) < count and not self._closing:
                 msg = self._buffer.popleft()
                 # A prefetched message whose lock ran out is already back in the queue: skip.
                 if msg._kind == "locked" and self._lock_expiry(msg) <= now:

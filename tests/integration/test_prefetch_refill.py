@@ -547,6 +547,39 @@ def test_a_closed_receivers_standing_request_takes_nothing_after_its_event_loop_
         other.complete_messages(got)
 
 
+async def test_a_receive_racing_close_takes_nothing_from_the_buffer(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    """close() has started (here held in its wait for a refill under way): a receive that got
+    past the closed check before (the sync API's, on another thread) takes nothing from the
+    buffer close() is about to give back, as the closed receiver could not settle it."""
+    async with aclient.get_queue_sender(queue) as sender:
+        await sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(5)])
+    receiver = aclient.get_queue_receiver(queue, prefetch_count=5)
+    got = await receiver.receive_messages(1, max_wait_time=5)
+    assert [str(m) for m in got] == ["m0"] and len(receiver._buffer) == 4
+    await receiver.complete_message(got[0])
+    with receiver._refilling:
+        receiver._refills += 1  # a refill under way: close() waits for it
+    closing = asyncio.ensure_future(receiver.close())
+    await asyncio.sleep(0.2)
+    assert not closing.done()
+    assert receiver._from_buffer(4) == []
+    with receiver._refilling:
+        receiver._refills -= 1
+        receiver._refilling.notify_all()
+    await asyncio.wait_for(closing, 10)
+    async with aclient.get_queue_receiver(queue) as other:
+        rest = await other.receive_messages(4, max_wait_time=5)
+        while len(rest) < 4:
+            more = await other.receive_messages(4 - len(rest), max_wait_time=5)
+            assert more
+            rest += more
+        assert [str(m) for m in rest] == ["m1", "m2", "m3", "m4"]
+        assert [m.delivery_count for m in rest] == [0] * 4  # given back, not expired
+        await other.complete_messages(rest)
+
+
 async def test_a_refusal_of_a_standing_request_is_raised_by_the_next_receive(
     aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient, queue: str
 ) -> None:
