@@ -4,6 +4,7 @@ namespace, a fresh pooled queue per test, and send/receive shorthands.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -87,3 +88,20 @@ async def _lose_lock(receiver: aio.ServiceBusReceiver, msg: ServiceBusReceivedMe
         op = op.to_wire()
     (error,) = await receiver._call("settle", [op])
     assert error is None
+
+
+def hold_answers(receiver: aio.ServiceBusReceiver) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold the answers of ``receiver``'s row calls (receives, its standing request) on their
+    way back: returns (``answered``, set once a partition answered; ``proceed``, set it to let
+    the answer reach the receiver). For the race of an answer with close() or a cancel."""
+    answered, proceed = asyncio.Event(), asyncio.Event()
+    call_rows = receiver._call_rows
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        rows = await call_rows(*args, **kwargs)
+        answered.set()
+        await proceed.wait()
+        return rows
+
+    receiver._call_rows = held  # type: ignore[method-assign]
+    return answered, proceed

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import settlement_support
-from settlement_support import _lose_lock
+from settlement_support import _lose_lock, hold_answers
 
 import raybus
 from raybus import ServiceBusMessage, ServiceBusReceivedMessage, _rpc, aio
@@ -491,18 +491,9 @@ async def test_a_standing_request_gives_back_what_it_took_before_close_ended_it(
     close() has started): what it brought is given back at once, none counted."""
     receiver = aclient.get_queue_receiver(queue, prefetch_count=10)
     assert await receiver.receive_messages(1, max_wait_time=0.05) == []
-    call_rows = receiver._call_rows
-    answered, proceed = asyncio.Event(), asyncio.Event()
-
-    async def held(*args: Any, **kw: Any) -> Any:
-        rows = await call_rows(*args, **kw)
-        answered.set()
-        await proceed.wait()
-        return rows
-
-    receiver._call_rows = held  # type: ignore[method-assign]
     standing = receiver._standing
     assert standing is not None
+    answered, proceed = hold_answers(receiver)
     # The standing request out now was made before the hold: end it, let the next one be held.
     await receiver._end_waits()
     await asyncio.wait_for(asyncio.shield(standing), 10)

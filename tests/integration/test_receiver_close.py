@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import settlement_support
-from settlement_support import RAD, _areceive_n, _asend, _receive_n, _send
+from settlement_support import RAD, _areceive_n, _asend, _receive_n, _send, hold_answers
 
 import raybus
 from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceivedMessage, aio
@@ -139,17 +139,7 @@ async def test_aio_receive_and_delete_answered_before_close_ended_it_returns_all
         queue, max_wait_time=5, prefetch_count=prefetch, receive_mode=RAD
     )
     await receiver.receive_messages(1, max_wait_time=0.1)  # resolves the route: no hop later
-    answered = asyncio.Event()
-    proceed = asyncio.Event()
-    call_rows = receiver._call_rows
-
-    async def held(*args: Any, **kw: Any) -> Any:
-        rows = await call_rows(*args, **kw)
-        answered.set()
-        await proceed.wait()  # the answer reaches the receiver once close() has started
-        return rows
-
-    receiver._call_rows = held  # type: ignore[method-assign]
+    answered, proceed = hold_answers(receiver)  # released once close() has started
     receiving = asyncio.ensure_future(receiver.receive_messages(1))
     await asyncio.sleep(_SETTLE_S)
     await _asend(aclient, queue, *[f"m{i}" for i in range(n)])
@@ -203,15 +193,7 @@ async def test_what_a_cancelled_receive_took_before_its_end_is_not_lost(
     async with aclient.get_queue_receiver(queue, **kw) as receiver:
         assert await receiver.receive_messages(1, max_wait_time=0.1) == []  # route resolved
         call_rows = receiver._call_rows
-        answered, proceed = asyncio.Event(), asyncio.Event()
-
-        async def held(*args: Any, **kwargs: Any) -> Any:
-            rows = await call_rows(*args, **kwargs)
-            answered.set()
-            await proceed.wait()
-            return rows
-
-        receiver._call_rows = held  # type: ignore[method-assign]
+        answered, proceed = hold_answers(receiver)
         receiving = asyncio.ensure_future(receiver.receive_messages(1, max_wait_time=20))
         await asyncio.sleep(_SETTLE_S)
         await _asend(aclient, queue, "taken")
