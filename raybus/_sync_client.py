@@ -118,13 +118,17 @@ class ServiceBusReceiver:
         handed_before = inner._handed
         while True:
             args = inner._receive_args(fetch, deadline)
-            result = inner.call_blocking("receive", *args, returns=args[-1])
+            waiter = inner._new_waiter(0)  # close() from another thread ends its wait
+            try:
+                result = inner.call_blocking("receive", *args, waiter, returns=args[-1])
+            finally:
+                inner._waits.pop(waiter, None)
             if result is None:  # closed meanwhile (see below), or the route went stale
                 if inner._closing:
                     return []
                 return run(inner.receive_messages(max_message_count, max_wait_time))
             rows = inner._rows(result, args[-1])
-            # close() (from another thread) ends the wait with this slice.
+            # close() (from another thread) ends the wait (``end_waits``).
             if rows or _past(deadline) or inner._closing:
                 break
         # Settlements sent before this call ran alongside it; report a refusal now, giving

@@ -33,8 +33,8 @@ and returns ``[]``; an error that the close causes in it (the closed receiver, t
 session) also ends it with ``[]``. In receive-and-delete mode the broker has deleted what it
 handed out: the receive returns all of it (more than ``max_message_count`` if it prefetched,
 as the closed receiver has no buffer to keep the rest in); those messages are the caller's.
-The sync API's receive that waits on its caller's own thread (its direct path) is not ended
-by close(): it gives back what it gets once its wait ends, as described.
+The sync API's receive that waits on its caller's own thread (its direct path) registers its
+call too, so a close() from another thread ends it the same way.
 
 A receive whose caller is cancelled (``asyncio.wait_for``, a timeout, a cancelled task) ends
 the same way: its partition call is told to end its wait, and what it took before the end
@@ -472,8 +472,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         its wait (``end_waits``) and what it took meanwhile is given back (peek-lock) or kept
         for the next receive (receive-and-delete: the broker deleted it). ``close()`` ends
         the waits of every receive still out the same way (``_end_waits``)."""
-        waiter = f"{self._waiter_prefix}:{next(self._waiter_ids)}"
-        self._waits[waiter] = pid
+        waiter = self._new_waiter(pid)
         call = asyncio.ensure_future(
             self._call_rows("receive", *args, waiter, partition=pid, pieces=args[-1])
         )
@@ -488,6 +487,13 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         finally:
             if call.done():
                 self._waits.pop(waiter, None)
+
+    def _new_waiter(self, pid: int) -> str:
+        """A waiter id for a receive at partition ``pid``, registered for ``_end_waits``
+        until the caller drops it from ``_waits`` (any thread: the sync API's direct path)."""
+        waiter = f"{self._waiter_prefix}:{next(self._waiter_ids)}"
+        self._waits[waiter] = pid
+        return waiter
 
     async def _orphaned(
         self, call: asyncio.Future[list[WireRecord]], waiter: str, pid: int
@@ -522,7 +528,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         wait does."""
         if by_partition is None:
             by_partition = {}
-            for waiter, pid in self._waits.items():
+            for waiter, pid in list(self._waits.items()):  # a copy: threads add to it
                 by_partition.setdefault(pid, []).append(waiter)
         for pid, waiters in by_partition.items():
             try:

@@ -113,6 +113,27 @@ def test_sync_receive_under_way_when_another_thread_closes_gives_its_messages_ba
     _get_released(client, queue, [f"m{i}" for i in range(n)])
 
 
+def test_sync_receive_waiting_forever_ends_when_another_thread_closes(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    """The sync receive's direct path, with no ``max_wait_time`` (waits in 30 s slices):
+    close() from another thread ends its wait at the partition, so it returns ``[]`` at
+    once rather than at the end of the slice, and takes nothing sent afterwards."""
+    receiver = client.get_queue_receiver(queue)
+    assert receiver.receive_messages(1, max_wait_time=0.1) == []  # caches the route
+    assert receiver._aio.direct_ok(receiver._aio._conn.cached_route(queue))
+    outcome: list[Any] = []
+    receiving = threading.Thread(target=lambda: outcome.append(receiver.receive_messages(1)))
+    receiving.start()
+    receiving.join(_SETTLE_S)
+    assert receiving.is_alive()
+    receiver.close()
+    receiving.join(10)  # not the 30 s slice
+    assert not receiving.is_alive() and outcome == [[]]
+    _send(client, queue, "after close")
+    _get_released(client, queue, ["after close"])
+
+
 @pytest.mark.parametrize(("prefetch", "n"), [(0, 1), (3, 3)], ids=["plain", "prefetch"])
 async def test_aio_receive_and_delete_under_way_at_close_takes_nothing_sent_after_it(
     aclient: aio.ServiceBusClient, queue: str, prefetch: int, n: int
