@@ -102,9 +102,8 @@ class PartitionActor(Guarded):
             storage_path is None and ray.get_runtime_context().was_current_actor_reconstructed
         )
         self._changed = asyncio.Event()
-        # Receives waiting here under a receiver's waiter id, and the waits ended by
-        # ``end_waits`` (id -> when), forgotten after END_KEEP_S if no receive came for them.
-        self._waiting: set[str] = set()
+        # The waits ended by ``end_waits`` (waiter id -> when): dropped by their receive when
+        # it returns, or after END_KEEP_S if none came for them.
         self._ended: dict[str, float] = {}
         self._idle_task: asyncio.Task[None] | None = None
         log = None
@@ -371,8 +370,6 @@ class PartitionActor(Guarded):
         # Peek-lock receives of the main queue wait for their own changes only; the
         # dead-letter sub-queue shows messages moved there whose move may not be durable yet.
         own = not (delete or dead_letter)
-        if waiter is not None:
-            self._waiting.add(waiter)
         try:
             while True:
                 core = await self._settled_core(pending=not own)
@@ -394,7 +391,6 @@ class PartitionActor(Guarded):
                 await self._wait_change(deadline)
         finally:
             if waiter is not None:
-                self._waiting.discard(waiter)
                 self._ended.pop(waiter, None)
 
     @guarded(LISTEN)
@@ -413,8 +409,7 @@ class PartitionActor(Guarded):
                 del self._ended[name]
         for name in waiters:
             self._ended[name] = now
-        if any(name in self._waiting for name in waiters):
-            self._notify()
+        self._notify()  # the waiters look again, the ended ones return
 
     @guarded(LISTEN)
     async def wait_available(self, wait_s: float, dead_letter: bool) -> bool:

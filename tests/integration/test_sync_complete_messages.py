@@ -63,6 +63,18 @@ def test_complete_messages_names_a_refused_message_and_completes_the_others(
     assert admin.get_queue_runtime_properties(queue).active_message_count == 0
 
 
+def _refused_in_the_background(
+    receiver: raybus.ServiceBusReceiver,
+) -> tuple[ServiceBusReceivedMessage, ServiceBusReceivedMessage]:
+    """Receive two messages and complete the first without waiting after releasing its lock
+    behind the receiver's back: the broker refuses that completion. Returns both."""
+    first, second = _receive(receiver, 2)
+    op: Any = SettleOp(RELEASE, first.lock_token or "").to_wire()
+    assert run(receiver._aio._call("settle", [op])) == [None]
+    receiver.complete_message(first)  # returns at once; the broker will refuse it
+    return first, second
+
+
 def test_complete_message_settles_its_own_and_leaves_an_earlier_refusal_to_the_next_receive(
     client: raybus.ServiceBusClient, queue: str
 ) -> None:
@@ -71,10 +83,7 @@ def test_complete_message_settles_its_own_and_leaves_an_earlier_refusal_to_the_n
     its own unsent). It completes its message; the next receive reports the refusal."""
     _send(client, queue, 3)
     with client.get_queue_receiver(queue) as receiver:
-        first, second = _receive(receiver, 2)
-        op: Any = SettleOp(RELEASE, first.lock_token or "").to_wire()
-        assert run(receiver._aio._call("settle", [op])) == [None]
-        receiver.complete_message(first)  # returns at once; the broker will refuse it
+        first, second = _refused_in_the_background(receiver)
         receiver._aio.wait_answers_blocking(receiver._aio._handed)
         receiver.complete_message(second)
         with pytest.raises(SettlementFailedError) as info:
@@ -94,10 +103,7 @@ def test_complete_messages_reports_a_refused_settlement_sent_without_waiting_fir
 ) -> None:
     _send(client, queue, 2)
     with client.get_queue_receiver(queue) as receiver:
-        first, second = _receive(receiver, 2)
-        op: Any = SettleOp(RELEASE, first.lock_token or "").to_wire()
-        assert run(receiver._aio._call("settle", [op])) == [None]
-        receiver.complete_message(first)  # returns at once; the broker will refuse it
+        first, second = _refused_in_the_background(receiver)
         with pytest.raises(SettlementFailedError) as info:
             receiver.complete_messages([second])
         assert [f[0] for f in info.value.failures] == [first.sequence_number]

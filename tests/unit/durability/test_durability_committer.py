@@ -85,6 +85,16 @@ async def settle_all(c: Committer, ops: list[SettleOp]) -> None:
     await c.durable()
 
 
+async def holding_a(fs: pafs.FileSystem, clock: FakeClock) -> tuple[Committer, list[BaseException]]:
+    """A committer on ``fs`` holding message "a", durably, and the list ``on_fatal`` fills."""
+    fatal: list[BaseException] = []
+    c = committer_on(fs, DIR, clock)
+    c._on_fatal = fatal.append
+    c.core.send(records("a"))
+    await c.durable()
+    return c, fatal
+
+
 # ---------------------------------------------------------------- round trips
 
 
@@ -542,11 +552,7 @@ async def test_storage_unreachable_during_a_failed_flush_never_keeps_the_failed_
     become visible or count as stored. The committer then serves nothing, refuses changes and
     reports itself fatal (the actor exits; Ray restarts it and it recovers from the log)."""
     fs, handler = faulty
-    fatal: list[BaseException] = []
-    c = committer_on(fs, DIR, clock)
-    c._on_fatal = fatal.append
-    c.core.send(records("a"))
-    await c.durable()
+    c, fatal = await holding_a(fs, clock)
 
     handler.unreachable = True
     c.core.send(records("lost"))
@@ -578,11 +584,7 @@ async def test_a_bug_while_rebuilding_after_a_failed_flush_breaks_the_committer(
     With ``make_core`` itself failing not even an empty core can be built: the old one's
     messages are hidden instead."""
     fs, handler = faulty
-    fatal: list[BaseException] = []
-    c = committer_on(fs, DIR, clock)
-    c._on_fatal = fatal.append
-    c.core.send(records("a"))
-    await c.durable()
+    c, fatal = await holding_a(fs, clock)
 
     def buggy(*args: Any) -> Any:
         raise RuntimeError("injected: a bug in replay")
@@ -654,11 +656,7 @@ async def test_a_failed_send_stored_whole_is_not_read_back_by_the_rebuild(clock,
     entry back: a failed write's outcome is "maybe", as ``DurableLog`` documents)."""
     handler = AnswerLostHandler()
     fs = pafs.PyFileSystem(handler)
-    fatal: list[BaseException] = []
-    c = committer_on(fs, DIR, clock)
-    c._on_fatal = fatal.append
-    c.core.send(records("a"))
-    await c.durable()
+    c, fatal = await holding_a(fs, clock)
 
     handler.answer_lost = True
     # The write's own clean-up is refused; so is the rebuild's, unless removable.
