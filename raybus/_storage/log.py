@@ -34,8 +34,9 @@ Guarantees:
   mid-append): a damaged last per-append file is deleted, a damaged end of the last segment
   cut off, with a warning. Damage anywhere else (an earlier file or segment, or a bad record
   followed by an intact one), a missing LSN, or a file or record that is complete and passes
-  its CRC-32 but whose Arrow payload cannot be read (a torn write cannot leave one: it was
-  written whole, so it may have been acknowledged) raises ``StorageCorruptedError``.
+  its CRC-32 but whose Arrow payload cannot be read or (a segment record) whose LSN is out of
+  sequence (a torn write cannot leave either: it was written whole, so it may have been
+  acknowledged, or a second writer left it) raises ``StorageCorruptedError``.
 * **Bounded size**: a segment is closed once it reaches ``segment_bytes``; a checkpoint deletes
   every file and segment it covers entirely (closing the segment being written if it covers
   all of it), so a drained log shrinks to its checkpoint.
@@ -70,7 +71,8 @@ LOG_DIR = "log"
 CHECKPOINT_DIR = "checkpoint"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
 _NAME = re.compile(r"(\d{20})\.arrow")
-# Why a complete, checksummed entry with an unreadable payload is damage, not a torn end.
+# Why a complete, checksummed entry that cannot be used (its payload unreadable, its LSN out
+# of sequence) is damage, not a torn end.
 _WHOLE = "it is complete and its checksum matches, so no torn write left it"
 
 
@@ -206,11 +208,12 @@ class DurableLog:
         Creates the directory if it does not exist. Cuts off (with a warning) a torn end of
         the log, deletes torn or superseded checkpoints, and deletes the files and segments a
         checkpoint covers. Raises ``StorageCorruptedError`` (changing nothing) if the log is
-        damaged anywhere but at its end, its end holds a complete, checksummed but unreadable
-        entry, an LSN is missing, or a damaged checkpoint cannot be replaced by an older one
-        plus the log; ``StorageUnavailableError`` if the storage cannot be read, or (called
-        again) a remnant of a failed append cannot be removed. May be called again; it
-        re-reads the storage, and the next append starts a new segment.
+        damaged anywhere but at its end, its end holds a complete, checksummed entry that
+        cannot be used (its payload unreadable, its LSN out of sequence), an LSN is missing,
+        or a damaged checkpoint cannot be replaced by an older one plus the log;
+        ``StorageUnavailableError`` if the storage cannot be read, or (called again) a remnant
+        of a failed append cannot be removed. May be called again; it re-reads the storage,
+        and the next append starts a new segment.
         """
         # Called again (after a failed append, say), this log knows that no LSN from
         # ``unacknowledged`` on was acknowledged: whatever a failed append left of one must
@@ -358,10 +361,8 @@ class DurableLog:
             found = [(source.first, table)] if source.first > start else []
             return found, data.size, source.first + 1, None
         result = scan(data, source.first, start)
-        if result.damage is not None and (
-            not last or result.valid_after_damage or result.unreadable
-        ):
-            if result.unreadable:
+        if result.damage is not None and (not last or result.valid_after_damage or result.whole):
+            if result.whole:
                 why = _WHOLE
             elif result.valid_after_damage:
                 why = "later records exist"

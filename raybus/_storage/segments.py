@@ -20,8 +20,10 @@ Only the end of a segment is ever written, and a record is acknowledged only aft
 that follows it, so a crash leaves at most one incomplete record, at the very end of the newest
 segment. ``scan`` therefore tells a torn tail (nothing valid after the damage) from corruption
 (a valid record after the damage, or a complete record whose CRC-32 matches but whose Arrow
-payload cannot be read: a torn write cannot leave one): the first is dropped, the second
-refused.
+payload cannot be read or whose LSN is not the next one: a torn write cannot leave either):
+the first is dropped, the second refused. A whole record out of sequence is what a second
+writer leaves (a partition's old process still appending after its restart) or a file
+copied over another; cutting it off as torn would drop an acknowledged append.
 """
 
 from __future__ import annotations
@@ -105,9 +107,13 @@ class Scan(NamedTuple):
     """Why the scan stopped before the end of the file; ``None`` if every byte was valid."""
     valid_after_damage: bool
     """A valid record with a later LSN follows the damage: corruption, not a torn tail."""
-    unreadable: bool
-    """The damage is a complete, checksummed record whose payload cannot be read: written
-    whole, so corruption, not a torn tail."""
+    whole: bool
+    """The damage is a complete, checksummed record whose payload cannot be read or whose
+    LSN is out of sequence: written whole, so corruption, not a torn tail."""
+
+
+class MisplacedRecordError(FrameError):
+    """A complete record whose CRC-32 matches but whose LSN is not the next one."""
 
 
 def scan(buf: pa.Buffer, first_lsn: int, skip_upto: int) -> Scan:
@@ -120,21 +126,23 @@ def scan(buf: pa.Buffer, first_lsn: int, skip_upto: int) -> Scan:
     entries: list[tuple[int, pa.Table]] = []
     offset, expected = 0, first_lsn
     damage: str | None = None
-    unreadable = False
+    whole = False
     while offset < buf.size:
         try:
             lsn, payload, end = _record_at(buf, offset)
             if lsn != expected:
-                raise FrameError(f"record at offset {offset} has LSN {lsn}, expected {expected}")
+                raise MisplacedRecordError(
+                    f"record at offset {offset} has LSN {lsn}, expected {expected}"
+                )
             if lsn > skip_upto:
                 entries.append((lsn, read_stream(payload)))
         except FrameError as exc:
             damage = exc.reason
-            unreadable = isinstance(exc, UnreadablePayloadError)
+            whole = isinstance(exc, (UnreadablePayloadError, MisplacedRecordError))
             break
         offset, expected = end, expected + 1
     after = damage is not None and _valid_record_after(buf, offset + 1, expected)
-    return Scan(entries, expected - 1, offset, damage, after, unreadable)
+    return Scan(entries, expected - 1, offset, damage, after, whole)
 
 
 def _valid_record_after(buf: pa.Buffer, start: int, min_lsn: int) -> bool:

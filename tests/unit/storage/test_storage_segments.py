@@ -23,6 +23,7 @@ from storage_helpers import batch, recovered_values, reopen, table
 
 from raybus._storage import DurableLog, StorageCorruptedError, StorageUnavailableError
 from raybus._storage import fs as storage_fs
+from raybus._storage.framing import encode
 from raybus._storage.segments import encode_record
 from raybus.exceptions import InvalidArgumentError
 
@@ -162,6 +163,26 @@ def test_checksummed_but_unreadable_last_record_is_corruption(tmp_path: Path) ->
         f.write(encode_record(2, payload) + payload.to_pybytes())
     data = path.read_bytes()
     with pytest.raises(StorageCorruptedError, match="Arrow") as info:
+        reopen(log)
+    assert info.value.path == str(path)
+    assert path.read_bytes() == data  # nothing cut: the evidence stays
+
+
+@pytest.mark.parametrize("lsn", [1, 5])
+def test_checksummed_last_record_with_an_lsn_out_of_sequence_is_corruption(
+    tmp_path: Path, lsn: int
+) -> None:
+    """A complete, checksummed last record whose LSN is not the next one (a second writer's,
+    or a copy of an earlier one) was written whole: no torn write, so recovery refuses it
+    rather than cut it off as a torn tail."""
+    log = _log(tmp_path)
+    log.append(batch([0]))
+    path = Path(log.appending_to or "")
+    _header, payload = encode(batch([9]))  # a readable Arrow stream
+    with open(path, "ab") as f:
+        f.write(encode_record(lsn, payload) + payload.to_pybytes())
+    data = path.read_bytes()
+    with pytest.raises(StorageCorruptedError, match=f"has LSN {lsn}, expected 2") as info:
         reopen(log)
     assert info.value.path == str(path)
     assert path.read_bytes() == data  # nothing cut: the evidence stays
