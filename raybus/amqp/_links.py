@@ -431,6 +431,8 @@ class EntityReceiver(OutgoingLink):
                 _LOG.info("amqp receiver %s: %s", self.address, exc)
                 continue
             except ServiceBusError as exc:
+                # The SDK raises it from the receive under way (or reopens, if it retries).
+                _LOG.warning("amqp receiver %s: detached on %r", self.address, exc)
                 self.detach_with_error(exc)
                 return
             finally:
