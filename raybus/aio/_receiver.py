@@ -17,7 +17,10 @@ own: the error would name another message, and its own would go unsent. A receiv
 entirely from the prefetch buffer does not reach the broker and reports nothing. A settlement
 with little lock time left, an abandon in a session (so that the abandoned message is the
 next one received), and ``complete_messages`` wait for the broker's answer. Processing
-must therefore be idempotent (it must be anyway under at-least-once delivery).
+must therefore be idempotent (it must be anyway under at-least-once delivery). close() sends
+what the sync API's threads handed over and waits for every settlement sent without waiting;
+a settlement made on another thread once close() has started waits for its own answer (or
+raises ``InvalidArgumentError`` once the receiver is closed), so no refusal goes unreported.
 
 Closing during a receive: a ``receive_messages`` waiting at the broker when ``close()`` runs
 must not hand out messages locked to a closed receiver, which could not settle them, nor leave
@@ -841,8 +844,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         standing = self._standing
         if standing is not None and not standing.done():
             await asyncio.wait([standing], timeout=_END_WAIT_S)
-        if self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+        await self._send_handed()
         if self.session is not None:
             await self.session.release()
         self._closed = True

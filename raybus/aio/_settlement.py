@@ -37,6 +37,7 @@ class Settlement:
         _delete: bool
         _transfer: bool
         _closed: bool
+        _closing: bool
         _pending: set[asyncio.Future[SettleResults]]
         _answers: threading.Condition
         _handed: int
@@ -185,29 +186,45 @@ class Settlement:
         settlement to ``loop`` without waiting for the loop or the broker.
 
         Returns False (having changed nothing) when the settlement must take the waiting
-        path instead: the route is not cached yet or the lock has little time left. Earlier
-        refusals are left for the calls that report them (``_settle``).
+        path instead: the route is not cached yet, the lock has little time left, or close()
+        has started. Earlier refusals are left for the calls that report them (``_settle``).
+
+        The close check and the hand-over are one step under ``_handoff_lock``, and close()
+        sends what was handed over (``_send_handed``) only after it set ``_closing``: so a
+        settlement handed over is sent and awaited by close(), which reports its refusal, and
+        one that comes later waits for its own answer. (Checked outside the lock, a thread
+        could hand one over just after close() looked, and its refusal would go unreported.)
         """
         self._settle_op(message, op)
         route = self._conn.cached_route(self.entity_path)
-        if route is None or self._closed:
+        if route is None or self._closing:
             return False
         if not self._may_skip_answer(message, op, route.properties.lock_duration_s):
             return False
         handle = route.handle(message.partition_id)
         if handle is None:
             return False
-        message._settled = True
         item = (message, op, route.properties.name, handle)
-        with self._answers:
-            self._handed += 1
         with self._handoff_lock:
+            if self._closing:
+                return False
+            message._settled = True
+            with self._answers:
+                self._handed += 1
             self._handoff.append(item)
             if self._handoff_scheduled:
                 return True
             self._handoff_scheduled = True
         loop.call_soon_threadsafe(self._drain_handoff)
         return True
+
+    async def _send_handed(self) -> None:
+        """For close(), once ``_closing`` is set: send what the sync API's threads handed over
+        and the loop has not sent yet, then wait for every settlement sent without waiting,
+        those that others send meanwhile included (refusals are recorded)."""
+        self._drain_handoff()
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     def _drain_handoff(self) -> None:
         with self._handoff_lock:

@@ -26,6 +26,9 @@ from settlement_support import RAD, _areceive_n, _asend, _receive_n, _send, hold
 
 import raybus
 from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceivedMessage, aio
+from raybus._core.partition import COMPLETE, SettleOp
+from raybus.aio._receiver import lock_token_of
+from raybus.exceptions import SettlementFailedError
 from raybus.management import ServiceBusAdministrationClient
 
 namespace = settlement_support.namespace
@@ -334,3 +337,64 @@ async def test_put_back_messages_come_first_and_after_close_are_given_back_at_on
     await receiver.close()
     await receiver.put_back(again)
     await _aget_released(aclient, queue, ["a", "b"])
+
+
+class _LoopNotYetRun:
+    """Stands in for the loop ``settle_from_thread`` hands a settlement to: it keeps the
+    callback instead of running it, as a loop busy elsewhere would when close() comes."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Any] = []
+
+    def call_soon_threadsafe(self, callback: Any, *args: Any) -> None:
+        self.callbacks.append(callback)
+
+
+async def test_close_sends_and_reports_settlements_handed_over_but_not_yet_sent(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    """The sync API's threads hand settlements to raybus's loop (``settle_from_thread``);
+    close() coming before the loop sent them sends them itself, waits for the broker, and
+    raises for the one it refused. Before, close() waited only for what had been sent: the
+    completion went out after close() returned, and its refusal was never reported."""
+    await _asend(aclient, queue, "kept", "lost")
+    receiver = aclient.get_queue_receiver(queue, max_wait_time=5)
+    got = {str(m.body): m for m in await _areceive_n(receiver, 2)}
+    await settlement_support._lose_lock(receiver, got["lost"])  # its completion is refused
+    held = _LoopNotYetRun()
+    for message in got.values():
+        op = SettleOp(COMPLETE, lock_token_of(message))
+        assert receiver.settle_from_thread(message, op, held)  # type: ignore[arg-type]
+    assert len(held.callbacks) == 1  # one hand-over, not yet run
+    with pytest.raises(SettlementFailedError) as refused:
+        await receiver.close()
+    assert [seq for seq, _, _ in refused.value.failures] == [got["lost"].sequence_number]
+    async with aclient.get_queue_receiver(queue) as other:
+        assert [str(m.body) for m in await other.peek_messages(5)] == ["lost"]
+
+
+async def test_a_settlement_handed_over_once_close_has_started_waits_for_its_answer(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    """While close() waits for earlier settlements, a sync thread's settlement is not handed
+    over (close() may have looked already): it takes the waiting path, which reports its
+    own refusal to its own caller."""
+    await _asend(aclient, queue, "late")
+    receiver = aclient.get_queue_receiver(queue, max_wait_time=5)
+    (message,) = await _areceive_n(receiver, 1)
+    earlier: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    receiver._pending.add(earlier)  # an earlier settlement close() must wait for
+    closing = asyncio.ensure_future(receiver.close())
+    await asyncio.sleep(0.2)
+    assert not closing.done()
+    held = _LoopNotYetRun()
+    op = SettleOp(COMPLETE, lock_token_of(message))
+    assert not receiver.settle_from_thread(message, op, held)  # type: ignore[arg-type]
+    assert held.callbacks == [] and not message._settled
+    await receiver._settle(message, op)  # the waiting path the sync API takes instead
+    assert not closing.done()
+    earlier.set_result([None])
+    receiver._pending.discard(earlier)
+    await closing
+    async with aclient.get_queue_receiver(queue) as other:
+        assert await other.peek_messages(5) == []
