@@ -265,9 +265,12 @@ class OutgoingLink(Link):
         peer_count = perf.get("delivery_count")
         link_credit = int(perf.get("link_credit", 0))
         base = self.delivery_count if peer_count is None else int(peer_count)
-        self.credit = max(
-            0, (base + link_credit - self.delivery_count) & 0xFFFFFFFF if link_credit else 0
-        )
+        # Delivery counts are serial numbers (AMQP 1.0 2.6.7, RFC 1982): a peer whose count
+        # lags ours (it has not seen our drain's flow yet; azure-servicebus never reads a
+        # sender's flow) grants less than what we used already, which is no credit, not
+        # 2**32 minus the difference.
+        credit = (base + link_credit - self.delivery_count) & 0xFFFFFFFF
+        self.credit = credit if link_credit and credit < 0x80000000 else 0
         self.drain = bool(perf.get("drain"))
         if self.credit > 0:
             self.credit_ready.set()

@@ -71,8 +71,9 @@ def queue(admin: ServiceBusAdministrationClient) -> str:
 # whose tests each use their own uniquely named queues may opt into one namespace per module
 # (override ``namespace`` with ``module_namespace``, and ``queue`` with ``pooled_queue``); their
 # tests stay independent because no two tests touch the same queue. Whatever the scope, the
-# queues a test created are deleted after it (their actors, i.e. processes, go away), so the
-# session's memory does not grow with the number of tests.
+# queues and topics a test created are deleted after it, and a namespace's remaining actors are
+# killed when it ends (their processes go away), so the number of idle Ray workers, and the
+# session's memory, do not grow with the number of tests.
 
 _SHARED_NAMESPACES: set[str] = set()
 
