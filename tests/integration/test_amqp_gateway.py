@@ -4,9 +4,11 @@ messages crossing between the SDK and the native raybus client."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import amqp_gateway_fixtures
 import pytest
@@ -170,8 +172,9 @@ def _where(client: raybus.ServiceBusClient, queue: str) -> str:
 
 
 def test_schedule_then_cancel_leaves_nothing_and_a_due_schedule_arrives(
-    sdk: SdkClient, pooled_queue: str, client: raybus.ServiceBusClient
+    sdk: SdkClient, pooled_queue: str, client: raybus.ServiceBusClient, caplog: Any
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="raybus.amqp")  # a failure shows the frames
     now = datetime.now(timezone.utc)
     with sdk.get_queue_sender(pooled_queue) as sender:
         (far,) = sender.schedule_messages(ServiceBusMessage("far"), now + timedelta(hours=1))
@@ -185,7 +188,8 @@ def test_schedule_then_cancel_leaves_nothing_and_a_due_schedule_arrives(
     # Due 2 s after it was scheduled. 5 s was too short for the SDK's link set-up plus the
     # activation with three test processes on two cores. In two full runs out of about six
     # (CI included) nothing came in 30 s; not reproduced in 150 runs of this test or its
-    # file under load. A failure says where the message was (``_where``).
+    # file under load. A failure says where the message was (``_where``), and pytest shows
+    # the gateway's frames (debug log) of the test.
     with sdk.get_queue_receiver(pooled_queue, max_wait_time=30) as receiver:
         try:
             got = receive_n(receiver, 1, timeout=30)
