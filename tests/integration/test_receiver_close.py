@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from settlement_support import RAD, _areceive_n, _asend, _receive_n, _send, hold
 import raybus
 from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceivedMessage, aio
 from raybus._core.partition import COMPLETE, SettleOp
+from raybus._core.record import from_wire
 from raybus.aio._receiver import lock_token_of
 from raybus.exceptions import SettlementFailedError
 from raybus.management import ServiceBusAdministrationClient
@@ -398,3 +400,22 @@ async def test_a_settlement_handed_over_once_close_has_started_waits_for_its_ans
     await closing
     async with aclient.get_queue_receiver(queue) as other:
         assert await other.peek_messages(5) == []
+
+
+async def test_an_end_that_reaches_the_partition_before_its_receive_ends_that_receive_only(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    """close() and a cancel send ``end_waits`` without waiting for the receive to get there
+    first: an end that arrives before its receive makes that receive take nothing and
+    return at once, a message waiting or not, and is used up by it; the next receive under
+    the same name takes the message."""
+    await _asend(aclient, queue, "waiting")
+    async with aclient.get_queue_receiver(queue) as receiver:
+        args = receiver._receive_args(1, None, wait_s=5)
+        await receiver._call("end_waits", ["early"])
+        started = time.monotonic()
+        assert await receiver._call_rows("receive", *args, "early", pieces=args[-1]) == []
+        assert time.monotonic() - started < 2.5  # not the 5 s wait
+        (row,) = await receiver._call_rows("receive", *args, "early", pieces=args[-1])
+        await receiver._release(from_wire([row]))
+    await _aget_released(aclient, queue, ["waiting"])
