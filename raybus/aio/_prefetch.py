@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _rpc
 from .._core.record import MessageRecord, WireRecord
 from .._sync import run
+from ..exceptions import ServiceBusError
 from ..message import ServiceBusReceivedMessage
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class Prefetch:
         _delete: bool
         _dead_letter: bool
         _renewer: Any
+        _standing: asyncio.Future[ServiceBusError | None] | None
 
         def _wrap(
             self, rows: Iterable[WireRecord], kind: str
@@ -173,13 +175,18 @@ class Prefetch:
         than its last ``receive_messages`` asked for (so that the next one would call the
         broker) and whose ``prefetch_count`` is at least that many (a smaller buffer would
         hand the next receive fewer than it asked for, where a call of its own could fetch
-        them all). It asks for what fills the buffer to ``prefetch_count``. None otherwise
-        (and once close() has started): the completions go alone, as ``settle``.
+        them all). It asks for what fills the buffer to ``prefetch_count``. None otherwise,
+        once close() has started, and while the standing request is out (its answer fills
+        the buffer too: with both, the receiver held up to twice ``prefetch_count`` messages
+        locked): the completions go alone, as ``settle``.
 
         A refill returned is counted under way until ``_refill_ended``: use ``_refill_call``.
         """
         held = len(self._buffer)
         if self._delete or not held < self._want <= self.prefetch_count:
+            return None
+        standing = self._standing  # read from a caller's thread too: a done() check only
+        if standing is not None and not standing.done():
             return None
         if not self.direct_ok(route):
             return None

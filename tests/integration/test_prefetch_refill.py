@@ -692,3 +692,30 @@ async def test_a_transient_refusal_nobody_waited_for_is_dropped_for_a_new_reques
         got = await receiver.receive_messages(1, max_wait_time=5)
         assert [str(m) for m in got] == ["after"] and calls == ["receive"]
         await receiver.complete_messages(got)
+
+
+async def test_no_refill_while_the_standing_request_is_out(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    """The standing request and a refill both fill the buffer: with both out, the receiver
+    held up to twice ``prefetch_count`` messages locked. complete_messages does not refill
+    while the standing request is out; what it did not take stays for other receivers."""
+    async with aclient.get_queue_sender(queue) as sender:
+        await sender.send_messages(ServiceBusMessage("first"))
+    receiver = aclient.get_queue_receiver(queue, prefetch_count=5)
+    (first,) = await receiver.receive_messages(1, max_wait_time=5)
+    answered, proceed = hold_answers(receiver)  # the standing request's answer is held
+    assert await receiver.receive_messages(1, max_wait_time=0.05) == []
+    standing = receiver._standing
+    assert standing is not None
+    async with aclient.get_queue_sender(queue) as sender:
+        await sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(10)])
+    await asyncio.wait_for(answered.wait(), 10)  # it took five at the partition
+    await receiver.complete_messages([first])
+    proceed.set()
+    await asyncio.wait_for(asyncio.shield(standing), 10)
+    assert len(receiver._buffer) == 5
+    async with aclient.get_queue_receiver(queue) as other:
+        rest = await settlement_support._areceive_n(other, 5)
+        await other.complete_messages(rest)
+    await receiver.close()
