@@ -15,6 +15,7 @@ counted, got it from the release, not from a lock expiry.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import uuid
@@ -235,6 +236,33 @@ async def test_what_a_cancelled_receive_took_before_its_end_is_not_lost(
             assert _bodies(got) == ["taken"]
     if not rad:
         await _aget_released(aclient, queue, ["taken"])
+
+
+async def test_what_a_cancelled_receive_and_delete_took_after_its_receiver_closed_is_logged(
+    aclient: aio.ServiceBusClient, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Receive-and-delete, the partition answered a cancelled receive before its end arrived,
+    and the receiver closed before the answer came back: the broker deleted the message and
+    the closed receiver has no buffer to keep it in, so it is lost to the program; raybus
+    says so in a warning naming the entity, not silently."""
+    receiver = aclient.get_queue_receiver(queue, receive_mode=RAD)
+    assert await receiver.receive_messages(1, max_wait_time=0.1) == []  # route resolved
+    answered, proceed = hold_answers(receiver)
+    receiving = asyncio.ensure_future(receiver.receive_messages(1, max_wait_time=20))
+    await asyncio.sleep(_SETTLE_S)
+    await _asend(aclient, queue, "deleted for nobody")
+    await asyncio.wait_for(answered.wait(), 10)
+    receiving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await receiving
+    await receiver.close()
+    with caplog.at_level(logging.WARNING, logger="raybus.receiver"):
+        proceed.set()
+        await asyncio.wait_for(_no_waits(receiver), 5)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"1 message(s) of {queue} received and deleted for a cancelled receive after its "
+        "receiver closed"
+    ]
 
 
 async def test_aio_receive_under_way_at_close_on_a_partitioned_queue_gives_back(
