@@ -51,12 +51,12 @@ from typing import TYPE_CHECKING, Any
 from .. import _rpc
 from .._core.record import MessageRecord, WireRecord
 from .._sync import run
-from ..exceptions import ServiceBusError
 from ..message import ServiceBusReceivedMessage
 
 if TYPE_CHECKING:
     from .._actors.namespace import Route
     from .._connection import Connection
+    from ..exceptions import ServiceBusError
     from ._session import ServiceBusSession
 
 __all__ = ["REFILL_WAIT_S", "Prefetch"]

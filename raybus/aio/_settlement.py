@@ -197,7 +197,7 @@ class Settlement:
         """
         self._settle_op(message, op)
         route = self._conn.cached_route(self.entity_path)
-        if route is None or self._closing:
+        if route is None:
             return False
         if not self._may_skip_answer(message, op, route.properties.lock_duration_s):
             return False
@@ -224,7 +224,7 @@ class Settlement:
         those that others send meanwhile included (refusals are recorded)."""
         self._drain_handoff()
         while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
+            await self._answered_pending()
 
     def _drain_handoff(self) -> None:
         with self._handoff_lock:

@@ -105,12 +105,12 @@ def _entity_names(namespace: str) -> set[str]:
         return set()
 
 
-def _delete_entities(namespace: str, keep: Set[str] = frozenset()) -> None:
-    """Delete the namespace's queues and topics (with their subscriptions) except ``keep``."""
+def _delete_entities(namespace: str, names: Set[str]) -> None:
+    """Delete these queues and topics (with their subscriptions; ``_entity_names``' form)."""
     from raybus.exceptions import ServiceBusError
 
     admin = ServiceBusAdministrationClient(namespace)
-    for name in _entity_names(namespace) - keep:
+    for name in names:
         try:
             if name.startswith("topic:"):
                 admin.delete_topic(name.removeprefix("topic:"))
@@ -149,8 +149,8 @@ def _release_raybus_actors(request: pytest.FixtureRequest) -> Iterator[None]:
     before = _entity_names(ns)
     yield
     # Queues the pool made meanwhile are not the test's: ``pooled_queue`` deletes its own.
-    made = _entity_names(ns)
-    _delete_entities(ns, keep=before | {q for q in made if q.startswith(_POOL_PREFIX)})
+    made = _entity_names(ns) - before
+    _delete_entities(ns, {q for q in made if not q.startswith(_POOL_PREFIX)})
 
 
 _POOL_PREFIX = "pooled-"

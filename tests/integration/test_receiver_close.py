@@ -208,6 +208,22 @@ async def _no_waits(receiver: aio.ServiceBusReceiver) -> bool:
     return True
 
 
+async def _cancel_once_answered(
+    aclient: aio.ServiceBusClient, receiver: aio.ServiceBusReceiver, queue: str, body: str
+) -> asyncio.Event:
+    """Start a long receive, send ``body``, hold the partition's answer on its way back and
+    cancel the receive meanwhile; returns the event that lets the answer through."""
+    answered, proceed = hold_answers(receiver)
+    receiving = asyncio.ensure_future(receiver.receive_messages(1, max_wait_time=20))
+    await asyncio.sleep(_SETTLE_S)
+    await _asend(aclient, queue, body)
+    await asyncio.wait_for(answered.wait(), 10)
+    receiving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await receiving
+    return proceed
+
+
 @pytest.mark.parametrize("mode", ["peek_lock", "receive_and_delete"])
 async def test_what_a_cancelled_receive_took_before_its_end_is_not_lost(
     aclient: aio.ServiceBusClient, queue: str, mode: str
@@ -220,14 +236,7 @@ async def test_what_a_cancelled_receive_took_before_its_end_is_not_lost(
     async with aclient.get_queue_receiver(queue, **kw) as receiver:
         assert await receiver.receive_messages(1, max_wait_time=0.1) == []  # route resolved
         call_rows = receiver._call_rows
-        answered, proceed = hold_answers(receiver)
-        receiving = asyncio.ensure_future(receiver.receive_messages(1, max_wait_time=20))
-        await asyncio.sleep(_SETTLE_S)
-        await _asend(aclient, queue, "taken")
-        await asyncio.wait_for(answered.wait(), 10)
-        receiving.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await receiving
+        proceed = await _cancel_once_answered(aclient, receiver, queue, "taken")
         receiver._call_rows = call_rows  # type: ignore[method-assign]
         proceed.set()
         await asyncio.wait_for(_no_waits(receiver), 5)
@@ -247,14 +256,7 @@ async def test_what_a_cancelled_receive_and_delete_took_after_its_receiver_close
     says so in a warning naming the entity, not silently."""
     receiver = aclient.get_queue_receiver(queue, receive_mode=RAD)
     assert await receiver.receive_messages(1, max_wait_time=0.1) == []  # route resolved
-    answered, proceed = hold_answers(receiver)
-    receiving = asyncio.ensure_future(receiver.receive_messages(1, max_wait_time=20))
-    await asyncio.sleep(_SETTLE_S)
-    await _asend(aclient, queue, "deleted for nobody")
-    await asyncio.wait_for(answered.wait(), 10)
-    receiving.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await receiving
+    proceed = await _cancel_once_answered(aclient, receiver, queue, "deleted for nobody")
     await receiver.close()
     with caplog.at_level(logging.WARNING, logger="raybus.receiver"):
         proceed.set()
