@@ -25,6 +25,7 @@ from .._clock import SystemClock
 from .._core import migration, transactions
 from .._core.access import ANY, INTERNAL
 from .._core.committer import Committer
+from .._core.ended_waits import EndedWaits
 from .._core.partition import Partition, PartitionCounts, SettleOp
 from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
 from .._core.registry import partition_storage_dirs
@@ -46,8 +47,6 @@ _log = logging.getLogger("raybus.partition")
 
 # A transaction prepared here this long without a decision is asked about.
 TXN_INQUIRY_S = 2.0
-# An ``end_waits`` for a receive that has not arrived (or already ended) is kept this long.
-END_KEEP_S = 60.0
 
 
 def _in_pieces(
@@ -102,9 +101,9 @@ class PartitionActor(Guarded):
             storage_path is None and ray.get_runtime_context().was_current_actor_reconstructed
         )
         self._changed = asyncio.Event()
-        # The waits ended by ``end_waits`` (waiter id -> when): dropped by their receive when
-        # it returns, or after END_KEEP_S if none came for them.
-        self._ended: dict[str, float] = {}
+        # The waits ended by ``end_waits``: dropped by their receive when it returns, or
+        # after END_KEEP_S if none came for them (``raybus._core.ended_waits``).
+        self._ended = EndedWaits(SystemClock())
         self._idle_task: asyncio.Task[None] | None = None
         log = None
         if storage_path is not None:
@@ -391,7 +390,7 @@ class PartitionActor(Guarded):
                 await self._wait_change(deadline)
         finally:
             if waiter is not None:
-                self._ended.pop(waiter, None)
+                self._ended.drop(waiter)
 
     @guarded(LISTEN)
     async def end_waits(self, waiters: list[str]) -> None:
@@ -402,13 +401,8 @@ class PartitionActor(Guarded):
         and a receive its caller cancelled. Left out, the receive would take the next
         message for nobody: locked until its lock expired (a delivery counted), or, in
         receive-and-delete mode, deleted. An end that arrives before its receive (or after
-        it) is kept ``END_KEEP_S`` and then forgotten."""
-        now = time.monotonic()
-        for name, at in list(self._ended.items()):
-            if now - at > END_KEEP_S:
-                del self._ended[name]
-        for name in waiters:
-            self._ended[name] = now
+        it) is kept ``END_KEEP_S`` and then forgotten (``raybus._core.ended_waits``)."""
+        self._ended.end(waiters)
         self._notify()  # the waiters look again, the ended ones return
 
     @guarded(LISTEN)
