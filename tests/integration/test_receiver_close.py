@@ -31,7 +31,7 @@ from raybus import NEXT_AVAILABLE_SESSION, ServiceBusMessage, ServiceBusReceived
 from raybus._core.partition import COMPLETE, SettleOp
 from raybus._core.record import from_wire
 from raybus.aio._receiver import lock_token_of
-from raybus.exceptions import SettlementFailedError
+from raybus.exceptions import ServiceBusConnectionError, SettlementFailedError
 from raybus.management import ServiceBusAdministrationClient
 
 namespace = settlement_support.namespace
@@ -449,3 +449,46 @@ async def test_an_end_that_reaches_the_partition_before_its_receive_ends_that_re
         (row,) = await receiver._call_rows("receive", *args, "early", pieces=args[-1])
         await receiver._release(from_wire([row]))
     await _aget_released(aclient, queue, ["waiting"])
+
+
+def _refuse_end_waits(receiver: aio.ServiceBusReceiver) -> list[str]:
+    """Make the receiver's ``end_waits`` calls fail as they would with the partition down or
+    restarting; returns the waiter ids each refused call named."""
+    refused: list[str] = []
+    call = receiver._call
+
+    async def calling(method_name: str, *args: Any, **kwargs: Any) -> Any:
+        if method_name == "end_waits":
+            refused.extend(args[0])
+            raise ServiceBusConnectionError("partition unreachable (test)", receiver.entity_path)
+        return await call(method_name, *args, **kwargs)
+
+    receiver._call = calling  # type: ignore[method-assign]
+    return refused
+
+
+@pytest.mark.parametrize("mode", ["peek_lock", "receive_and_delete"])
+async def test_a_cancelled_receive_whose_end_cannot_reach_the_partition_loses_nothing(
+    aclient: aio.ServiceBusClient, queue: str, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``end_waits`` is best effort: when the partition cannot be told (down, restarting),
+    the cancelled receive waits on there and takes the next message. What it takes is then
+    given back at once, none counted (peek-lock), or kept for the next receive
+    (receive-and-delete: the broker deleted it); the failed end is logged at debug level."""
+    rad = mode == "receive_and_delete"
+    kw: dict[str, Any] = {"receive_mode": RAD} if rad else {}
+    async with aclient.get_queue_receiver(queue, **kw) as receiver:
+        assert await receiver.receive_messages(1, max_wait_time=0.1) == []  # route resolved
+        refused = _refuse_end_waits(receiver)
+        with caplog.at_level(logging.DEBUG, logger="raybus.receiver"):
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(receiver.receive_messages(1, max_wait_time=20), _SETTLE_S)
+            await _asend(aclient, queue, "taken by the orphan")
+            await asyncio.wait_for(_no_waits(receiver), 10)  # the orphan's call answered
+        assert len(refused) == 1
+        assert f"waits at partition 0 of {queue} not ended" in caplog.text
+        if rad:
+            got = await receiver.receive_messages(1, max_wait_time=0.1)
+            assert _bodies(got) == ["taken by the orphan"]
+    if not rad:
+        await _aget_released(aclient, queue, ["taken by the orphan"])
