@@ -98,7 +98,7 @@ from ..exceptions import (
 )
 from ..message import ServiceBusReceivedMessage
 from . import _complete
-from ._fanout import receive_partitioned
+from ._fanout import StandingWaits, receive_partitioned
 from ._lock_token import LockTokenSettlement
 from ._prefetch import Prefetch
 from ._refusal import Failure
@@ -247,6 +247,8 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         # The standing request of a prefetching receiver (``_stands``), if one is out: it
         # puts what it gets in the buffer, and answers a broker refusal (None otherwise).
         self._standing: asyncio.Task[ServiceBusError | None] | None = None
+        # The waits a receive of a partitioned queue left out at its partitions (``_fanout``).
+        self._standing_waits = StandingWaits()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -841,6 +843,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         # the standing request, which gives back what it brings.
         if self._waits:
             await self._end_waits()
+        self._standing_waits.cancel()  # they lock nothing; cancelled so as not to linger
         standing = self._standing
         if standing is not None and not standing.done():
             await asyncio.wait([standing], timeout=_END_WAIT_S)

@@ -9,6 +9,7 @@ queue of one partition does) or, all restarting, pauses before waiting again.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import time
 from collections.abc import Callable
@@ -57,6 +58,7 @@ class FakePartition:
         self.rows = rows or []
         self.waits = 0
         self.wait_available = SimpleNamespace(remote=self._wait_available)
+        self._actor_id = object()
 
     def _wait_available(self, wait_s: float, dead_letter: bool) -> FakeRef:
         self.waits += 1
@@ -72,27 +74,38 @@ class FakeReceiver:
     _dead_letter = False
     _closing = False
 
-    def __init__(self, parts: list[FakePartition]) -> None:
+    def __init__(self, parts: list[Any]) -> None:
         self.parts = parts
         self.turn = 0
+        self._standing_waits = _fanout.StandingWaits()
+        self.asked: list[int] = []  # the partitions each receive call went to
 
     def _next_turn(self) -> int:
         self.turn += 1
         return self.turn
 
     async def _receive_from(self, pid: int, count: int, wait_s: float) -> list[Any]:
+        self.asked.append(pid)
         part = self.parts[pid]
         return part.rows[:count] if part.waits else []
 
 
-def route_of(parts: list[FakePartition]) -> Any:
+def route_of(parts: list[Any]) -> Any:
     return SimpleNamespace(existing=lambda: list(enumerate(parts)))
 
 
 @pytest.fixture(autouse=True)
-def _no_ray_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``wait_any`` cancels the waits still out when it returns: fake refs, nothing to do."""
-    monkeypatch.setattr("ray.cancel", lambda ref: None)
+def cancelled(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The refs ``ray.cancel`` was called with (waits given up: fake refs, nothing to do)."""
+    refs: list[Any] = []
+
+    def cancel(ref: Any) -> None:
+        refs.append(ref)
+        if isinstance(ref, PendingRef):  # as Ray answers a cancelled task
+            ref.fut.set_exception(rex.TaskCancelledError())
+
+    monkeypatch.setattr("ray.cancel", cancel)
+    return refs
 
 
 @pytest.mark.parametrize(
@@ -151,3 +164,154 @@ async def test_a_partition_that_fails_is_passed_over_while_another_answers() -> 
     got = await _fanout.receive_partitioned(receiver, route_of(parts), 1, time.monotonic() + 5)
     assert got == [("m",)]
     assert [p.waits for p in parts] == [1, 1]
+
+
+class PendingRef:
+    def __init__(self) -> None:
+        self.fut: concurrent.futures.Future[bool] = concurrent.futures.Future()
+
+    def future(self) -> concurrent.futures.Future[bool]:
+        return self.fut
+
+
+class WaitingPartition:
+    """A partition actor whose waits stay out until the test answers them (``answer``);
+    its receives find ``rows`` once ``has`` is set."""
+
+    def __init__(self) -> None:
+        self.refs: list[PendingRef] = []
+        self.rows: list[Any] = []
+        self.wait_available = SimpleNamespace(remote=self._wait_available)
+        self._actor_id = object()
+
+    @property
+    def waits(self) -> int:  # FakeReceiver: its receives find rows only after a wait
+        return len(self.refs) if self.rows else 0
+
+    def _wait_available(self, wait_s: float, dead_letter: bool) -> PendingRef:
+        assert wait_s == _fanout._WAIT_SLICE_S  # held a whole slice, whatever the receive's
+        self.refs.append(PendingRef())
+        return self.refs[-1]
+
+    def answer(self, available: bool) -> None:
+        self.refs[-1].fut.set_result(available)
+
+
+async def _idle_receive(receiver: Any, parts: list[Any]) -> list[Any]:
+    return await _fanout.receive_partitioned(receiver, route_of(parts), 10, time.monotonic() + 0.1)
+
+
+async def test_an_idle_receivers_next_receive_asks_no_partition_while_its_waits_are_out(
+    cancelled: list[Any],
+) -> None:
+    """A loop of short receives on an idle partitioned queue: the first asks every partition
+    and leaves a wait at each; the next ones make no call at all (before, each made a
+    receive call, a wait and a cancel per partition)."""
+    parts = [WaitingPartition() for _ in range(3)]
+    receiver: Any = FakeReceiver(parts)
+    assert await _idle_receive(receiver, parts) == []
+    assert sorted(receiver.asked) == [0, 1, 2]
+    for _ in range(3):
+        assert await _idle_receive(receiver, parts) == []
+    assert sorted(receiver.asked) == [0, 1, 2]
+    assert [len(p.refs) for p in parts] == [1, 1, 1]
+    assert cancelled == []  # left out, not given up
+
+
+async def test_a_wait_answered_between_receives_sends_the_next_receive_to_that_partition() -> None:
+    parts = [WaitingPartition() for _ in range(3)]
+    receiver: Any = FakeReceiver(parts)
+    assert await _idle_receive(receiver, parts) == []
+    receiver.asked.clear()
+    parts[1].rows = [("m",)]
+    parts[1].answer(True)
+    await asyncio.sleep(0)  # the answer reaches the loop while no receive waits
+    assert await _idle_receive(receiver, parts) == [("m",)]
+    assert receiver.asked == [1]  # the others' waits are out and unanswered: not asked
+    assert [len(p.refs) for p in parts] == [1, 1, 1]
+
+
+async def test_a_wait_answered_during_a_receive_is_received_from_and_the_others_stay_out(
+    cancelled: list[Any],
+) -> None:
+    parts = [WaitingPartition() for _ in range(3)]
+    receiver: Any = FakeReceiver(parts)
+    deadline = time.monotonic() + 5
+    receiving = asyncio.ensure_future(
+        _fanout.receive_partitioned(receiver, route_of(parts), 10, deadline)
+    )
+    await asyncio.sleep(0.05)
+    assert not receiving.done()
+    parts[2].rows = [("m",)]
+    parts[2].answer(True)
+    assert await asyncio.wait_for(receiving, 1) == [("m",)]
+    assert cancelled == []
+    assert receiver._standing_waits.quiet(route_of(parts).existing()) == {0, 1}
+
+
+async def test_a_wait_that_ended_without_news_is_made_again() -> None:
+    """The partition holds a wait one slice (30 s): answered "nothing", the partition is
+    asked once more (something may have come since) and gets a new wait."""
+    parts = [WaitingPartition() for _ in range(2)]
+    receiver: Any = FakeReceiver(parts)
+    assert await _idle_receive(receiver, parts) == []
+    receiver.asked.clear()
+    parts[0].answer(False)
+    await asyncio.sleep(0)
+    assert await _idle_receive(receiver, parts) == []
+    assert receiver.asked == [0]
+    assert [len(p.refs) for p in parts] == [2, 1]
+
+
+async def test_waits_at_partitions_the_route_no_longer_lists_are_cancelled(
+    cancelled: list[Any],
+) -> None:
+    """A partition change: the waits at partitions gone from the route, or served by another
+    actor, are cancelled; the new partition's is made."""
+    parts = [WaitingPartition() for _ in range(3)]
+    receiver: Any = FakeReceiver(parts)
+    assert await _idle_receive(receiver, parts) == []
+    moved = WaitingPartition()
+    route = SimpleNamespace(existing=lambda: [(0, parts[0]), (1, moved)])
+    assert await _fanout.receive_partitioned(receiver, route, 10, time.monotonic() + 0.1) == []
+    assert cancelled == [parts[1].refs[0], parts[2].refs[0]]
+    assert len(moved.refs) == 1 and len(parts[0].refs) == 1
+
+
+async def test_cancel_gives_up_the_waits_still_out_only(cancelled: list[Any]) -> None:
+    """What close() does: the answered waits need no cancel."""
+    parts = [WaitingPartition() for _ in range(2)]
+    receiver: Any = FakeReceiver(parts)
+    assert await _idle_receive(receiver, parts) == []
+    parts[0].answer(False)
+    await asyncio.sleep(0)
+    receiver._standing_waits.cancel()
+    assert cancelled == [parts[1].refs[0]]
+    assert receiver._standing_waits.quiet(route_of(parts).existing()) == set()
+
+
+async def test_a_refreshed_route_of_the_same_actors_keeps_the_waits(cancelled: list[Any]) -> None:
+    """The connection fetches a route again every ROUTE_TTL_S, with new handle objects for
+    the same actors: the waits out at them stay (they were all given up once a second)."""
+    parts = [WaitingPartition() for _ in range(2)]
+    receiver: Any = FakeReceiver(parts)
+    assert await _idle_receive(receiver, parts) == []
+    same = [SimpleNamespace(wait_available=p.wait_available, _actor_id=p._actor_id) for p in parts]
+    receiver.asked.clear()
+    assert await _idle_receive(receiver, same) == []
+    assert cancelled == [] and receiver.asked == []
+    assert [len(p.refs) for p in parts] == [1, 1]
+
+
+async def test_a_receive_waiting_when_close_gives_up_the_waits_returns_nothing() -> None:
+    """close() cancels the waits a receive may be waiting on: that is no error, and the
+    closing receiver's receive returns none."""
+    parts = [WaitingPartition() for _ in range(2)]
+    receiver: Any = FakeReceiver(parts)
+    receiving = asyncio.ensure_future(
+        _fanout.receive_partitioned(receiver, route_of(parts), 10, time.monotonic() + 5)
+    )
+    await asyncio.sleep(0.05)
+    receiver._closing = True
+    receiver._standing_waits.cancel()
+    assert await asyncio.wait_for(receiving, 1) == []
