@@ -188,8 +188,8 @@ async def receive_partitioned(
     receives from the first that has a message. The waits that have not answered when the
     receive returns stay out for the next one, so a receiver that loops over short receives
     of an idle queue makes no call at all until something arrives (before, each such
-    receive cost two calls per partition and a cancel: measured in the commit that made
-    this change).
+    receive cost two calls per partition and a cancel; ``benchmarks/idle_receivers.py``: 4
+    partitions, 0.2 s receives, 2.26 times the CPU of the same loop sleeping, now 1.10).
 
     Raises ``MessagingEntityNotFoundError`` when the wait fails on every partition and some
     partition is gone (the queue was deleted), as a receive from a queue of one partition

@@ -18,6 +18,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -28,8 +29,10 @@ from raybus import (
     ServiceBusReceivedMessage,
     ServiceBusReceiveMode,
     ServiceBusSubQueue,
+    _rpc,
     aio,
 )
+from raybus._connection import ROUTE_TTL_S
 from raybus._core.slots import PartitionMap
 from raybus.exceptions import (
     InvalidArgumentError,
@@ -274,6 +277,39 @@ async def test_aio_receive_on_an_empty_partitioned_queue_waits_and_wakes_on_a_se
         assert got[0].partition_id == PARTITIONS - 1
         assert done - sent_at < 5
         assert done - started < 10, "the waiting receive was not woken by the send"
+        await receiver.complete_message(got[0])
+
+
+async def test_aio_idle_receives_make_no_partition_calls_and_a_later_send_still_wakes_one(
+    aclient: aio.ServiceBusClient, partitioned_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The waits a receive leaves at the partitions stay out for the next receives, across
+    the refetches of the route (every ROUTE_TTL_S, with new handle objects): short receives
+    on the idle queue make no partition call; a message sent after them is received at
+    once, from the partition whose wait answered."""
+    q = partitioned_queue
+    calls: Counter[str] = Counter()
+    call = _rpc.call
+
+    async def counting(entity: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+        calls[str(getattr(method, "_method_name", method))] += 1
+        return await call(entity, method, *args, **kwargs)
+
+    async with aclient.get_queue_receiver(q) as receiver:
+        assert await receiver.receive_messages(5, max_wait_time=0.2) == []
+        waits = dict(receiver._standing_waits._waits)
+        assert sorted(waits) == list(range(PARTITIONS))
+        monkeypatch.setattr(_rpc, "call", counting)
+        started = time.monotonic()
+        while time.monotonic() - started < 2.5 * ROUTE_TTL_S:
+            assert await receiver.receive_messages(5, max_wait_time=0.1) == []
+        assert calls["receive"] == 0, calls
+        assert receiver._standing_waits._waits == waits  # the same calls, still out
+        async with aclient.get_queue_sender(q) as sender:
+            await sender.send_messages(ServiceBusMessage("wake", partition_key=KEYS[2]))
+        got = await receiver.receive_messages(5, max_wait_time=5)
+        assert [m.body for m in got] == ["wake"]
+        assert calls["receive"] == 1, calls  # only at the partition whose wait answered
         await receiver.complete_message(got[0])
 
 
