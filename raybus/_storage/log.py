@@ -100,6 +100,11 @@ class _Torn(NamedTuple):
     reason: str
 
 
+def _file_name(lsn: int) -> str:
+    """The name of a per-append log file or a checkpoint (``_NAME`` reads it back)."""
+    return f"{lsn:020d}.arrow"
+
+
 def _lsns(names: dict[str, int], pattern: re.Pattern[str] = _NAME) -> list[int]:
     """Sorted LSNs of the well-named files in a listing; other names are ignored."""
     return sorted(int(m.group(1)) for name in names if (m := pattern.fullmatch(name)))
@@ -189,13 +194,13 @@ class DurableLog:
 
     def log_path(self, lsn: int) -> str:
         """The per-append file of ``lsn`` (object stores, and logs written before segments)."""
-        return _fs.join(self._log_dir, f"{lsn:020d}.arrow")
+        return _fs.join(self._log_dir, _file_name(lsn))
 
     def segment_path(self, first_lsn: int) -> str:
         return _fs.join(self._log_dir, segment_name(first_lsn))
 
     def checkpoint_path(self, lsn: int) -> str:
-        return _fs.join(self._checkpoint_dir, f"{lsn:020d}.arrow")
+        return _fs.join(self._checkpoint_dir, _file_name(lsn))
 
     def _source_path(self, source: _Source) -> str:
         return self.segment_path(source.first) if source.segment else self.log_path(source.first)
@@ -297,7 +302,7 @@ class DurableLog:
                     "would return that unacknowledged entry",
                     path,
                 )
-            del kept[f"{lsn:020d}.arrow"]
+            del kept[_file_name(lsn)]
         return kept
 
     def _read_log(
