@@ -111,9 +111,10 @@ class ServiceBusReceiver:
         ready, count, fetch, deadline = inner._receive_start(max_message_count, max_wait_time)
         if ready:
             return ready
-        if inner._stands():
-            # Its standing request lives on raybus's loop, as the asyncio receiver's does
-            # (``ServiceBusReceiver._standing_receive``): wait there, the buffer being empty.
+        if inner._stands() or inner._standing_waits.out_at(0):
+            # Its standing request, or the wait an earlier receive that found nothing left at
+            # the partition (``aio._fanout.receive_single``), lives on raybus's loop, as the
+            # asyncio receiver's does: wait there, the buffer being empty.
             return run(inner._receive_rest(count, fetch, deadline))
         handed_before = inner._handed
         while True:
@@ -129,7 +130,10 @@ class ServiceBusReceiver:
                 return run(inner.receive_messages(max_message_count, max_wait_time))
             rows = inner._rows(result, args[-1])
             # close() (from another thread) ends the wait (``end_waits``).
-            if rows or _past(deadline) or inner._closing:
+            if rows or inner._closing:
+                break
+            if _past(deadline):
+                _sync.loop().call_soon_threadsafe(inner._leave_wait)  # as receive_single does
                 break
         # Settlements sent before this call ran alongside it; report a refusal now, giving
         # back what this call received, as when close() started meanwhile (then it returns

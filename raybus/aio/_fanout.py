@@ -23,7 +23,13 @@ if TYPE_CHECKING:
     from ._receiver import ServiceBusReceiver
     from ._sequence_reads import SequenceReads
 
-__all__ = ["StandingWaits", "peek_partitioned", "receive_partitioned", "wait_any"]
+__all__ = [
+    "StandingWaits",
+    "peek_partitioned",
+    "receive_partitioned",
+    "receive_single",
+    "wait_any",
+]
 
 # A wait with no deadline is made in slices of this length.
 _WAIT_SLICE_S = 30.0
@@ -69,6 +75,12 @@ class StandingWaits:
         there."""
         self._keep_only(parts)
         return {pid for pid, (_h, _r, fut) in self._waits.items() if not fut.done()}
+
+    def out_at(self, pid: int) -> bool:
+        """Whether partition ``pid``'s wait is out and unanswered (safe from any thread: the
+        sync API asks before it receives on the caller's own thread)."""
+        held = self._waits.get(pid)
+        return held is not None and not held[2].done()
 
     def ensure(
         self, parts: list[tuple[int, Any]], dead_letter: bool
@@ -217,6 +229,43 @@ async def receive_partitioned(
             rows = await receiver._receive_from(pid, fetch, 0.0)
             if rows:
                 return rows
+
+
+async def receive_single(
+    receiver: ServiceBusReceiver, route: Route, fetch: int, deadline: float | None
+) -> list[WireRecord]:
+    """Receive from a queue of one partition, the receiver keeping no standing request
+    (no prefetch, or receive-and-delete): one long poll, which the partition answers when a
+    message arrives or at ``deadline``, taking what it returns.
+
+    A long poll cannot stay out after its receive returns: it would take the next message
+    for nobody. So one that found nothing by its deadline leaves a wait at the partition
+    instead (``StandingWaits``: it locks nothing), and the next receive waits on that wait
+    while it is unanswered, calling nothing; once it answers, the receive makes its long
+    poll. A loop of short receives on an idle queue thus makes no call (before, one per
+    receive); the first message after such a pause costs two calls, the wait's answer and
+    the receive. A receive with no deadline never ends empty, so it leaves no wait.
+    """
+    parts = route.existing()
+    waits = receiver._standing_waits
+    if waits.quiet(parts):
+        while True:
+            remaining = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+            if remaining <= 0 or receiver._closing:
+                return []
+            if await wait_any(
+                receiver, parts, min(remaining, _WAIT_SLICE_S), receiver._dead_letter
+            ):
+                break
+    while True:
+        rows: list[WireRecord] = await receiver._receive_call(
+            receiver._receive_args(fetch, deadline), 0
+        )
+        if rows or receiver._closing:
+            return rows
+        if deadline is not None and time.monotonic() >= deadline:
+            waits.ensure(parts, receiver._dead_letter)  # for the next receive
+            return rows
 
 
 async def peek_partitioned(

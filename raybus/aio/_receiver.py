@@ -98,7 +98,7 @@ from ..exceptions import (
 )
 from ..message import ServiceBusReceivedMessage
 from . import _complete
-from ._fanout import StandingWaits, receive_partitioned
+from ._fanout import StandingWaits, receive_partitioned, receive_single
 from ._lock_token import LockTokenSettlement
 from ._prefetch import Prefetch
 from ._refusal import Failure
@@ -247,7 +247,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         # The standing request of a prefetching receiver (``_stands``), if one is out: it
         # puts what it gets in the buffer, and answers a broker refusal (None otherwise).
         self._standing: asyncio.Task[ServiceBusError | None] | None = None
-        # The waits a receive of a partitioned queue left out at its partitions (``_fanout``).
+        # The waits a receive that found nothing left out at the partitions (``_fanout``).
         self._standing_waits = StandingWaits()
 
     # ------------------------------------------------------------------ plumbing
@@ -384,10 +384,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             await self._standing_receive(fetch, deadline)
             return []  # what it got is in the buffer
         elif route.single:
-            while True:
-                rows = await self._receive_call(self._receive_args(fetch, deadline), 0)
-                if rows or _past(deadline) or self._closing:
-                    break
+            rows = await receive_single(self, route, fetch, deadline)
         else:
             rows = await receive_partitioned(self, route, fetch, deadline)
         result: list[WireRecord] = rows
@@ -456,6 +453,14 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         if back:
             await self._release(m._record for m in back)
         return None
+
+    def _leave_wait(self) -> None:
+        """For the sync API's receive that found nothing on the caller's thread: leave the
+        wait at the partition that ``receive_single`` leaves (on the loop, where the waits
+        live; a route gone stale meanwhile leaves none)."""
+        route = self._conn.cached_route(self.entity_path)
+        if route is not None and not self._closing:
+            self._standing_waits.ensure(route.existing(), self._dead_letter)
 
     async def _wait_for_close(self, deadline: float | None) -> None:
         """Wait until ``deadline`` (forever when None) or until close() starts."""

@@ -65,13 +65,20 @@ def _get_released(client: raybus.ServiceBusClient, queue: str, bodies: list[str]
         assert other.receive_messages(5, max_wait_time=0.2) == []
 
 
+async def _resolve_route(receiver: aio.ServiceBusReceiver) -> None:
+    """Resolve the receiver's route (no hop later) without a receive: one that finds nothing
+    leaves a wait at the partition (``aio._fanout.receive_single``), and the next receive
+    would wait on that instead of making the partition call these tests are about."""
+    await receiver.peek_messages(1)
+
+
 async def _aclose_during_receive(
     aclient: aio.ServiceBusClient, receiver: aio.ServiceBusReceiver, queue: str, n: int
 ) -> list[ServiceBusReceivedMessage]:
     """Start ``receive_messages(1)``, close the receiver while it waits at the broker, then
     send ``n`` messages (one call, so that the waiting receive can take them all); returns
     what the receive returned."""
-    await receiver.receive_messages(1, max_wait_time=0.1)  # resolves the route: no hop later
+    await _resolve_route(receiver)
     receiving = asyncio.ensure_future(receiver.receive_messages(1))
     await asyncio.sleep(_SETTLE_S)
     assert not receiving.done()
@@ -97,8 +104,9 @@ def test_sync_receive_under_way_when_another_thread_closes_gives_its_messages_ba
     """The sync receive waits on its caller's thread (its direct path to the partition);
     close() comes from another thread."""
     receiver = client.get_queue_receiver(queue, max_wait_time=5, prefetch_count=prefetch)
-    assert receiver.receive_messages(1, max_wait_time=0.1) == []  # caches the route
+    assert receiver.peek_messages(1) == []  # caches the route, leaving no wait out
     assert receiver._aio.direct_ok(receiver._aio._conn.cached_route(queue))
+    assert not receiver._aio._standing_waits.out_at(0)
     outcome: list[Any] = []
 
     def receive() -> None:
@@ -126,8 +134,9 @@ def test_sync_receive_waiting_forever_ends_when_another_thread_closes(
     close() from another thread ends its wait at the partition, so it returns ``[]`` at
     once rather than at the end of the slice, and takes nothing sent afterwards."""
     receiver = client.get_queue_receiver(queue)
-    assert receiver.receive_messages(1, max_wait_time=0.1) == []  # caches the route
+    assert receiver.peek_messages(1) == []  # caches the route, leaving no wait out
     assert receiver._aio.direct_ok(receiver._aio._conn.cached_route(queue))
+    assert not receiver._aio._standing_waits.out_at(0)
     outcome: list[Any] = []
     receiving = threading.Thread(target=lambda: outcome.append(receiver.receive_messages(1)))
     receiving.start()
@@ -165,7 +174,7 @@ async def test_aio_receive_and_delete_answered_before_close_ended_it_returns_all
     receiver = aclient.get_queue_receiver(
         queue, max_wait_time=5, prefetch_count=prefetch, receive_mode=RAD
     )
-    await receiver.receive_messages(1, max_wait_time=0.1)  # resolves the route: no hop later
+    await _resolve_route(receiver)
     answered, proceed = hold_answers(receiver)  # released once close() has started
     receiving = asyncio.ensure_future(receiver.receive_messages(1))
     await asyncio.sleep(_SETTLE_S)
@@ -191,7 +200,7 @@ async def test_a_cancelled_receive_leaves_nothing_to_nobody(
     rad = mode == "receive_and_delete"
     kw: dict[str, Any] = {"receive_mode": RAD} if rad else {}
     async with aclient.get_queue_receiver(queue, **kw) as receiver:
-        assert await receiver.receive_messages(1, max_wait_time=0.1) == []  # route resolved
+        await _resolve_route(receiver)
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(receiver.receive_messages(1, max_wait_time=20), _SETTLE_S)
         await _asend(aclient, queue, "after the cancel")
@@ -234,7 +243,7 @@ async def test_what_a_cancelled_receive_took_before_its_end_is_not_lost(
     rad = mode == "receive_and_delete"
     kw: dict[str, Any] = {"receive_mode": RAD} if rad else {}
     async with aclient.get_queue_receiver(queue, **kw) as receiver:
-        assert await receiver.receive_messages(1, max_wait_time=0.1) == []  # route resolved
+        await _resolve_route(receiver)
         call_rows = receiver._call_rows
         proceed = await _cancel_once_answered(aclient, receiver, queue, "taken")
         receiver._call_rows = call_rows  # type: ignore[method-assign]
@@ -255,7 +264,7 @@ async def test_what_a_cancelled_receive_and_delete_took_after_its_receiver_close
     the closed receiver has no buffer to keep it in, so it is lost to the program; raybus
     says so in a warning naming the entity, not silently."""
     receiver = aclient.get_queue_receiver(queue, receive_mode=RAD)
-    assert await receiver.receive_messages(1, max_wait_time=0.1) == []  # route resolved
+    await _resolve_route(receiver)
     proceed = await _cancel_once_answered(aclient, receiver, queue, "deleted for nobody")
     await receiver.close()
     with caplog.at_level(logging.WARNING, logger="raybus.receiver"):
@@ -478,7 +487,7 @@ async def test_a_cancelled_receive_whose_end_cannot_reach_the_partition_loses_no
     rad = mode == "receive_and_delete"
     kw: dict[str, Any] = {"receive_mode": RAD} if rad else {}
     async with aclient.get_queue_receiver(queue, **kw) as receiver:
-        assert await receiver.receive_messages(1, max_wait_time=0.1) == []  # route resolved
+        await _resolve_route(receiver)
         refused = _refuse_end_waits(receiver)
         with caplog.at_level(logging.DEBUG, logger="raybus.receiver"):
             with pytest.raises(asyncio.TimeoutError):

@@ -11,6 +11,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ from raybus import (
     _rpc,
     aio,
 )
+from raybus._connection import ROUTE_TTL_S
 from raybus._core.wire import send_args
 from raybus.exceptions import (
     InvalidArgumentError,
@@ -724,3 +726,58 @@ async def test_aio_receiver_iteration_yields_every_message_then_stops(
             bodies.append(msg.body)
             await receiver.complete_message(msg)
     assert bodies == [f"m{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("api", ["aio", "sync"])
+async def test_idle_receives_without_prefetch_make_no_partition_calls_and_a_send_still_arrives(
+    aclient: aio.ServiceBusClient,
+    client: raybus.ServiceBusClient,
+    queue: str,
+    api: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A receive that found nothing by its deadline leaves a wait at the partition (it locks
+    nothing); the next short receives wait on it and make no call, across the refetches of
+    the route; a message sent then arrives, with one receive call (``receive_single``). The
+    sync API's receive, which otherwise calls from its own thread, waits on the loop then."""
+    calls: Counter[str] = Counter()
+    call, call_sync = _rpc.call, _rpc.call_sync
+
+    async def counting(entity: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+        calls[str(getattr(method, "_method_name", method))] += 1
+        return await call(entity, method, *args, **kwargs)
+
+    def counting_sync(entity: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+        calls[str(getattr(method, "_method_name", method))] += 1
+        return call_sync(entity, method, *args, **kwargs)
+
+    sync = api == "sync"
+    receiver: Any = (client if sync else aclient).get_queue_receiver(queue)
+
+    async def receive(wait: float) -> list[raybus.ServiceBusReceivedMessage]:
+        if sync:
+            return await asyncio.to_thread(receiver.receive_messages, 5, wait)
+        got: list[raybus.ServiceBusReceivedMessage] = await receiver.receive_messages(5, wait)
+        return got
+
+    inner = receiver._aio if sync else receiver
+    assert await receive(0.2) == []
+    await asyncio.sleep(0.2)  # the sync API leaves its wait through the loop
+    assert inner._standing_waits.out_at(0)
+    monkeypatch.setattr(_rpc, "call", counting)
+    monkeypatch.setattr(_rpc, "call_sync", counting_sync)
+    started = time.monotonic()
+    while time.monotonic() - started < 2.5 * ROUTE_TTL_S:
+        assert await receive(0.1) == []
+    assert calls["receive"] == 0, calls
+    async with aclient.get_queue_sender(queue) as sender:
+        await sender.send_messages(ServiceBusMessage("wake"))
+    got = await receive(5)
+    assert [str(m.body) for m in got] == ["wake"]
+    assert calls["receive"] == 1, calls
+    if sync:
+        await asyncio.to_thread(receiver.complete_message, got[0])
+        await asyncio.to_thread(receiver.close)
+    else:
+        await receiver.complete_message(got[0])
+        await receiver.close()

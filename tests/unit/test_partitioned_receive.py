@@ -84,6 +84,19 @@ class FakeReceiver:
         self.turn += 1
         return self.turn
 
+    def _receive_args(self, fetch: int, deadline: float | None) -> tuple[Any, ...]:
+        return (fetch, deadline)
+
+    async def _receive_call(self, args: tuple[Any, ...], pid: int) -> list[Any]:
+        """A long poll: the rows there, else none at the deadline."""
+        fetch, deadline = args
+        self.asked.append(pid)
+        part = self.parts[pid]
+        if part.rows:
+            return part.rows[:fetch]
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+        return []
+
     async def _receive_from(self, pid: int, count: int, wait_s: float) -> list[Any]:
         self.asked.append(pid)
         part = self.parts[pid]
@@ -315,3 +328,54 @@ async def test_a_receive_waiting_when_close_gives_up_the_waits_returns_nothing()
     receiver._closing = True
     receiver._standing_waits.cancel()
     assert await asyncio.wait_for(receiving, 1) == []
+
+
+async def _single(receiver: Any, parts: list[Any], wait: float = 0.1) -> list[Any]:
+    return await _fanout.receive_single(receiver, route_of(parts), 10, time.monotonic() + wait)
+
+
+async def test_a_single_partition_receive_that_found_nothing_leaves_a_wait_for_the_next() -> None:
+    """A queue of one partition, no standing request: the long poll that found nothing by
+    its deadline leaves a wait (it locks nothing); the next receives wait on it and call
+    nothing (before, each made its own long poll)."""
+    parts = [WaitingPartition()]
+    receiver: Any = FakeReceiver(parts)
+    assert await _single(receiver, parts) == []
+    assert receiver.asked == [0] and len(parts[0].refs) == 1
+    for _ in range(3):
+        assert await _single(receiver, parts) == []
+    assert receiver.asked == [0] and len(parts[0].refs) == 1
+
+
+async def test_once_the_left_wait_answers_the_next_receive_makes_its_long_poll() -> None:
+    parts = [WaitingPartition()]
+    receiver: Any = FakeReceiver(parts)
+    assert await _single(receiver, parts) == []
+    receiving = asyncio.ensure_future(_single(receiver, parts, wait=5))
+    await asyncio.sleep(0.05)
+    assert receiver.asked == [0]  # waiting on the wait, not calling
+    parts[0].rows = [("m",)]
+    parts[0].answer(True)
+    assert await asyncio.wait_for(receiving, 1) == [("m",)]
+    assert receiver.asked == [0, 0]
+    assert not receiver._standing_waits.out_at(0)
+
+
+async def test_a_single_partition_receive_that_got_messages_leaves_no_wait() -> None:
+    parts = [WaitingPartition()]
+    parts[0].rows = [("m",)]
+    receiver: Any = FakeReceiver(parts)
+    assert await _single(receiver, parts) == [("m",)]
+    assert parts[0].refs == []
+
+
+async def test_a_single_partition_receive_waiting_on_the_left_wait_ends_at_close() -> None:
+    parts = [WaitingPartition()]
+    receiver: Any = FakeReceiver(parts)
+    assert await _single(receiver, parts) == []
+    receiving = asyncio.ensure_future(_single(receiver, parts, wait=5))
+    await asyncio.sleep(0.05)
+    receiver._closing = True
+    receiver._standing_waits.cancel()
+    assert await asyncio.wait_for(receiving, 1) == []
+    assert receiver.asked == [0]
