@@ -130,10 +130,14 @@ class ServiceBusReceiver:
                 return run(inner.receive_messages(max_message_count, max_wait_time))
             rows = inner._rows(result, args[-1])
             # close() (from another thread) ends the wait (``end_waits``).
-            if rows or inner._closing:
+            if rows:
+                inner._standing_waits.found_some()
+                break
+            if inner._closing:
                 break
             if _past(deadline):
-                _sync.loop().call_soon_threadsafe(inner._leave_wait)  # as receive_single does
+                if inner._standing_waits.found_nothing():  # as receive_single does
+                    _sync.loop().call_soon_threadsafe(inner._leave_wait)
                 break
         # Settlements sent before this call ran alongside it; report a refusal now, giving
         # back what this call received, as when close() started meanwhile (then it returns

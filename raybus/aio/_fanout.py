@@ -60,6 +60,18 @@ class StandingWaits:
         # pid -> (handle, ref, future of the answer); an answered one is replaced by the
         # next wait there (``ensure``).
         self._waits: dict[int, tuple[Any, Any, asyncio.Future[bool]]] = {}
+        self._empty = 0  # receives in a row that found nothing (``receive_single``)
+
+    def found_nothing(self) -> bool:
+        """Count a receive of one partition that found nothing by its deadline; True from
+        the second in a row on: a receiver polling an idle queue, which a wait saves calls.
+        A receiver that receives once and closes (the HTTP gateway's, a script's) leaves no
+        wait: it would cost it a wait and a cancel more than its one long poll."""
+        self._empty += 1
+        return self._empty >= 2
+
+    def found_some(self) -> None:
+        self._empty = 0
 
     def _keep_only(self, parts: list[tuple[int, Any]]) -> None:
         """Cancel the waits at partitions ``parts`` (the route's) no longer lists, or lists
@@ -239,12 +251,13 @@ async def receive_single(
     message arrives or at ``deadline``, taking what it returns.
 
     A long poll cannot stay out after its receive returns: it would take the next message
-    for nobody. So one that found nothing by its deadline leaves a wait at the partition
-    instead (``StandingWaits``: it locks nothing), and the next receive waits on that wait
-    while it is unanswered, calling nothing; once it answers, the receive makes its long
-    poll. A loop of short receives on an idle queue thus makes no call (before, one per
-    receive); the first message after such a pause costs two calls, the wait's answer and
-    the receive. A receive with no deadline never ends empty, so it leaves no wait.
+    for nobody. So the second receive in a row that found nothing by its deadline leaves a
+    wait at the partition instead (``StandingWaits``: it locks nothing; not the first, see
+    ``found_nothing``), and the next receive waits on that wait while it is unanswered,
+    calling nothing; once it answers, the receive makes its long poll. A loop of short
+    receives on an idle queue thus makes no call (before, one per receive); the first
+    message after such a pause costs two calls, the wait's answer and the receive. A
+    receive with no deadline never ends empty, so it leaves no wait.
     """
     parts = route.existing()
     waits = receiver._standing_waits
@@ -261,10 +274,14 @@ async def receive_single(
         rows: list[WireRecord] = await receiver._receive_call(
             receiver._receive_args(fetch, deadline), 0
         )
-        if rows or receiver._closing:
+        if rows:
+            waits.found_some()
+            return rows
+        if receiver._closing:
             return rows
         if deadline is not None and time.monotonic() >= deadline:
-            waits.ensure(parts, receiver._dead_letter)  # for the next receive
+            if waits.found_nothing():
+                waits.ensure(parts, receiver._dead_letter)  # for the next receive
             return rows
 
 

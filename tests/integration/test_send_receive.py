@@ -736,10 +736,11 @@ async def test_idle_receives_without_prefetch_make_no_partition_calls_and_a_send
     api: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A receive that found nothing by its deadline leaves a wait at the partition (it locks
-    nothing); the next short receives wait on it and make no call, across the refetches of
-    the route; a message sent then arrives, with one receive call (``receive_single``). The
-    sync API's receive, which otherwise calls from its own thread, waits on the loop then."""
+    """The second receive in a row that found nothing by its deadline leaves a wait at the
+    partition (it locks nothing); the next short receives wait on it and make no call,
+    across the refetches of the route; a message sent then arrives, with one receive call
+    (``receive_single``). The sync API's receive, which otherwise calls from its own
+    thread, waits on the loop then."""
     calls: Counter[str] = Counter()
     call, call_sync = _rpc.call, _rpc.call_sync
 
@@ -761,6 +762,8 @@ async def test_idle_receives_without_prefetch_make_no_partition_calls_and_a_send
         return got
 
     inner = receiver._aio if sync else receiver
+    assert await receive(0.2) == []
+    assert not inner._standing_waits.out_at(0)  # one empty receive leaves none
     assert await receive(0.2) == []
     await asyncio.sleep(0.2)  # the sync API leaves its wait through the loop
     assert inner._standing_waits.out_at(0)

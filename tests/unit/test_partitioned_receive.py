@@ -334,30 +334,51 @@ async def _single(receiver: Any, parts: list[Any], wait: float = 0.1) -> list[An
     return await _fanout.receive_single(receiver, route_of(parts), 10, time.monotonic() + wait)
 
 
-async def test_a_single_partition_receive_that_found_nothing_leaves_a_wait_for_the_next() -> None:
-    """A queue of one partition, no standing request: the long poll that found nothing by
-    its deadline leaves a wait (it locks nothing); the next receives wait on it and call
-    nothing (before, each made its own long poll)."""
+async def _idle_twice(receiver: Any, parts: list[Any]) -> None:
+    """Two receives that find nothing: the second leaves a wait."""
+    for _ in range(2):
+        assert await _single(receiver, parts) == []
+    assert receiver._standing_waits.out_at(0)
+
+
+async def test_a_second_single_partition_receive_that_found_nothing_leaves_a_wait() -> None:
+    """A queue of one partition, no standing request: the second long poll in a row that
+    found nothing by its deadline leaves a wait (it locks nothing); the next receives wait
+    on it and call nothing (before, each made its own long poll). The first leaves none:
+    a receiver that receives once and closes would pay a wait and a cancel more."""
     parts = [WaitingPartition()]
     receiver: Any = FakeReceiver(parts)
     assert await _single(receiver, parts) == []
-    assert receiver.asked == [0] and len(parts[0].refs) == 1
+    assert receiver.asked == [0] and parts[0].refs == []
+    assert await _single(receiver, parts) == []
+    assert receiver.asked == [0, 0] and len(parts[0].refs) == 1
     for _ in range(3):
         assert await _single(receiver, parts) == []
-    assert receiver.asked == [0] and len(parts[0].refs) == 1
+    assert receiver.asked == [0, 0] and len(parts[0].refs) == 1
+
+
+async def test_a_receive_that_got_messages_starts_the_count_of_empty_ones_again() -> None:
+    parts = [WaitingPartition()]
+    receiver: Any = FakeReceiver(parts)
+    assert await _single(receiver, parts) == []
+    parts[0].rows = [("m",)]
+    assert await _single(receiver, parts) == [("m",)]
+    parts[0].rows = []
+    assert await _single(receiver, parts) == []
+    assert parts[0].refs == []
 
 
 async def test_once_the_left_wait_answers_the_next_receive_makes_its_long_poll() -> None:
     parts = [WaitingPartition()]
     receiver: Any = FakeReceiver(parts)
-    assert await _single(receiver, parts) == []
+    await _idle_twice(receiver, parts)
     receiving = asyncio.ensure_future(_single(receiver, parts, wait=5))
     await asyncio.sleep(0.05)
-    assert receiver.asked == [0]  # waiting on the wait, not calling
+    assert receiver.asked == [0, 0]  # waiting on the wait, not calling
     parts[0].rows = [("m",)]
     parts[0].answer(True)
     assert await asyncio.wait_for(receiving, 1) == [("m",)]
-    assert receiver.asked == [0, 0]
+    assert receiver.asked == [0, 0, 0]
     assert not receiver._standing_waits.out_at(0)
 
 
@@ -372,10 +393,10 @@ async def test_a_single_partition_receive_that_got_messages_leaves_no_wait() -> 
 async def test_a_single_partition_receive_waiting_on_the_left_wait_ends_at_close() -> None:
     parts = [WaitingPartition()]
     receiver: Any = FakeReceiver(parts)
-    assert await _single(receiver, parts) == []
+    await _idle_twice(receiver, parts)
     receiving = asyncio.ensure_future(_single(receiver, parts, wait=5))
     await asyncio.sleep(0.05)
     receiver._closing = True
     receiver._standing_waits.cancel()
     assert await asyncio.wait_for(receiving, 1) == []
-    assert receiver.asked == [0]
+    assert receiver.asked == [0, 0]
