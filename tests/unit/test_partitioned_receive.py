@@ -368,13 +368,19 @@ async def test_a_receive_that_got_messages_starts_the_count_of_empty_ones_again(
     assert parts[0].refs == []
 
 
-async def test_once_the_left_wait_answers_the_next_receive_makes_its_long_poll() -> None:
-    parts = [WaitingPartition()]
-    receiver: Any = FakeReceiver(parts)
+async def _waiting_on_the_left_wait(receiver: Any, parts: list[Any]) -> asyncio.Future[Any]:
+    """After two empty receives, a third (5 s) that waits on the wait the second left."""
     await _idle_twice(receiver, parts)
     receiving = asyncio.ensure_future(_single(receiver, parts, wait=5))
     await asyncio.sleep(0.05)
-    assert receiver.asked == [0, 0]  # waiting on the wait, not calling
+    assert not receiving.done() and receiver.asked == [0, 0]  # waiting, not calling
+    return receiving
+
+
+async def test_once_the_left_wait_answers_the_next_receive_makes_its_long_poll() -> None:
+    parts = [WaitingPartition()]
+    receiver: Any = FakeReceiver(parts)
+    receiving = await _waiting_on_the_left_wait(receiver, parts)
     parts[0].rows = [("m",)]
     parts[0].answer(True)
     assert await asyncio.wait_for(receiving, 1) == [("m",)]
@@ -393,9 +399,7 @@ async def test_a_single_partition_receive_that_got_messages_leaves_no_wait() -> 
 async def test_a_single_partition_receive_waiting_on_the_left_wait_ends_at_close() -> None:
     parts = [WaitingPartition()]
     receiver: Any = FakeReceiver(parts)
-    await _idle_twice(receiver, parts)
-    receiving = asyncio.ensure_future(_single(receiver, parts, wait=5))
-    await asyncio.sleep(0.05)
+    receiving = await _waiting_on_the_left_wait(receiver, parts)
     receiver._closing = True
     receiver._standing_waits.cancel()
     assert await asyncio.wait_for(receiving, 1) == []
