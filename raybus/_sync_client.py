@@ -16,8 +16,9 @@ from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ._core.pool import ProcessorStatistics
 from ._sync import run
 from .aio import EntityInfo, _complete
+from .aio._fanout import _past
 from .aio._processor import DEFAULT_STOP_TIMEOUT_S, Handler, Seconds, in_thread
-from .aio._receiver import _past, lock_token_of
+from .aio._receiver import lock_token_of
 from .aio._sender import SendInput, _records
 from .auth import Credential
 from .enums import ServiceBusDisposition, ServiceBusReceiveMode, ServiceBusSubQueue

@@ -103,7 +103,7 @@ class PartitionActor(Guarded):
         self._changed = asyncio.Event()
         # The waits ended by ``end_waits``: dropped by their receive when it returns, or
         # after END_KEEP_S if none came for them (``raybus._core.ended_waits``).
-        self._ended = EndedWaits(SystemClock())
+        self._ended = EndedWaits()
         self._idle_task: asyncio.Task[None] | None = None
         log = None
         if storage_path is not None:

@@ -8,15 +8,15 @@ it returned (nothing to end). So an end is remembered until its receive comes an
 or for ``keep_s`` when none comes; the forgetting happens when later ends arrive, so a
 partition nobody ends receives on keeps nothing.
 
-Ray-free, with an injected clock (``raybus._clock``), so a unit test can move time past
-``keep_s``; the partition actor holds one and asks it on every receive.
+Ray-free, with an injected monotonic clock (as ``Committer``'s: only durations count, so a
+step of the wall clock changes nothing), so a unit test can move time past ``keep_s``; the
+partition actor holds one and asks it on every receive.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from .._clock import Clock
+import time
+from collections.abc import Callable, Iterable
 
 __all__ = ["END_KEEP_S", "EndedWaits"]
 
@@ -27,15 +27,17 @@ END_KEEP_S = 60.0
 class EndedWaits:
     """Waiter ids whose waits were ended, each with when (see the module docstring)."""
 
-    def __init__(self, clock: Clock, keep_s: float = END_KEEP_S) -> None:
-        self._clock = clock
+    def __init__(
+        self, monotonic: Callable[[], float] = time.monotonic, keep_s: float = END_KEEP_S
+    ) -> None:
+        self._monotonic = monotonic
         self._keep_s = keep_s
         self._ended: dict[str, float] = {}
 
     def end(self, waiters: Iterable[str]) -> None:
         """Remember that the receives named ``waiters`` must end; forget ends older than
         ``keep_s`` (no receive came for them)."""
-        now = self._clock.now()
+        now = self._monotonic()
         for name, at in list(self._ended.items()):
             if now - at > self._keep_s:
                 del self._ended[name]

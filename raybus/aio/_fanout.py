@@ -1,7 +1,11 @@
-"""Receiving from a queue of several partitions: fair, without polling, few calls.
+"""Receiving from the broker's partitions: fair, without polling, few calls, and none while a
+queue stays idle.
 
-Functions of a ``ServiceBusReceiver`` (kept apart for size). Each asks the partitions the
-receiver's route lists, retiring ones included (their messages are still delivered).
+Functions of a ``ServiceBusReceiver`` (kept apart for size): the receive from a queue of
+several partitions, the receive from a queue of one partition for a receiver without a
+standing request, and the waits both leave at the partitions between receives that found
+nothing (``StandingWaits``). Each asks the partitions the receiver's route lists, retiring
+ones included (their messages are still delivered).
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ _WAIT_SLICE_S = 30.0
 _RESTART_BACKOFF_S = 0.25
 
 
+def _past(deadline: float | None) -> bool:
+    """Whether ``deadline`` (``time.monotonic``; None: never) has passed."""
+    return deadline is not None and time.monotonic() >= deadline
+
+
 def _ignore_outcome(fut: asyncio.Future[Any]) -> None:
     """Retrieve a wait's outcome, so asyncio does not report one nobody awaited as lost."""
     if not fut.cancelled():
@@ -46,15 +55,16 @@ def _ignore_outcome(fut: asyncio.Future[Any]) -> None:
 
 
 class StandingWaits:
-    """The ``wait_available`` calls a receiver of a partitioned queue leaves out at its
-    partitions between receives (see ``receive_partitioned``).
+    """The ``wait_available`` calls a receiver leaves out at its partitions between receives
+    that found nothing (``receive_partitioned``, ``receive_single``).
 
     A wait locks nothing, so one left out takes nothing for nobody, and the partition holds
     it ``_WAIT_SLICE_S`` at the most. While one is unanswered, its partition has had nothing
     available since the wait reached it (it answers as soon as a message or a lock expiry
-    makes one available), so a receive need not ask that partition again. Only the
-    receiver's event loop uses them (a partitioned receive never takes the sync API's
-    direct path)."""
+    makes one available), so a receive need not ask that partition again. The waits are
+    made, awaited and cancelled on the receiver's event loop; the sync API's direct path
+    (a queue of one partition) only asks ``out_at`` and the counts of empty receives from
+    the caller's thread, and leaves its wait through the loop."""
 
     def __init__(self) -> None:
         # pid -> (handle, ref, future of the answer); an answered one is replaced by the
@@ -200,6 +210,23 @@ async def _ask(
     return rows
 
 
+async def _wait_ready(
+    receiver: ServiceBusReceiver, parts: list[tuple[int, Any]], deadline: float | None
+) -> list[tuple[int, Any]]:
+    """Wait on ``parts`` (``wait_any``, in slices of ``_WAIT_SLICE_S`` when there is no
+    deadline) until some partition says it has a message: those that said so; none once
+    ``deadline`` passed or close() started (a closing receiver locks nothing more)."""
+    while True:
+        remaining = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+        if remaining <= 0 or receiver._closing:
+            return []
+        ready = await wait_any(
+            receiver, parts, min(remaining, _WAIT_SLICE_S), receiver._dead_letter
+        )
+        if ready:
+            return ready
+
+
 async def receive_partitioned(
     receiver: ServiceBusReceiver, route: Route, fetch: int, deadline: float | None
 ) -> list[WireRecord]:
@@ -230,17 +257,12 @@ async def receive_partitioned(
         rows = await _ask(receiver, unknown, fetch)
         if rows:
             return rows
-    while True:
-        remaining = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
-        if remaining <= 0 or receiver._closing:  # closing: lock nothing more (no waiting)
-            return []
-        ready = await wait_any(
-            receiver, parts, min(remaining, _WAIT_SLICE_S), receiver._dead_letter
-        )
+    while ready := await _wait_ready(receiver, parts, deadline):
         for pid, _handle in ready:
             rows = await receiver._receive_from(pid, fetch, 0.0)
             if rows:
                 return rows
+    return []
 
 
 async def receive_single(
@@ -261,15 +283,8 @@ async def receive_single(
     """
     parts = route.existing()
     waits = receiver._standing_waits
-    if waits.quiet(parts):
-        while True:
-            remaining = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
-            if remaining <= 0 or receiver._closing:
-                return []
-            if await wait_any(
-                receiver, parts, min(remaining, _WAIT_SLICE_S), receiver._dead_letter
-            ):
-                break
+    if waits.quiet(parts) and not await _wait_ready(receiver, parts, deadline):
+        return []
     while True:
         rows: list[WireRecord] = await receiver._receive_call(
             receiver._receive_args(fetch, deadline), 0
@@ -279,7 +294,7 @@ async def receive_single(
             return rows
         if receiver._closing:
             return rows
-        if deadline is not None and time.monotonic() >= deadline:
+        if _past(deadline):
             if waits.found_nothing():
                 waits.ensure(parts, receiver._dead_letter)  # for the next receive
             return rows

@@ -98,7 +98,7 @@ from ..exceptions import (
 )
 from ..message import ServiceBusReceivedMessage
 from . import _complete
-from ._fanout import StandingWaits, receive_partitioned, receive_single
+from ._fanout import StandingWaits, _past, receive_partitioned, receive_single
 from ._lock_token import LockTokenSettlement
 from ._prefetch import Prefetch
 from ._refusal import Failure
@@ -142,10 +142,6 @@ def _release_ops(records: Iterable[MessageRecord]) -> dict[int, list[tuple[Any, 
         op = SettleOp(RELEASE, rec.lock_token or "").to_wire()
         by_partition.setdefault(rec.sequence_number >> 48, []).append(op)
     return by_partition
-
-
-def _past(deadline: float | None) -> bool:
-    return deadline is not None and time.monotonic() >= deadline
 
 
 def _check_count(value: Any, name: str, entity: str) -> int:

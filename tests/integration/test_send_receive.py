@@ -499,6 +499,26 @@ def test_deleting_a_queue_makes_its_sender_and_receiver_raise_not_found(
         receiver.complete_message(msg)
 
 
+async def test_a_receive_waiting_on_the_wait_an_idle_receiver_left_raises_when_the_queue_goes(
+    admin: ServiceBusAdministrationClient, aclient: aio.ServiceBusClient
+) -> None:
+    """After two empty receives a receive waits on the wait they left at the partition, not
+    on a long poll of its own (``receive_single``); deleting the queue wakes it to raise, as
+    it wakes a long poll, and does not leave it to its 120 s."""
+    name = _name()
+    admin.create_queue(name)
+    async with aclient.get_queue_receiver(name) as receiver:
+        for _ in range(2):
+            assert await receiver.receive_messages(max_wait_time=0.1) == []
+        assert receiver._standing_waits.out_at(0)
+        waiting = asyncio.ensure_future(receiver.receive_messages(max_wait_time=120))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        await asyncio.to_thread(admin.delete_queue, name)
+        with pytest.raises(MessagingEntityNotFoundError):
+            await asyncio.wait_for(waiting, 30)
+
+
 @contextlib.asynccontextmanager
 async def _warm_pair(
     aclient: aio.ServiceBusClient, queue: str

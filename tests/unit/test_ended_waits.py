@@ -9,7 +9,7 @@ from raybus.testing import FakeClock
 
 
 def test_an_end_is_kept_until_its_receive_uses_it_up() -> None:
-    ended = EndedWaits(FakeClock())
+    ended = EndedWaits(FakeClock().now)
     ended.end(["r:1", "r:2"])
     assert "r:1" in ended and "r:2" in ended
     ended.drop("r:1")
@@ -20,7 +20,7 @@ def test_an_end_is_kept_until_its_receive_uses_it_up() -> None:
 
 def test_an_end_no_receive_came_for_is_forgotten_after_keep_s_when_another_end_arrives() -> None:
     clock = FakeClock()
-    ended = EndedWaits(clock)
+    ended = EndedWaits(clock.now)
     ended.end(["early"])
     clock.advance(END_KEEP_S)
     ended.end(["later"])
@@ -34,7 +34,7 @@ def test_an_end_no_receive_came_for_is_forgotten_after_keep_s_when_another_end_a
 
 def test_ends_are_forgotten_only_when_a_later_end_arrives() -> None:
     clock = FakeClock()
-    ended = EndedWaits(clock, keep_s=1.0)
+    ended = EndedWaits(clock.now, keep_s=1.0)
     ended.end(["a"])
     clock.advance(10.0)
     assert "a" in ended  # no pruning on a lookup: a receive arriving late still sees it
@@ -44,7 +44,7 @@ def test_ends_are_forgotten_only_when_a_later_end_arrives() -> None:
 
 def test_ending_a_wait_again_restarts_its_keep_time() -> None:
     clock = FakeClock()
-    ended = EndedWaits(clock, keep_s=1.0)
+    ended = EndedWaits(clock.now, keep_s=1.0)
     ended.end(["a"])
     clock.advance(0.8)
     ended.end(["a"])
