@@ -25,6 +25,7 @@ from typing import Any
 import ray
 from ray import exceptions as rex
 
+from . import _lane
 from .exceptions import (
     MessageAlreadySettled,
     MessagingEntityNotFoundError,
@@ -59,14 +60,11 @@ def translate(exc: BaseException, entity: str | None) -> BaseException:
     """The raybus exception to raise for ``exc`` (raised while calling ``entity``'s actor)."""
     if isinstance(exc, rex.RayTaskError):
         cause = exc.cause
-        if isinstance(cause, ServiceBusError | MessageAlreadySettled | ValueError | TypeError):
-            return cause
         if isinstance(cause, rex.RayError) and not isinstance(cause, rex.RayTaskError):
             # An actor calling another (the registry asking a partition for counts) saw that
             # one restart or vanish: the same meaning as if we had called it ourselves.
             return translate(cause, entity)
-        _log.error("internal error in the broker for %s: %r", entity, cause)
-        return ServiceBusError(f"internal broker error: {cause!r}", entity)
+        return _raised(cause, entity)
     if isinstance(exc, rex.ActorDiedError):
         return ActorGoneError("the entity was deleted (its actor is gone)", entity)
     if isinstance(exc, rex.RayActorError):
@@ -76,6 +74,42 @@ def translate(exc: BaseException, entity: str | None) -> BaseException:
     if isinstance(exc, rex.RaySystemError):
         return ServiceBusConnectionError(f"Ray system error: {exc}", entity)
     return exc
+
+
+def _raised(cause: BaseException, entity: str | None) -> BaseException:
+    """What to raise for an exception the called method raised (over Ray or a lane)."""
+    if isinstance(cause, ServiceBusError | MessageAlreadySettled | ValueError | TypeError):
+        return cause
+    _log.error("internal error in the broker for %s: %r", entity, cause)
+    return ServiceBusError(f"internal broker error: {cause!r}", entity)
+
+
+async def _lane_broken(entity: str | None, handle: Any) -> BaseException:
+    """The error for a call whose lane broke under it: Ray's, for the same cause. The actor
+    is asked over Ray; gone for good, Ray says so (``ActorGoneError``); restarting or
+    answering, the call may or may not have run (``ServiceBusConnectionError``)."""
+    _lane.forget(handle)
+    try:
+        await asyncio.wait_for(asyncio.wrap_future(handle.lane_address.remote().future()), 5.0)
+    except (rex.RayError, asyncio.TimeoutError, TimeoutError) as exc:
+        error = translate(exc, entity)
+        if actor_gone(error):
+            return error
+    return ServiceBusConnectionError("the broker's connection broke during the call", entity)
+
+
+def _over_lane(method: Any, args: tuple[Any, ...]) -> tuple[Any, Any, dict[str, Any]] | None:
+    """(lane, actor handle, keyword arguments) to make this call over a lane, or None."""
+    token = getattr(method, "_token", None)
+    if token is not None:  # an AuthedHandle's method
+        method = method._method
+    handle = getattr(method, "_actor", None)
+    if handle is None or any(isinstance(a, ray.ObjectRef) for a in args):
+        return None
+    lane = _lane.find(handle)
+    if lane is None or method._method_name not in lane.methods:
+        return None
+    return lane, handle, ({} if token is None else {"_auth": token()})
 
 
 async def call(
@@ -95,6 +129,24 @@ async def call(
     a method that returns that many values (``num_returns``) and gives them as a list.
     """
     for attempt in range(retries + 1):
+        lane = _over_lane(method, args) if _lane.ENABLED else None
+        if lane is not None:
+            try:
+                value = await asyncio.wait_for(
+                    lane[0].call(method._method_name, args, lane[2]), timeout
+                )
+                return list(value) if returns > 1 else value
+            except _lane.LaneBroken:
+                error = await _lane_broken(entity, lane[1])
+            except (asyncio.TimeoutError, TimeoutError) as exc:
+                raise translate(exc, entity) from None
+            except Exception as exc:  # raised by the method
+                raise _raised(exc, entity) from None
+            if attempt == retries or not isinstance(error, ServiceBusConnectionError):
+                raise error from None
+            _log.info("retrying %s on %s after: %s", _name(method), entity, error)
+            await asyncio.sleep(min(2.0, 0.25 * 2**attempt))
+            continue
         try:
             if returns > 1:
                 refs = method.options(num_returns=returns).remote(*args)

@@ -29,8 +29,9 @@ from ray.experimental import internal_kv
 from .. import _failpoints, _rpc
 from .._clock import SystemClock
 from .._core.access import INTERNAL, INTERNAL_PREFIX, Guard, Requirement
+from .._lane import LaneServer
 from ..auth import AuthorizationRule
-from ..exceptions import MessagingEntityNotFoundError
+from ..exceptions import MessagingEntityNotFoundError, ServiceBusError
 
 __all__ = ["AuthedHandle", "Guarded", "guarded", "internal", "internal_token", "unwrap"]
 
@@ -159,6 +160,7 @@ def guarded(
     entity: Callable[..., str | None] | None = None,
     *,
     while_broken: bool = False,
+    lane: bool = False,
 ) -> Callable[[M], M]:
     """Check ``_auth`` for ``need`` before running the method.
 
@@ -167,6 +169,9 @@ def guarded(
     keyword ``_auth`` so Ray accepts it. A method runs only while the actor can serve (see
     ``Guarded._serving``), unless ``while_broken``: rule pushes and fail points must reach an
     actor whose log is damaged too, so that it serves with the current rules once it reads again.
+    ``lane``: the method may be called over a lane (``raybus._lane``): the hot path's methods,
+    whose arguments and answers are plain data. Methods that pass actor handles or object
+    references along (transactions, moves, routes) keep Ray's calls, which track them.
     """
 
     def deco(fn: M) -> M:
@@ -189,9 +194,28 @@ def guarded(
         # Ray reads a method's signature after ``inspect.unwrap``: hide the original so it
         # sees the one with ``_auth``.
         del wrapper.__wrapped__
+        wrapper._lane = lane  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
     return deco
+
+
+def _lane_served(cls: type, name: str) -> bool:
+    """Whether a lane serves ``name`` of ``cls``: guarded methods marked ``lane=True``."""
+    return bool(getattr(getattr(cls, name, None), "_lane", False))
+
+
+def _lane_error(exc: BaseException) -> BaseException:
+    """What a lane sends back for a call that raised ``exc``: as ``_rpc.translate`` makes
+    Ray's errors from this actor's own calls to others, and nothing that is not an
+    ``Exception`` (a cancelled call is an internal error to its caller)."""
+    from ray.exceptions import RayError
+
+    if isinstance(exc, RayError):
+        return _rpc.translate(exc, None)
+    if isinstance(exc, Exception):
+        return exc
+    return ServiceBusError(f"internal broker error: {exc!r}")
 
 
 class Guarded:
@@ -224,6 +248,26 @@ class Guarded:
     def _raise_if_deleted(self) -> None:
         if self._deleted is not None:
             raise MessagingEntityNotFoundError(f"{self._deleted!r} was deleted", self._deleted)
+
+    _lane_server: LaneServer | None = None
+
+    async def lane_address(self) -> tuple[str, str, frozenset[str]]:
+        """This actor's node, the address of its lane (``raybus._lane``), listening from the
+        first ask, and the methods served there (the guarded ones). Not guarded: it answers
+        where to connect, and every call made there presents its token as over Ray."""
+        import ray
+
+        context = ray.get_runtime_context()
+        if self._lane_server is None:
+            self._lane_server = LaneServer(self._lane_call, _lane_error)
+        address = await self._lane_server.start(context.get_actor_id() or "actor")
+        served = frozenset(n for n in dir(type(self)) if _lane_served(type(self), n))
+        return context.get_node_id(), address, served
+
+    async def _lane_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not _lane_served(type(self), name):
+            raise ValueError(f"{name!r} is not a method that can be called over a lane")
+        return await getattr(self, name)(*args, **kwargs)
 
     @guarded(INTERNAL, while_broken=True)
     async def mark_deleted(self) -> None:

@@ -220,7 +220,7 @@ class PartitionActor(Guarded):
 
     # -------------------------------------------------------------- sending
 
-    @guarded(SEND)
+    @guarded(SEND, lane=True)
     async def send_groups(
         self, layout: list[int], *pieces: list[WireRecord]
     ) -> list[list[int] | ServiceBusError]:
@@ -249,7 +249,7 @@ class PartitionActor(Guarded):
             self._send_times.append(time.perf_counter() - started)
         return results
 
-    @guarded(INTERNAL)
+    @guarded(INTERNAL, lane=True)
     async def deliver(self, source: str, number: int, *pieces: bytes) -> int:
         """Store a topic router's delivery ``number`` unless applied already (at most once per
         ``source``: ``raybus._core.deliveries``); answer the room left, once durable. Raises
@@ -267,12 +267,12 @@ class PartitionActor(Guarded):
         _failpoints.hit("participant.after_deliver")
         return self._core.room()
 
-    @guarded(INTERNAL)
+    @guarded(INTERNAL, lane=True)
     async def room(self) -> int:
         """The bytes this partition can still take (``raybus._core.deliveries``)."""
         return self._core.room()
 
-    @guarded(SEND)
+    @guarded(SEND, lane=True)
     async def cancel_scheduled(self, sequence_numbers: list[int]) -> None:
         self._core.cancel_scheduled(sequence_numbers)
         await self._commit.durable()
@@ -344,7 +344,7 @@ class PartitionActor(Guarded):
         if got and len(self._wait_times) < 1000:
             self._wait_times.append(max(0.0, time.time() - got[0].enqueued_time))
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def receive(
         self,
         max_count: int,
@@ -392,7 +392,7 @@ class PartitionActor(Guarded):
             if waiter is not None:
                 self._ended.drop(waiter)
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def end_waits(self, waiters: list[str]) -> None:
         """End the waits of the receives named ``waiters`` (``receive``'s ``waiter``): each
         returns no messages at once, unless it took some already (it returns those).
@@ -405,7 +405,7 @@ class PartitionActor(Guarded):
         self._ended.end(waiters)
         self._notify()  # the waiters look again, the ended ones return
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def wait_available(self, wait_s: float, dead_letter: bool) -> bool:
         """Whether a message (or, on a session-enabled queue, a session to accept) became
         available within ``wait_s``. Locks nothing: a receiver of a partitioned queue waits
@@ -418,7 +418,7 @@ class PartitionActor(Guarded):
             if not await self._wait_change(deadline):
                 return False
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def receive_deferred(
         self,
         sequence_numbers: list[int],
@@ -436,7 +436,7 @@ class PartitionActor(Guarded):
             await self._commit.durable()
         return _in_pieces(rows, pieces)
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def peek(
         self,
         from_sequence_number: int,
@@ -457,14 +457,14 @@ class PartitionActor(Guarded):
 
     # -------------------------------------------------------------- sessions
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def accept_session(self, session_id: str) -> tuple[str, float]:
         if self._ask_slots:
             await self._learn_slots()
         core = await self._settled_core()
         return core.accept_session(session_id)
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def accept_next_session(self, wait_s: float) -> tuple[str, str, float] | None:
         """Lock the next available session, waiting up to ``wait_s`` for one."""
         deadline = time.monotonic() + wait_s
@@ -476,22 +476,22 @@ class PartitionActor(Guarded):
             if not await self._wait_change(deadline):
                 return None
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def renew_session_lock(self, session_id: str, token: str) -> float:
         return self._core.renew_session_lock(session_id, token)
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def release_session(self, session_id: str, token: str) -> bool:
         released = self._core.release_session(session_id, token)
         await self._commit.durable()  # messages may have been dead-lettered or expired
         self._notify()
         return released
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def get_session_state(self, session_id: str, token: str) -> bytes | None:
         return (await self._read_core()).get_session_state(session_id, token)
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def set_session_state(self, session_id: str, token: str, state: bytes | None) -> None:
         self._core.set_session_state(session_id, token, state)
         await self._commit.durable()
@@ -502,7 +502,7 @@ class PartitionActor(Guarded):
 
     # -------------------------------------------------------------- settling
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def settle(self, ops: Sequence[tuple[Any, ...]]) -> list[ServiceBusError | None]:
         self._kick()
         results = self._core.settle([SettleOp(*op) for op in ops])
@@ -510,7 +510,7 @@ class PartitionActor(Guarded):
         self._notify()  # abandoned or released messages are available again
         return results
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def settle_receive(
         self, ops: Sequence[tuple[Any, ...]], max_count: int, dead_letter: bool, pieces: int = 1
     ) -> tuple[Any, ...]:
@@ -531,11 +531,11 @@ class PartitionActor(Guarded):
         self._notify()  # abandoned or released messages are available again
         return (results, *split_rows(rows, pieces))
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def lock_expiries(self, lock_tokens: Sequence[str]) -> list[float | ServiceBusError]:
         return self._core.lock_expiries(lock_tokens)
 
-    @guarded(LISTEN)
+    @guarded(LISTEN, lane=True)
     async def renew_locks(self, lock_tokens: Sequence[str]) -> list[float | ServiceBusError]:
         return self._core.renew_locks(lock_tokens)
 

@@ -210,7 +210,7 @@ class RouterActor(Guarded):
         version, topic, subscriptions = await registry.router_config.remote(self._props.name)
         self._configure(version, topic, subscriptions)
 
-    @guarded(AccessRights.SEND)
+    @guarded(AccessRights.SEND, lane=True)
     async def publish(
         self, layout: list[int], *pieces: list[WireRecord]
     ) -> list[ServiceBusError | None]:

@@ -1,0 +1,169 @@
+"""Lanes (``raybus._lane``): a call over a Unix socket to the same method Ray would call. These
+tests run both ends on one event loop, without Ray: answers and errors come back to the call
+that made them, calls start in the order sent, a lane that breaks fails the calls under it,
+and only guarded methods are served."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+from typing import Any
+
+import pytest
+
+from raybus import _lane
+from raybus._actors.access import Guarded, _lane_error, _lane_served, guarded
+from raybus._core.access import ANY
+from raybus.exceptions import MessageSizeExceededError, ServiceBusError
+
+
+class _Echo:
+    """A stand-in actor: records the order calls started in, answers or raises as asked."""
+
+    def __init__(self) -> None:
+        self.started: list[Any] = []
+        self.release = asyncio.Event()
+
+    async def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self.started.append(args[0] if args else None)
+        if name == "echo":
+            return (args, kwargs)
+        if name == "slow":
+            await self.release.wait()
+            return args[0]
+        if name == "refuse":
+            raise MessageSizeExceededError("too big", "q")
+        if name == "unpicklable":
+            return lambda: None
+        raise AssertionError(name)
+
+
+async def _pair(echo: _Echo) -> tuple[_lane.LaneServer, _lane.Lane]:
+    server = _lane.LaneServer(echo.call, _lane_error)
+    address = await server.start(f"test-{id(echo)}")
+    return server, _lane.Lane(*await asyncio.open_unix_connection(sock=_lane._connect(address)))
+
+
+async def test_a_call_gets_its_own_answer_among_concurrent_ones() -> None:
+    echo = _Echo()
+    _server, lane = await _pair(echo)
+    answers = await asyncio.gather(
+        *(lane.call("echo", (i, b"x" * i), {"_auth": f"t{i}"}) for i in range(50))
+    )
+    assert answers == [((i, b"x" * i), {"_auth": f"t{i}"}) for i in range(50)]
+    lane.close()
+
+
+async def test_calls_start_in_the_order_sent_and_a_slow_one_holds_up_no_other() -> None:
+    echo = _Echo()
+    _server, lane = await _pair(echo)
+    slow = asyncio.ensure_future(lane.call("slow", ("first",), {}))
+    quick = [asyncio.ensure_future(lane.call("echo", (i,), {})) for i in range(5)]
+    done = await asyncio.gather(*quick)
+    assert [args[0] for args, _kw in done] == list(range(5))
+    assert not slow.done()  # answered out of order: the slow call is still running
+    assert echo.started == ["first", 0, 1, 2, 3, 4]
+    echo.release.set()
+    assert await slow == "first"
+    lane.close()
+
+
+async def test_the_methods_error_is_raised_by_the_call_with_its_type() -> None:
+    _server, lane = await _pair(_Echo())
+    with pytest.raises(MessageSizeExceededError, match="too big"):
+        await lane.call("refuse", (), {})
+    assert await lane.call("echo", (1,), {}) == ((1,), {})  # the lane is still usable
+    lane.close()
+
+
+async def test_an_answer_that_does_not_pickle_becomes_an_error_not_a_hang() -> None:
+    _server, lane = await _pair(_Echo())
+    with pytest.raises(TypeError, match="unpicklable answer"):
+        await asyncio.wait_for(lane.call("unpicklable", (), {}), 5)
+    lane.close()
+
+
+async def test_a_lane_closed_under_a_call_fails_it_and_every_later_call() -> None:
+    echo = _Echo()
+    _server, lane = await _pair(echo)
+    slow = asyncio.ensure_future(lane.call("slow", ("x",), {}))
+    while not echo.started:
+        await asyncio.sleep(0.01)
+    lane._writer.transport.abort()  # as when the actor's process dies
+    with pytest.raises(_lane.LaneBroken):
+        await asyncio.wait_for(slow, 5)
+    assert lane.broken
+    with pytest.raises(_lane.LaneBroken):
+        await lane.call("echo", (1,), {})
+    echo.release.set()
+
+
+async def test_a_request_that_does_not_unpickle_closes_the_connection() -> None:
+    echo = _Echo()
+    server = _lane.LaneServer(echo.call, _lane_error)
+    address = await server.start(f"test-bad-{id(echo)}")
+    reader, writer = await asyncio.open_unix_connection(sock=_lane._connect(address))
+    junk = b"not a pickle"
+    writer.write(_lane._HEADER.pack(len(junk)) + junk)
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, nothing run
+    assert echo.started == []
+
+
+async def test_a_connection_from_another_user_is_closed_before_anything_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    echo = _Echo()
+    server, lane = await _pair(echo)
+    assert await lane.call("echo", (1,), {}) == ((1,), {})  # this user's: served
+    monkeypatch.setattr(_lane, "_peer_uid", lambda _writer: os.getuid() + 1)
+    other = _lane.Lane(*await asyncio.open_unix_connection(sock=_lane._connect(server.address)))
+    with pytest.raises(_lane.LaneBroken):
+        await asyncio.wait_for(other.call("echo", (2,), {}), 5)
+    assert echo.started == [1]
+    lane.close()
+
+
+class _Actor(Guarded):
+    _namespace = "ns"
+
+    @guarded(ANY, lane=True)
+    async def open_method(self, x: int) -> int:
+        return x + 1
+
+    @guarded(ANY)
+    async def ray_only(self) -> str:
+        return "guarded, not marked for lanes"
+
+    async def unguarded(self) -> str:
+        return "never over a lane"
+
+
+async def test_the_actor_serves_guarded_methods_only() -> None:
+    actor = _Actor()
+
+    async def guard() -> Any:
+        class _Guard:
+            def check(self, *_args: Any) -> None:
+                pass
+
+        return _Guard()
+
+    actor._access_guard = guard  # type: ignore[method-assign]
+    served = {n for n in dir(_Actor) if _lane_served(_Actor, n)}
+    assert served == {"open_method"}  # not mark_deleted, set_access, ... nor ray_only
+
+    assert await actor._lane_call("open_method", (1,), {"_auth": None}) == 2
+    for name in ("unguarded", "ray_only", "mark_deleted"):
+        with pytest.raises(ValueError, match=f"'{name}' is not a method"):
+            await actor._lane_call(name, (), {})
+    with pytest.raises(ValueError, match="'__init__' is not a method"):
+        await actor._lane_call("__init__", (), {})
+
+
+def test_errors_sent_back_pickle_and_a_cancel_is_an_internal_error() -> None:
+    sent = _lane_error(MessageSizeExceededError("big", "q"))
+    assert isinstance(pickle.loads(pickle.dumps(sent)), MessageSizeExceededError)
+    cancelled = _lane_error(asyncio.CancelledError())
+    assert isinstance(cancelled, ServiceBusError)
+    assert "internal broker error" in str(cancelled)
