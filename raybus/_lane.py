@@ -91,11 +91,11 @@ def _peer_uid(writer: asyncio.StreamWriter) -> int | None:
 
 
 class LaneServer:
-    """Serves an actor's guarded methods over an abstract Unix socket on the actor's loop.
+    """Serves an actor's calls over an abstract Unix socket on the actor's loop.
 
-    ``call_method(name, args, kwargs)`` runs one call and is given by the actor shell; it
-    refuses names that are not guarded methods. ``wrap_error`` turns an exception raised by a
-    call into the one to send back (it must pickle)."""
+    ``call_method(name, args, kwargs)`` runs one call and is given by the actor shell, which
+    refuses the methods not meant for lanes (``Guarded._lane_call``). ``wrap_error`` turns an
+    exception raised by a call into the one to send back (it must pickle)."""
 
     def __init__(
         self,
@@ -270,6 +270,20 @@ def find(handle: Any) -> Lane | None:
         return None  # being set up
     entries[actor_id] = loop.create_task(_open(entries, actor_id, handle))
     return None
+
+
+def open_from(loop: asyncio.AbstractEventLoop, handle: Any) -> bool:
+    """Whether ``loop`` has an open lane to ``handle``'s actor; callable from any thread.
+    When it has none and may get one, ``loop`` is asked to set it up (as ``find`` does)."""
+    if not ENABLED or not isinstance(handle, ActorHandle):
+        return False
+    entry = _lanes.get(loop, {}).get(handle._actor_id)
+    if isinstance(entry, Lane) and not entry.broken:
+        return True
+    waiting = isinstance(entry, _Unavailable) and time.monotonic() < entry.until
+    if not waiting and not isinstance(entry, asyncio.Task):
+        loop.call_soon_threadsafe(find, handle)
+    return False
 
 
 def forget(handle: Any) -> None:

@@ -104,7 +104,7 @@ class ServiceBusReceiver:
         self, max_message_count: int | None = 1, max_wait_time: float | None = None
     ) -> list[ServiceBusReceivedMessage]:
         inner = self._aio
-        if inner._renewer is not None or not inner.direct_ok(
+        if inner._renewer is not None or not inner.direct_pays(
             inner._conn.cached_route(inner.entity_path)
         ):
             return run(inner.receive_messages(max_message_count, max_wait_time))
@@ -190,7 +190,7 @@ class ServiceBusReceiver:
     def complete_messages(self, messages: Sequence[ServiceBusReceivedMessage]) -> None:
         inner = self._aio
         route = inner._conn.cached_route(inner.entity_path)
-        if not inner.direct_ok(route):
+        if not inner.direct_pays(route):
             run(inner.complete_messages(messages))
             return
         # The coroutine's steps, with the one settle call made from this thread (no hop

@@ -82,7 +82,7 @@ from datetime import datetime
 from itertools import chain
 from typing import Any
 
-from .. import _rpc
+from .. import _lane, _rpc, _sync
 from .._actors.namespace import Route, TopicRoute
 from .._clock import from_timestamp
 from .._connection import Connection, SettleResults
@@ -658,7 +658,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         the event-loop path, which resolves it).
         """
         route = self._conn.cached_route(self.entity_path)
-        if route is None or self._closed or not self.direct_ok(route):
+        if route is None or self._closed or not self.direct_pays(route):
             return None
         entity = route.properties.name
         try:
@@ -676,6 +676,14 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
     def direct_ok(self, route: Route | None) -> bool:
         """Whether the sync API may call the (single) partition from its own thread."""
         return route is not None and route.single and self.session is None and not self._transfer
+
+    def direct_pays(self, route: Route | None) -> bool:
+        """Whether the sync API should call the partition from its own thread (``direct_ok``):
+        not when raybus's loop has a lane to it (``raybus._lane``), which costs less than a
+        Ray call even with the hop to the loop."""
+        if route is None or not self.direct_ok(route):
+            return False
+        return not _lane.open_from(_sync.loop(), route.partitions[0])
 
     def __aiter__(self) -> AsyncIterator[ServiceBusReceivedMessage]:
         return self._iterate()

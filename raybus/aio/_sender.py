@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import _rpc
+from .. import _lane, _rpc, _sync
 from .._actors.namespace import Route, TopicRoute
 from .._clock import to_timestamp
 from .._connection import Connection
@@ -211,6 +211,8 @@ class ServiceBusSender:
         route = self._conn.cached_route(self.entity_path)
         if route is None or self._closed or isinstance(route, TopicRoute) or not route.single:
             return False
+        if _lane.open_from(_sync.loop(), route.partitions[0]):
+            return False  # a lane from raybus's loop costs less than a Ray call from here
         if records:
             entity = route.properties.name
             try:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import ray
 
+import raybus
 from raybus import ServiceBusMessage, _lane, aio
 from raybus._actors.namespace import namespace_actor_name
 from raybus.exceptions import (
@@ -200,3 +201,31 @@ async def test_with_lanes_off_every_call_goes_over_ray(
     assert len(got) == 10
     assert sum(lane_calls.values()) == 0
     assert _entries() == []
+
+
+def test_the_sync_api_takes_the_lane_through_its_loop_once_it_is_open(
+    namespace: str, admin: ServiceBusAdministrationClient, lane_calls: Counter[str]
+) -> None:
+    """Its direct path (a Ray call from the caller's thread) would skip the hop to raybus's
+    loop, but a lane from there costs less."""
+    queue = _queue(admin)
+    with raybus.ServiceBusClient(namespace) as client:
+        with client.get_queue_sender(queue) as sender:
+            deadline = time.monotonic() + 20
+            while not lane_calls["send_groups"]:  # the first sends set the lane up
+                assert time.monotonic() < deadline, "the sync sender never took the lane"
+                sender.send_messages(ServiceBusMessage("warm-up"))
+                time.sleep(0.05)
+            lane_calls.clear()
+            for i in range(10):
+                sender.send_messages(ServiceBusMessage(f"m{i}"))
+        assert lane_calls["send_groups"] == 10
+        with client.get_queue_receiver(queue) as receiver:
+            got: list[str] = []
+            while batch := receiver.receive_messages(100, max_wait_time=2):
+                got += [str(m) for m in batch]
+                receiver.complete_messages(batch)
+    assert got[-10:] == [f"m{i}" for i in range(10)]
+    assert lane_calls["receive"] >= 1
+    assert lane_calls["settle"] + lane_calls["settle_receive"] >= 1
+    assert admin.get_queue_runtime_properties(queue).active_message_count == 0

@@ -17,7 +17,7 @@ import settlement_support
 from settlement_support import _lose_lock, hold_answers
 
 import raybus
-from raybus import ServiceBusMessage, ServiceBusReceivedMessage, _rpc, aio
+from raybus import ServiceBusMessage, ServiceBusReceivedMessage, _lane, _rpc, aio
 from raybus._core.partition import COMPLETE, SettleOp
 from raybus._sync import run
 from raybus.aio import _prefetch
@@ -322,6 +322,14 @@ def _all_at_once(client: raybus.ServiceBusClient, queue: str, n: int) -> None:
         other.complete_messages(again)
 
 
+@pytest.fixture
+def direct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sync API's direct path (a partition call from the caller's thread), which it takes
+    while its loop has no lane to the partition (``raybus._lane``): lanes off."""
+    monkeypatch.setattr(_lane, "ENABLED", False)
+
+
+@pytest.mark.usefixtures("direct")
 @pytest.mark.parametrize("before", [True, False], ids=["before-the-call", "after-the-answer"])
 def test_close_from_another_thread_waits_for_a_sync_refill_under_way(
     client: raybus.ServiceBusClient,
@@ -359,6 +367,7 @@ def test_close_from_another_thread_waits_for_a_sync_refill_under_way(
         assert last.receive_messages(8, max_wait_time=0.3) == []  # the first 4: completed
 
 
+@pytest.mark.usefixtures("direct")
 def test_close_waits_for_a_refill_no_longer_than_its_bound(
     client: raybus.ServiceBusClient, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -383,6 +392,7 @@ def test_close_waits_for_a_refill_no_longer_than_its_bound(
     _all_at_once(client, queue, 4)
 
 
+@pytest.mark.usefixtures("direct")
 def test_sync_completion_whose_route_goes_stale_settles_through_the_loop(
     admin: ServiceBusAdministrationClient,
     client: raybus.ServiceBusClient,

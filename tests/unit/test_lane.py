@@ -167,3 +167,30 @@ def test_errors_sent_back_pickle_and_a_cancel_is_an_internal_error() -> None:
     cancelled = _lane_error(asyncio.CancelledError())
     assert isinstance(cancelled, ServiceBusError)
     assert "internal broker error" in str(cancelled)
+
+
+async def test_open_from_answers_for_a_loop_and_asks_it_to_set_a_lane_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class _Handle:
+        _actor_id = "actor-1"
+
+    found: list[Any] = []
+    monkeypatch.setattr(_lane, "ActorHandle", _Handle)
+    monkeypatch.setattr(_lane, "find", found.append)
+    loop = asyncio.get_running_loop()
+    handle = _Handle()
+    entries = _lane._lanes.setdefault(loop, {})
+    assert not _lane.open_from(loop, handle)  # nothing yet: the loop is asked
+    await asyncio.sleep(0)
+    assert found == [handle]
+    _server, lane = await _pair(_Echo())
+    entries["actor-1"] = lane
+    assert _lane.open_from(loop, handle)
+    lane.close()
+    assert not _lane.open_from(loop, handle)  # broken: asked again
+    entries["actor-1"] = _lane._Unavailable(float("inf"))
+    assert not _lane.open_from(loop, handle)  # another node: not asked
+    await asyncio.sleep(0)
+    assert found == [handle, handle]
+    del entries["actor-1"]
