@@ -170,6 +170,7 @@ class Lane:
     ) -> None:
         self._reader, self._writer = reader, writer
         self.methods = methods  # the actor's methods served over the lane
+        self.on_close: Callable[[], None] | None = None
         self._ids = itertools.count()
         self._pending: dict[int, asyncio.Future[tuple[bool, Any]]] = {}
         self.broken = False
@@ -220,6 +221,8 @@ class Lane:
                 future.set_exception(LaneBroken("the actor's lane closed"))
         if self._reading is not asyncio.current_task():
             self._reading.cancel()
+        if self.on_close is not None:
+            self.on_close()
 
 
 class _Unavailable:
@@ -293,7 +296,7 @@ def forget(handle: Any) -> None:
         entry = entries.get(handle._actor_id)
         if isinstance(entry, Lane):
             entry.close()
-            del entries[handle._actor_id]
+            entries.pop(handle._actor_id, None)
 
 
 def _connect(address: str) -> socket.socket:
@@ -311,6 +314,13 @@ def _connect(address: str) -> socket.socket:
     return sock
 
 
+def _drop(entries: dict[Any, _Entry], actor_id: Any, lane: Lane) -> None:
+    """Forget a lane that closed (an actor deleted is never called again: its entry would
+    stay), unless a newer one took its place."""
+    if entries.get(actor_id) is lane:
+        del entries[actor_id]
+
+
 async def _open(entries: dict[Any, _Entry], actor_id: Any, handle: Any) -> None:
     entry: _Entry = _Unavailable(time.monotonic() + RETRY_S)
     try:
@@ -323,6 +333,7 @@ async def _open(entries: dict[Any, _Entry], actor_id: Any, handle: Any) -> None:
             entry = _Unavailable(float("inf"))
             return
         entry = Lane(*await asyncio.open_unix_connection(sock=_connect(address)), methods)
+        entry.on_close = lambda lane=entry: _drop(entries, actor_id, lane)
     except Exception as exc:  # restarting, gone, refused: Ray's calls meanwhile
         _log.debug("no lane to actor %s: %r", actor_id, exc)
     finally:

@@ -194,3 +194,32 @@ async def test_open_from_answers_for_a_loop_and_asks_it_to_set_a_lane_up(
     await asyncio.sleep(0)
     assert found == [handle, handle]
     del entries["actor-1"]
+
+
+async def test_a_lane_set_up_for_an_actor_is_forgotten_once_it_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An actor deleted is never called again: its closed lane must not stay behind."""
+    server = _lane.LaneServer(_Echo().call, _lane_error)
+    address = await server.start(f"test-forget-{id(server)}")
+
+    class _Method:
+        async def remote(self) -> tuple[str, str, frozenset[str]]:
+            return "this-node", address, frozenset({"echo"})
+
+    class _Handle:
+        lane_address = _Method()
+
+    monkeypatch.setattr(_lane, "_my_node", lambda: "this-node")
+    entries: dict[Any, Any] = {}
+    await _lane._open(entries, "actor-1", _Handle())
+    lane = entries["actor-1"]
+    assert lane.methods == {"echo"}
+    assert await lane.call("echo", (1,), {}) == ((1,), {})
+    lane._writer.transport.abort()  # the actor's process ends
+    for _ in range(100):
+        if "actor-1" not in entries:
+            break
+        await asyncio.sleep(0.01)
+    assert entries == {}
+    assert lane.broken
