@@ -21,7 +21,7 @@ import ray
 from topics_support import _bodies, _drain
 
 import raybus
-from raybus import ServiceBusMessage
+from raybus import ServiceBusMessage, _lane, _rpc
 from raybus.exceptions import ServiceBusError
 from raybus.management import ServiceBusAdministrationClient
 
@@ -36,27 +36,50 @@ def _writes_work(handle: Any) -> int:
     return int(ray.get(handle.__ray_call__.remote(faults._disarm_storage_fault)))
 
 
+def _partition_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the settle and receive calls made from now on, by either path."""
+    calls: list[str] = []
+    names = {"settle", "settle_receive", "receive"}
+
+    def spied(real: Any) -> Any:
+        def spy(entity: Any, method: Any, *args: Any, **kw: Any) -> Any:
+            if _rpc._name(method) in names:
+                calls.append(_rpc._name(method))
+            return real(entity, method, *args, **kw)
+
+        return spy
+
+    monkeypatch.setattr(_rpc, "call", spied(_rpc.call))
+    monkeypatch.setattr(_rpc, "call_sync", spied(_rpc.call_sync))
+    return calls
+
+
 def _partition(client: raybus.ServiceBusClient, entity: str) -> Any:
     return ray.get(client._aio._conn.registry.route.remote(entity)).partitions[0]
 
 
+@pytest.mark.parametrize("lanes", [True, False], ids=["over-its-loop-and-lane", "direct"])
 def test_a_refilling_completion_whose_write_fails_completes_nothing(
-    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
+    admin: ServiceBusAdministrationClient,
+    client: raybus.ServiceBusClient,
+    queue: str,
+    lanes: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The sync API's completion goes through its loop once the loop has a lane to the
+    partition, and from the caller's thread (the direct path) without one."""
+    monkeypatch.setattr(_lane, "ENABLED", lanes)
     with client.get_queue_sender(queue) as sender:
         sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(30)])
     part = _partition(client, queue)
     with client.get_queue_receiver(queue, prefetch_count=15, max_wait_time=5) as receiver:
         first = receiver.receive_messages(10)
         assert len(first) == 10 and len(receiver._aio._buffer) == 5
-        calls: list[str] = []
-        blocking = receiver._aio.call_blocking
-
-        def spy(name: str, *args: Any, **kw: Any) -> Any:
-            calls.append(name)
-            return blocking(name, *args, **kw)
-
-        receiver._aio.call_blocking = spy
+        deadline = time.monotonic() + 10
+        while lanes and not _lane.open_from(raybus._sync.loop(), part):  # set up meanwhile
+            assert time.monotonic() < deadline, "the loop's lane to the partition never opened"
+            time.sleep(0.05)
+        calls = _partition_calls(monkeypatch)
         _writes_fail(part)
         try:
             try:
