@@ -2,7 +2,8 @@
 
 Why (a change to "clients talk to the actors through handles", as the shape asks to say): a Ray
 actor call costs about 1.2-2.7 ms round trip on the two-core machines raybus is measured on, a
-call over a Unix socket between the same two processes about 0.1 ms (``benchmarks/lanes.py``).
+call over a Unix socket between the same two processes about 0.1 ms (``benchmarks/RESULTS.md``,
+assessment; ``benchmarks/lanes.py`` measures the broker with lanes on and off).
 A sender that awaits each message, a receiver's long poll answered by one send, a settlement:
 each is one call, and the call was most of their time and of the partition's CPU.
 

@@ -83,6 +83,16 @@ async def _lane_open(client: aio.ServiceBusClient, namespace: str, queue: str) -
             sent -= len(got)
 
 
+async def _with_lane(
+    namespace: str, admin: ServiceBusAdministrationClient, **props: Any
+) -> tuple[str, aio.ServiceBusClient]:
+    """A new queue and a client whose lane to its partition is open."""
+    queue = _queue(admin, **props)
+    client = aio.ServiceBusClient(namespace)
+    await _lane_open(client, namespace, queue)
+    return queue, client
+
+
 def _entries() -> list[Any]:
     return list(_lane._lanes.get(asyncio.get_running_loop(), {}).values())
 
@@ -90,9 +100,7 @@ def _entries() -> list[Any]:
 async def test_sends_receives_and_settlements_go_over_the_lane(
     namespace: str, admin: ServiceBusAdministrationClient, lane_calls: Counter[str]
 ) -> None:
-    queue = _queue(admin)
-    client = aio.ServiceBusClient(namespace)
-    await _lane_open(client, namespace, queue)
+    queue, client = await _with_lane(namespace, admin)
     lane_calls.clear()
     async with client.get_queue_sender(queue) as sender:
         for i in range(20):
@@ -114,9 +122,7 @@ async def test_sends_receives_and_settlements_go_over_the_lane(
 async def test_a_refused_send_over_the_lane_raises_the_typed_error_and_stores_nothing(
     namespace: str, admin: ServiceBusAdministrationClient, lane_calls: Counter[str]
 ) -> None:
-    queue = _queue(admin, max_size_in_megabytes=1)
-    client = aio.ServiceBusClient(namespace)
-    await _lane_open(client, namespace, queue)
+    queue, client = await _with_lane(namespace, admin, max_size_in_megabytes=1)
     chunk = b"x" * 200_000
     lane_calls.clear()
     async with client.get_queue_sender(queue) as sender:
@@ -132,9 +138,7 @@ async def test_a_refused_send_over_the_lane_raises_the_typed_error_and_stores_no
 async def test_a_restarted_partition_gets_a_new_lane_and_loses_nothing(
     namespace: str, admin: ServiceBusAdministrationClient, lane_calls: Counter[str]
 ) -> None:
-    queue = _queue(admin)
-    client = aio.ServiceBusClient(namespace)
-    await _lane_open(client, namespace, queue)
+    queue, client = await _with_lane(namespace, admin)
     old = _partition_lane(namespace, queue)
     ray.kill(_partition(namespace, queue), no_restart=False)
     sent, uncertain = 0, set()
@@ -171,9 +175,7 @@ async def test_a_restarted_partition_gets_a_new_lane_and_loses_nothing(
 async def test_a_send_over_the_lane_to_a_deleted_queue_raises_not_found(
     namespace: str, admin: ServiceBusAdministrationClient
 ) -> None:
-    queue = _queue(admin)
-    client = aio.ServiceBusClient(namespace)
-    await _lane_open(client, namespace, queue)
+    queue, client = await _with_lane(namespace, admin)
     async with client.get_queue_sender(queue) as sender:
         admin.delete_queue(queue)
         with pytest.raises(MessagingEntityNotFoundError):
