@@ -31,7 +31,6 @@ only from a process of its own user (``SO_PEERCRED``): a pickle from anyone else
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
@@ -46,14 +45,7 @@ from typing import Any
 
 from ray.actor import ActorHandle
 
-__all__ = [
-    "ENABLED",
-    "Lane",
-    "LaneBroken",
-    "LaneServer",
-    "find",
-    "forget",
-]
+__all__ = ["ENABLED", "Lane", "LaneBroken", "LaneServer", "find", "open_from"]
 
 _log = logging.getLogger("raybus.lane")
 
@@ -264,15 +256,10 @@ def find(handle: Any) -> Lane | None:
     if entries is None:
         entries = _lanes[loop] = {}
     entry = entries.get(actor_id)
-    if isinstance(entry, Lane):
-        if not entry.broken:
-            return entry
-    elif isinstance(entry, _Unavailable):
-        if time.monotonic() < entry.until:
-            return None
-    elif entry is not None:
-        return None  # being set up
-    entries[actor_id] = loop.create_task(_open(entries, actor_id, handle))
+    if isinstance(entry, Lane) and not entry.broken:
+        return entry
+    if _setup_due(entry):
+        entries[actor_id] = loop.create_task(_open(entries, actor_id, handle))
     return None
 
 
@@ -284,20 +271,17 @@ def open_from(loop: asyncio.AbstractEventLoop, handle: Any) -> bool:
     entry = _lanes.get(loop, {}).get(handle._actor_id)
     if isinstance(entry, Lane) and not entry.broken:
         return True
-    waiting = isinstance(entry, _Unavailable) and time.monotonic() < entry.until
-    if not waiting and not isinstance(entry, asyncio.Task):
+    if _setup_due(entry):
         loop.call_soon_threadsafe(find, handle)
     return False
 
 
-def forget(handle: Any) -> None:
-    """Drop the running loop's lane to ``handle``'s actor (it broke)."""
-    with contextlib.suppress(AttributeError, RuntimeError):
-        entries = _lanes.get(asyncio.get_running_loop(), {})
-        entry = entries.get(handle._actor_id)
-        if isinstance(entry, Lane):
-            entry.close()
-            entries.pop(handle._actor_id, None)
+def _setup_due(entry: _Entry | None) -> bool:
+    """Whether an actor whose entry is ``entry`` (not an open lane) should get a lane set up:
+    none yet, a lane that broke, or a failed setup whose time to try again came."""
+    if isinstance(entry, _Unavailable):
+        return time.monotonic() >= entry.until
+    return not isinstance(entry, asyncio.Task)  # a task: being set up
 
 
 def _connect(address: str) -> socket.socket:

@@ -87,8 +87,8 @@ def _raised(cause: BaseException, entity: str | None) -> BaseException:
 async def _lane_broken(entity: str | None, handle: Any) -> BaseException:
     """The error for a call whose lane broke under it: Ray's, for the same cause. The actor
     is asked over Ray; gone for good, Ray says so (``ActorGoneError``); restarting or
-    answering, the call may or may not have run (``ServiceBusConnectionError``)."""
-    _lane.forget(handle)
+    answering, the call may or may not have run (``ServiceBusConnectionError``). The lane
+    closed itself, and the next call sets up a new one (``raybus._lane``)."""
     try:
         await asyncio.wait_for(asyncio.wrap_future(handle.lane_address.remote().future()), 5.0)
     except (rex.RayError, asyncio.TimeoutError, TimeoutError) as exc:
@@ -104,10 +104,10 @@ def _over_lane(method: Any, args: tuple[Any, ...]) -> tuple[Any, Any, dict[str, 
     if token is not None:  # an AuthedHandle's method
         method = method._method
     handle = getattr(method, "_actor", None)
-    if handle is None or any(isinstance(a, ray.ObjectRef) for a in args):
-        return None
-    lane = _lane.find(handle)
+    lane = None if handle is None else _lane.find(handle)
     if lane is None or method._method_name not in lane.methods:
+        return None
+    if any(isinstance(a, ray.ObjectRef) for a in args):  # Ray resolves those
         return None
     return lane, handle, ({} if token is None else {"_auth": token()})
 
@@ -129,7 +129,7 @@ async def call(
     a method that returns that many values (``num_returns``) and gives them as a list.
     """
     for attempt in range(retries + 1):
-        lane = _over_lane(method, args) if _lane.ENABLED else None
+        lane = _over_lane(method, args)
         if lane is not None:
             try:
                 value = await asyncio.wait_for(

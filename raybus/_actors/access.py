@@ -253,8 +253,9 @@ class Guarded:
 
     async def lane_address(self) -> tuple[str, str, frozenset[str]]:
         """This actor's node, the address of its lane (``raybus._lane``), listening from the
-        first ask, and the methods served there (the guarded ones). Not guarded: it answers
-        where to connect, and every call made there presents its token as over Ray."""
+        first ask, and the methods served there (those marked ``lane=True``). Not guarded:
+        it answers where to connect, and every call made there presents its token as over
+        Ray."""
         import ray
 
         context = ray.get_runtime_context()

@@ -6,16 +6,23 @@ and only guarded methods are served."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import pickle
 from typing import Any
 
 import pytest
+from ray import exceptions as rex
 
-from raybus import _lane
+from raybus import _lane, _rpc
 from raybus._actors.access import Guarded, _lane_error, _lane_served, guarded
 from raybus._core.access import ANY
-from raybus.exceptions import MessageSizeExceededError, ServiceBusError
+from raybus.exceptions import (
+    MessageSizeExceededError,
+    MessagingEntityNotFoundError,
+    ServiceBusConnectionError,
+    ServiceBusError,
+)
 
 
 class _Echo:
@@ -223,3 +230,88 @@ async def test_a_lane_set_up_for_an_actor_is_forgotten_once_it_closes(
         await asyncio.sleep(0.01)
     assert entries == {}
     assert lane.broken
+
+
+class _BreakingLane:
+    """A lane whose first ``breaks`` calls break under them, then answers ``"ok"``."""
+
+    methods = frozenset({"send_groups"})
+
+    def __init__(self, breaks: int) -> None:
+        self.breaks = breaks
+        self.calls = 0
+
+    async def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self.calls += 1
+        if self.calls <= self.breaks:
+            raise _lane.LaneBroken("the actor's process ended")
+        return "ok"
+
+
+class _Asked:
+    """The actor's handle as ``_rpc`` asks it over Ray after a lane broke."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+    @property
+    def lane_address(self) -> Any:
+        error = self.error
+
+        class _Method:
+            def remote(self) -> Any:
+                class _Ref:
+                    def future(self) -> concurrent.futures.Future[Any]:
+                        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+                        if error is None:
+                            done.set_result(("node", "address", frozenset()))
+                        else:
+                            done.set_exception(error)
+                        return done
+
+                return _Ref()
+
+        return _Method()
+
+
+class _Method:
+    _method_name = "send_groups"
+
+
+def _lane_call(
+    monkeypatch: pytest.MonkeyPatch, lane: _BreakingLane, handle: _Asked, retries: int = 0
+) -> Any:
+    monkeypatch.setattr(_rpc, "_over_lane", lambda _method, _args: (lane, handle, {}))
+    monkeypatch.setattr(_rpc.asyncio, "sleep", _no_sleep)
+    return _rpc.call("q", _Method(), retries=retries)
+
+
+async def _no_sleep(_seconds: float) -> None:
+    return None
+
+
+async def test_a_call_whose_lane_breaks_raises_a_connection_error_if_the_actor_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ServiceBusConnectionError) as info:
+        await _lane_call(monkeypatch, _BreakingLane(1), _Asked(None))
+    assert info.value.entity == "q"
+
+
+async def test_a_call_whose_lane_breaks_on_an_actor_gone_for_good_raises_not_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(MessagingEntityNotFoundError):
+        await _lane_call(monkeypatch, _BreakingLane(1), _Asked(rex.ActorDiedError()))
+
+
+async def test_a_call_with_retries_is_made_again_after_its_lane_broke(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lane = _BreakingLane(1)
+    assert await _lane_call(monkeypatch, lane, _Asked(None), retries=1) == "ok"
+    assert lane.calls == 2
+    gone = _BreakingLane(5)  # an actor gone for good is not called again
+    with pytest.raises(MessagingEntityNotFoundError):
+        await _lane_call(monkeypatch, gone, _Asked(rex.ActorDiedError()), retries=3)
+    assert gone.calls == 1
