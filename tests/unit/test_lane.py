@@ -12,6 +12,8 @@ import pickle
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ray import exceptions as rex
 
 from raybus import _lane, _rpc
@@ -49,7 +51,7 @@ class _Echo:
 async def _pair(echo: _Echo) -> tuple[_lane.LaneServer, _lane.Lane]:
     server = _lane.LaneServer(echo.call, _lane_error)
     address = await server.start(f"test-{id(echo)}")
-    return server, _lane.Lane(*await asyncio.open_unix_connection(sock=_lane._connect(address)))
+    return server, await _lane.Lane.connect(address)
 
 
 async def test_a_call_gets_its_own_answer_among_concurrent_ones() -> None:
@@ -60,6 +62,72 @@ async def test_a_call_gets_its_own_answer_among_concurrent_ones() -> None:
     )
     assert answers == [((i, b"x" * i), {"_auth": f"t{i}"}) for i in range(50)]
     lane.close()
+
+
+async def test_long_frames_among_short_ones_reach_their_own_calls_whole() -> None:
+    """Lists of 64 KiB bodies (frames far past the read buffer and the write pieces, together
+    past the point where a call waits for the socket to drain) and short calls at once."""
+    _server, lane = await _pair(_Echo())
+    long = [[bytes([i, k]) * (32 << 10) for k in range(20 + i)] for i in range(8)]
+    calls = [lane.call("echo", (bodies,), {}) for bodies in long]
+    calls += [lane.call("echo", (i,), {}) for i in range(20)]
+    answers = await asyncio.wait_for(asyncio.gather(*calls), 30)
+    assert [args[0] for args, _kw in answers] == [*long, *range(20)]
+    assert sum(map(len, map(pickle.dumps, long))) > _lane._HIGH_WATER
+    assert len(_lane._spares) <= _lane._SPARE_BUFFERS  # buffers of long frames kept, bounded
+    lane.close()
+
+
+def _feed(wire: _lane._Wire, stream: bytes, reads: list[int]) -> None:
+    """Hand ``stream`` to ``wire`` as a transport would: ``reads`` bytes at a time (cycled),
+    each at most what ``get_buffer`` offers."""
+    at, k = 0, 0
+    while at < len(stream):
+        buffer = wire.get_buffer(-1)
+        assert len(buffer) > 0
+        n = min(len(buffer), reads[k % len(reads)], len(stream) - at)
+        buffer[:n] = stream[at : at + n]
+        wire.buffer_updated(n)
+        at, k = at + n, k + 1
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(0, 700), min_size=1, max_size=12),
+    reads=st.lists(st.integers(1, 400), min_size=1, max_size=8),
+)
+def test_frames_split_anywhere_by_the_reads_arrive_whole_and_in_order(
+    sizes: list[int], reads: list[int]
+) -> None:
+    """The read buffer is shrunk to 64 bytes so frames end inside it, across its end (moved
+    to its front) and past it (read into a buffer of their own)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_lane, "_READ_BUFFER", 64)
+        got: list[Any] = []
+        wire = _lane._Wire(got.append, lambda: None, "test")
+        frames = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+        stream = b"".join(
+            _lane._HEADER.pack(len(data)) + data
+            for data in (pickle.dumps(f, protocol=5) for f in frames)
+        )
+        _feed(wire, stream, reads)
+        assert got == frames
+        assert not wire.closed
+
+
+def test_spare_buffers_of_long_frames_are_reused_and_bounded() -> None:
+    _lane._spares.clear()
+    first = _lane._long_buffer(1000)
+    _lane._give_back(first)
+    assert _lane._long_buffer(800) is first  # long enough: reused, not zeroed anew
+    assert _lane._long_buffer(2000) is not first
+    for n in range(10):
+        _lane._give_back(bytearray(100 + n))
+    assert len(_lane._spares) == _lane._SPARE_BUFFERS
+    assert [len(b) for b in _lane._spares] == [106, 107, 108, 109]  # the longest kept
+    _lane._give_back(bytearray(_lane._SPARE_BYTES))
+    assert sum(map(len, _lane._spares)) <= _lane._SPARE_BYTES
+    _lane._spares.clear()
 
 
 async def test_calls_start_in_the_order_sent_and_a_slow_one_holds_up_no_other() -> None:
@@ -97,7 +165,7 @@ async def test_a_lane_closed_under_a_call_fails_it_and_every_later_call() -> Non
     slow = asyncio.ensure_future(lane.call("slow", ("x",), {}))
     while not echo.started:
         await asyncio.sleep(0.01)
-    lane._writer.transport.abort()  # as when the actor's process dies
+    lane._wire.transport.abort()  # as when the actor's process dies
     with pytest.raises(_lane.LaneBroken):
         await asyncio.wait_for(slow, 5)
     assert lane.broken
@@ -123,8 +191,8 @@ async def test_a_connection_from_another_user_is_closed_before_anything_is_read(
     echo = _Echo()
     server, lane = await _pair(echo)
     assert await lane.call("echo", (1,), {}) == ((1,), {})  # this user's: served
-    monkeypatch.setattr(_lane, "_peer_uid", lambda _writer: os.getuid() + 1)
-    other = _lane.Lane(*await asyncio.open_unix_connection(sock=_lane._connect(server.address)))
+    monkeypatch.setattr(_lane, "_peer_uid", lambda _transport: os.getuid() + 1)
+    other = await _lane.Lane.connect(server.address)
     with pytest.raises(_lane.LaneBroken):
         await asyncio.wait_for(other.call("echo", (2,), {}), 5)
     assert echo.started == [1]
@@ -223,7 +291,7 @@ async def test_a_lane_set_up_for_an_actor_is_forgotten_once_it_closes(
     lane = entries["actor-1"]
     assert lane.methods == {"echo"}
     assert await lane.call("echo", (1,), {}) == ((1,), {})
-    lane._writer.transport.abort()  # the actor's process ends
+    lane._wire.transport.abort()  # the actor's process ends
     for _ in range(100):
         if "actor-1" not in entries:
             break
