@@ -5,7 +5,8 @@ Every log and checkpoint file is written whole, once, and never changed afterwar
     offset  size  field
     0       8     magic  b"RBSTOR\\x00\\x01"  (the last byte is the format version)
     8       8     payload length in bytes, unsigned little-endian
-    16      4     CRC-32 (``zlib.crc32``) of the payload, unsigned little-endian
+    16      4     CRC-32 of the payload (``zlib.crc32``'s; computed with ``isal``, which
+                  gives the same value 13x faster), unsigned little-endian
     20      n     payload: one Arrow IPC *stream* (schema, record batches, end-of-stream)
 
 A file is valid only if its size is exactly ``20 + length`` and the payload's CRC matches, so a
@@ -18,23 +19,26 @@ damage (or a format this version cannot read), which the log never discards as a
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
 from typing import TypeAlias
 
 import pyarrow as pa
+from isal.isal_zlib import crc32
 
 __all__ = [
     "HEADER_SIZE",
     "MAGIC",
     "Batches",
     "FrameError",
+    "Piece",
     "UnreadablePayloadError",
     "decode",
     "encode",
     "frame_header",
+    "piece_size",
     "read_stream",
     "serialize",
+    "serialize_pieces",
 ]
 
 MAGIC = b"RBSTOR\x00\x01"
@@ -79,7 +83,7 @@ def encode(data: Batches) -> tuple[bytes, pa.Buffer]:
 
 def frame_header(payload: pa.Buffer) -> bytes:
     """The file header (magic, length, CRC-32) that goes before ``payload``."""
-    return _HEADER.pack(MAGIC, payload.size, zlib.crc32(payload) & 0xFFFFFFFF)
+    return _HEADER.pack(MAGIC, payload.size, crc32(payload) & 0xFFFFFFFF)
 
 
 def serialize(data: Batches) -> pa.Buffer:
@@ -88,6 +92,54 @@ def serialize(data: Batches) -> pa.Buffer:
     Raises ``ValueError`` / ``TypeError`` as ``encode`` does.
     """
     sink = pa.BufferOutputStream()
+    _write_stream(sink, data)
+    return sink.getvalue()
+
+
+def serialize_pieces(data: Batches) -> list[Piece]:
+    """``data`` as the pieces of one Arrow IPC stream, in order: what ``serialize`` returns,
+    without copying the columns' buffers into one (the pieces are views of them, and keep
+    them alive). For long data written to a file piece by piece: Arrow's buffers are then
+    copied only by the write itself. Raises as ``serialize`` does."""
+    sink = _Pieces()
+    _write_stream(pa.PythonFile(sink, mode="w"), data)
+    return sink.pieces
+
+
+def piece_size(piece: Piece) -> int:
+    return piece.size if isinstance(piece, pa.Buffer) else len(piece)
+
+
+Piece: TypeAlias = "pa.Buffer | bytes"
+
+
+class _Pieces:
+    """A file for ``pa.PythonFile`` that keeps what is written: Arrow hands a column's buffer
+    over as a ``pa.Buffer`` viewing it (measured with pyarrow 26), the stream's framing as
+    short ``bytes``."""
+
+    def __init__(self) -> None:
+        self.pieces: list[Piece] = []
+        self.size = 0
+        self.closed = False
+
+    def write(self, data: Piece) -> int:
+        self.pieces.append(data)
+        n = piece_size(data)
+        self.size += n
+        return n
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _write_stream(sink: pa.NativeFile, data: Batches) -> None:
     if isinstance(data, pa.Table):
         with pa.ipc.new_stream(sink, data.schema) as writer:
             writer.write_table(data)
@@ -107,7 +159,6 @@ def serialize(data: Batches) -> pa.Buffer:
                 if not batch.schema.equals(schema):
                     raise ValueError("all record batches of one append must share a schema")
                 writer.write_batch(batch)
-    return sink.getvalue()
 
 
 def decode(data: pa.Buffer | bytes) -> pa.Table:
@@ -128,7 +179,7 @@ def decode(data: pa.Buffer | bytes) -> pa.Table:
             f"header announces {length} payload bytes but the file holds {buf.size - HEADER_SIZE}"
         )
     payload = buf.slice(HEADER_SIZE)
-    actual = zlib.crc32(payload) & 0xFFFFFFFF
+    actual = crc32(payload) & 0xFFFFFFFF
     if actual != crc:
         raise FrameError(f"CRC-32 mismatch: header {crc:#010x}, payload {actual:#010x}")
     return read_stream(payload)

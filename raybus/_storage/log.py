@@ -60,7 +60,16 @@ import pyarrow.fs as pafs
 from ..exceptions import InvalidArgumentError
 from . import fs as _fs
 from .errors import StorageCorruptedError, StorageUnavailableError
-from .framing import Batches, FrameError, UnreadablePayloadError, decode, frame_header, serialize
+from .framing import (
+    Batches,
+    FrameError,
+    Piece,
+    UnreadablePayloadError,
+    decode,
+    frame_header,
+    serialize,
+    serialize_pieces,
+)
 from .segments import SEGMENT_NAME, SegmentWriter, encode_record, scan, segment_name
 
 __all__ = ["CHECKPOINT_DIR", "DEFAULT_SEGMENT_BYTES", "LOG_DIR", "DurableLog", "RecoveredState"]
@@ -70,6 +79,8 @@ _log = logging.getLogger("raybus.storage")
 LOG_DIR = "log"
 CHECKPOINT_DIR = "checkpoint"
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
+# Appends of at least this many bytes of Arrow data are written as pieces, not one buffer.
+_PIECES_FROM = 1 << 20
 _NAME = re.compile(r"(\d{20})\.arrow")
 # Why a complete, checksummed entry that cannot be used (its payload unreadable, its LSN out
 # of sequence) is damage, not a torn end.
@@ -425,7 +436,7 @@ class DurableLog:
                 self._logs.add(lsn)
                 self._next_lsn = lsn + 1
             return lsn
-        payload = self._serialize(data, "data")
+        payload = self._serialize_record(data)
         header = encode_record(lsn, payload)
         with self._append_lock:
             active = self._active
@@ -549,6 +560,19 @@ class DurableLog:
             return serialize(data)
         except (TypeError, ValueError, pa.ArrowException) as exc:
             raise InvalidArgumentError(f"cannot store {argument}: {exc}", None, argument) from exc
+
+    @staticmethod
+    def _serialize_record(data: Batches) -> pa.Buffer | list[Piece]:
+        """A segment record's payload: long data as pieces (``serialize_pieces``: the
+        columns' buffers are copied only by the write; for 100 bodies of 64 KiB one copy of
+        6.5 MB fewer), short data as one buffer (fewer calls)."""
+        nbytes = data.nbytes if isinstance(data, (pa.Table, pa.RecordBatch)) else 0
+        if nbytes < _PIECES_FROM:
+            return DurableLog._serialize(data, "data")
+        try:
+            return serialize_pieces(data)
+        except (TypeError, ValueError, pa.ArrowException) as exc:
+            raise InvalidArgumentError(f"cannot store data: {exc}", None, "data") from exc
 
     def _delete_sources(self, sources: list[_Source]) -> None:
         # Order is irrelevant: a durable checkpoint covering them all makes them stale.

@@ -32,13 +32,13 @@ import logging
 import os
 import re
 import struct
-import zlib
 from typing import NamedTuple
 
 import pyarrow as pa
+from isal.isal_zlib import crc32
 
 from . import fs as _fs
-from .framing import FrameError, UnreadablePayloadError, read_stream
+from .framing import FrameError, Piece, UnreadablePayloadError, piece_size, read_stream
 
 __all__ = [
     "RECORD_HEADER_SIZE",
@@ -64,11 +64,15 @@ def segment_name(first_lsn: int) -> str:
     return f"{first_lsn:020d}.seg"
 
 
-def encode_record(lsn: int, payload: pa.Buffer) -> bytes:
-    """The header of the record holding ``payload`` as log entry ``lsn``."""
-    prefix = _PREFIX.pack(RECORD_MAGIC, lsn, payload.size)
-    crc = zlib.crc32(payload, zlib.crc32(prefix)) & 0xFFFFFFFF
-    return prefix + _CRC.pack(crc)
+def encode_record(lsn: int, payload: pa.Buffer | list[Piece]) -> bytes:
+    """The header of the record holding ``payload`` (one buffer, or the pieces of one in
+    order: ``raybus._storage.framing.serialize_pieces``) as log entry ``lsn``."""
+    pieces = payload if isinstance(payload, list) else [payload]
+    prefix = _PREFIX.pack(RECORD_MAGIC, lsn, sum(map(piece_size, pieces)))
+    crc = crc32(prefix)
+    for piece in pieces:
+        crc = crc32(piece, crc)
+    return prefix + _CRC.pack(crc & 0xFFFFFFFF)
 
 
 def _record_at(buf: pa.Buffer, offset: int) -> tuple[int, pa.Buffer, int]:
@@ -88,7 +92,7 @@ def _record_at(buf: pa.Buffer, offset: int) -> tuple[int, pa.Buffer, int]:
         )
     payload = buf.slice(offset + RECORD_HEADER_SIZE, length)
     (crc,) = _CRC.unpack_from(head, _PREFIX.size)
-    actual = zlib.crc32(payload, zlib.crc32(head[: _PREFIX.size])) & 0xFFFFFFFF
+    actual = crc32(payload, crc32(head[: _PREFIX.size])) & 0xFFFFFFFF
     if actual != crc:
         raise FrameError(f"CRC-32 mismatch in record at offset {offset}")
     return lsn, payload, offset + RECORD_HEADER_SIZE + length
@@ -207,15 +211,20 @@ class SegmentWriter:
         """Bytes of a failed append may follow the acknowledged ones (never close it then)."""
         return self._dirty
 
-    def append(self, header: bytes, payload: pa.Buffer) -> None:
+    def append(self, header: bytes, payload: pa.Buffer | list[Piece]) -> None:
         """Write one record after the last one; return once it (and the segment's name) is
-        durable. Raises ``StorageUnavailableError``; then nothing of it is acknowledged."""
+        durable. ``payload`` is one buffer or the pieces of one, in order. Raises
+        ``StorageUnavailableError``; then nothing of it is acknowledged."""
+        pieces = payload if isinstance(payload, list) else [payload]
         try:
             if self._dirty:
                 os.ftruncate(self._fd, self.end)
                 self._dirty = False
             _pwrite_all(self._fd, header, self.end)
-            _pwrite_all(self._fd, payload, self.end + len(header))
+            offset = self.end + len(header)
+            for piece in pieces:
+                _pwrite_all(self._fd, piece, offset)
+                offset += piece_size(piece)
             os.fsync(self._fd)
             if not self._dir_synced:
                 _fs.fsync_dir(os.path.dirname(self.path))
@@ -224,7 +233,7 @@ class SegmentWriter:
             error = _fs.unavailable("appending to", self.path, exc)
             self._discard_tail()
             raise error from exc
-        self.end += len(header) + payload.size
+        self.end = offset
         self.records += 1
 
     def _discard_tail(self) -> None:

@@ -23,6 +23,7 @@ from storage_helpers import batch, recovered_values, reopen, table
 
 from raybus._storage import DurableLog, StorageCorruptedError, StorageUnavailableError
 from raybus._storage import fs as storage_fs
+from raybus._storage import log as storage_log
 from raybus._storage.framing import encode
 from raybus._storage.segments import encode_record
 from raybus.exceptions import InvalidArgumentError
@@ -55,6 +56,87 @@ def _short_pwrite(budget: int, code: int) -> Any:
         raise OSError(code, os.strerror(code))
 
     return pwrite
+
+
+def _pwrite_failing_from(call: int, code: int) -> Any:
+    """``os.pwrite`` whose ``call``-th call and every later one fail (the earlier ones land)."""
+    real = os.pwrite
+    calls = [0]
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        calls[0] += 1
+        if calls[0] >= call:
+            raise OSError(code, os.strerror(code))
+        return real(fd, data, offset)
+
+    return pwrite
+
+
+def _long_table(values: list[int]) -> pa.Table:
+    """A table past ``_PIECES_FROM`` when patched down: a binary column with distinct bytes."""
+    return pa.table(
+        {
+            "v": pa.array(values, pa.int64()),
+            "b": pa.array([bytes([v % 256]) * 5000 for v in values], pa.binary()),
+        }
+    )
+
+
+@pytest.fixture
+def in_pieces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every append is written as pieces; the sizes of those written so are recorded."""
+    monkeypatch.setattr(storage_log, "_PIECES_FROM", 0)
+    written: list[int] = []
+    real = storage_log.serialize_pieces
+
+    def spy(data: Any) -> Any:
+        pieces = real(data)
+        written.append(len(pieces))
+        return pieces
+
+    monkeypatch.setattr(storage_log, "serialize_pieces", spy)
+    return written
+
+
+def test_a_long_append_written_in_pieces_is_byte_for_byte_the_one_buffer_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_pieces: list[int]
+) -> None:
+    data = [_long_table([1, 2, 3]), batch([4]), _long_table(list(range(40)))]
+    pieced = _log(tmp_path / "pieces")
+    for d in data:
+        pieced.append(d)
+    assert len(in_pieces) == 3 and min(in_pieces) > 3  # each written as several pieces
+    monkeypatch.setattr(storage_log, "_PIECES_FROM", 1 << 62)
+    whole = _log(tmp_path / "whole")
+    for d in data:
+        whole.append(d)
+    assert len(in_pieces) == 3  # these in one buffer each
+    files = [segments(_log_dir(tmp_path / d)) for d in ("pieces", "whole")]
+    assert [f.read_bytes() for f in files[0]] == [f.read_bytes() for f in files[1]]
+    fresh, state = reopen(pieced)
+    assert [t.to_pydict() for _, t in state.entries] == [
+        pa.table(d).to_pydict() if isinstance(d, pa.RecordBatch) else d.to_pydict() for d in data
+    ]
+    assert fresh.append(batch([5])) == 4
+
+
+@pytest.mark.parametrize("call", [1, 2, 4])  # the header; its first piece; a later piece
+def test_an_append_in_pieces_failing_part_way_acknowledges_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_pieces: list[int], call: int
+) -> None:
+    log = _log(tmp_path)
+    log.append(_long_table([1, 2]))
+    size = {p: p.stat().st_size for p in segments(_log_dir(tmp_path))}
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "pwrite", _pwrite_failing_from(call, errno.EIO))
+        with pytest.raises(StorageUnavailableError):
+            log.append(_long_table([3, 4, 5]))
+    assert log.next_lsn == 2
+    for path, acknowledged in size.items():  # the remnant was cut off
+        assert path.stat().st_size == acknowledged
+    assert log.append(_long_table([6])) == 2
+    _fresh, state = reopen(log)
+    assert [values for _, t in state.entries for values in t.column("v").to_pylist()] == [1, 2, 6]
 
 
 def test_appends_share_one_segment_until_it_is_full(tmp_path: Path) -> None:
