@@ -87,11 +87,13 @@ _spares: list[bytearray] = []  # this process's spare buffers for long frames
 
 
 def _long_buffer(length: int) -> bytearray:
-    """A buffer of at least ``length`` bytes: a spare one if one is long enough."""
+    """A buffer of at least ``length`` bytes: a spare one if one is long enough, else a new
+    one rounded up to a power of two (frames' lengths vary: a receive's answer holds as many
+    messages as were there; an exact fit would rarely be long enough for the next frame)."""
     for i, spare in enumerate(_spares):
         if len(spare) >= length:
             return _spares.pop(i)
-    return bytearray(length)
+    return bytearray(1 << (length - 1).bit_length())
 
 
 def _give_back(buffer: bytearray) -> None:

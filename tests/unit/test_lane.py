@@ -118,6 +118,9 @@ def test_frames_split_anywhere_by_the_reads_arrive_whole_and_in_order(
 def test_spare_buffers_of_long_frames_are_reused_and_bounded() -> None:
     _lane._spares.clear()
     first = _lane._long_buffer(1000)
+    assert len(first) == 1024  # rounded up: the next frame may be a little longer
+    _lane._give_back(first)
+    assert _lane._long_buffer(1024) is first
     _lane._give_back(first)
     assert _lane._long_buffer(800) is first  # long enough: reused, not zeroed anew
     assert _lane._long_buffer(2000) is not first
