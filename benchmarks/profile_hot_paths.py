@@ -11,7 +11,8 @@ receiver in this process:
 * ``concurrent``: 100 asyncio senders in one process each sending single messages; a receiver
   doing ``receive_messages(1)`` + ``complete_message`` per message (prefetch P); against
   ``ray.util.queue.Queue`` with 100 concurrent ``put_async`` and one ``get`` per item.
-* ``large``: 64 KiB messages in lists of 16, as ``e2e`` (MB/s).
+* ``large``: 64 KiB messages in lists of ``--large-batch`` (16; the suite's cells send 100),
+  as ``e2e`` (MB/s).
 * ``latency``: single messages at a fixed rate (default 1,000 msg/s), send-to-receive latency
   p50/p99 (bodies carry their send time; one machine, one clock).
 * ``receive-wait`` (not in ``all``; no Ray): the real ``Partition`` and ``Committer`` on this
@@ -519,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenario", choices=[*SCENARIOS, *LOCAL, "all"], default="all")
     p.add_argument("--messages", type=int, default=20000, help="per scenario (large: / 16)")
     p.add_argument("--batch", type=int, default=100)
+    p.add_argument("--large-batch", type=int, default=16, help="large scenario's list length")
     p.add_argument("--prefetch", type=int, default=200)
     p.add_argument("--rate", type=float, default=1000.0, help="latency scenario, msgs/s")
     p.add_argument("--py-spy", type=Path, help="record every process with py-spy into DIR")
@@ -554,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
             if sc == "e2e":
                 r = run.e2e("e2e", n, args.batch, 1024)
             elif sc == "large":
-                r = run.e2e("large", max(16, n // 16), 16, 64 * 1024)
+                b = args.large_batch
+                r = run.e2e("large", max(b, n // 16), b, 64 * 1024)
             elif sc == "concurrent":
                 r = run.concurrent(n, 1024)
             else:
