@@ -220,6 +220,7 @@ class _Wire(asyncio.BufferedProtocol):
         self._out_bytes = 0
         if self._drained is not None and not self._drained.done():
             self._drained.set_exception(ConnectionResetError("lane closed"))
+            self._drained.exception()  # its waiters may all have gone: no warning then
         self._on_lost()
 
     # -- writing

@@ -78,6 +78,28 @@ async def test_long_frames_among_short_ones_reach_their_own_calls_whole() -> Non
     lane.close()
 
 
+async def test_a_call_waiting_for_a_peer_that_does_not_read_fails_when_the_lane_breaks() -> None:
+    """A frame past the drain mark to a peer that reads nothing: the call waits (its pieces
+    queued, not all handed to the socket), then fails as a broken lane when the peer goes."""
+    peers: list[asyncio.StreamWriter] = []
+
+    async def hold(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peers.append(writer)
+
+    address = f"\0raybus-test-noread-{os.getpid()}-{id(peers)}"
+    server = await asyncio.start_unix_server(hold, address)
+    lane = await _lane.Lane.connect(address)
+    call = asyncio.ensure_future(lane.call("echo", (os.urandom(_lane._HIGH_WATER * 2),), {}))
+    await asyncio.sleep(0.2)
+    assert not call.done()
+    assert lane._wire._out  # pieces still queued: the socket's buffer is full
+    peers[0].transport.abort()
+    with pytest.raises(_lane.LaneBroken):
+        await asyncio.wait_for(call, 5)
+    assert lane.broken and not lane._wire._out
+    server.close()
+
+
 def _feed(wire: _lane._Wire, stream: bytes, reads: list[int]) -> None:
     """Hand ``stream`` to ``wire`` as a transport would: ``reads`` bytes at a time (cycled),
     each at most what ``get_buffer`` offers."""
