@@ -205,6 +205,17 @@ def _lane_served(cls: type, name: str) -> bool:
     return bool(getattr(getattr(cls, name, None), "_lane", False))
 
 
+_served_by: dict[type, frozenset[str]] = {}
+
+
+def _lane_methods(cls: type) -> frozenset[str]:
+    """The names of ``cls``'s methods a lane serves (found once: a class's do not change)."""
+    served = _served_by.get(cls)
+    if served is None:
+        served = _served_by[cls] = frozenset(n for n in dir(cls) if _lane_served(cls, n))
+    return served
+
+
 def _lane_error(exc: BaseException) -> BaseException:
     """What a lane sends back for a call that raised ``exc``: as ``_rpc.translate`` makes
     Ray's errors from this actor's own calls to others, and nothing that is not an
@@ -262,8 +273,7 @@ class Guarded:
         if self._lane_server is None:
             self._lane_server = LaneServer(self._lane_call, _lane_error)
         address = await self._lane_server.start(context.get_actor_id() or "actor")
-        served = frozenset(n for n in dir(type(self)) if _lane_served(type(self), n))
-        return context.get_node_id(), address, served
+        return context.get_node_id(), address, _lane_methods(type(self))
 
     async def _lane_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not _lane_served(type(self), name):
