@@ -47,6 +47,8 @@ from typing import Any
 
 from ray.actor import ActorHandle
 
+from ._core.wire import pickle_pieces
+
 __all__ = ["ENABLED", "Lane", "LaneBroken", "LaneServer", "find", "open_from"]
 
 _log = logging.getLogger("raybus.lane")
@@ -70,17 +72,6 @@ RETRY_S = 5.0
 
 class LaneBroken(ConnectionError):
     """The lane's connection ended under a call: the call may or may not have run."""
-
-
-class _Pieces(list[bytes]):
-    """What a pickler writes to: its frames, and each long ``bytes`` object (a body) as the
-    object itself. ``pickle.dumps`` copies those into one buffer it grows as it goes; for a
-    list of 100 bodies of 64 KiB that took 5.5-9.6 ms, this 0.1 ms (about 1 us more for a
-    short frame). Anything else written (a ``bytearray``, which could change before it is
-    sent) is copied."""
-
-    def write(self, data: Any) -> None:
-        self.append(data if data.__class__ is bytes else bytes(data))
 
 
 _spares: list[bytearray] = []  # this process's spare buffers for long frames
@@ -116,7 +107,7 @@ class _Wire(asyncio.BufferedProtocol):
     only), a frame longer than the buffer straight into a buffer of its own size, and a long
     frame is written in pieces of at most ``_CHUNK`` while the transport takes them (flow
     control), so the transport never holds more than about ``_CHUNK`` of it; the bodies in it
-    are not copied into the pickle (``_Pieces``).
+    are not copied into the pickle (``raybus._core.wire.pickle_pieces``).
 
     ``on_frame(obj)`` gets each frame unpickled, in order; one that does not unpickle (or that
     ``on_frame`` rejects by raising) closes the connection, logged as ``what`` unreadable.
@@ -228,8 +219,7 @@ class _Wire(asyncio.BufferedProtocol):
     def send(self, obj: Any) -> None:
         """Queue ``obj`` as one frame. Raises what pickling raises (then nothing is sent), or
         ``ConnectionResetError`` if the connection is closed."""
-        pieces = _Pieces()
-        pickle.Pickler(pieces, protocol=5).dump(obj)
+        pieces = pickle_pieces(obj)
         if self.closed or self.transport is None:
             raise ConnectionResetError("lane closed")
         length = sum(map(len, pieces))

@@ -47,6 +47,8 @@ HEADER_SIZE = _HEADER.size  # 20
 
 # What a caller may hand to ``encode``: one batch, a table, or batches sharing one schema.
 Batches: TypeAlias = "pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]"
+# One piece of a serialized stream (``serialize_pieces``): a view of an Arrow buffer, or bytes.
+Piece: TypeAlias = "pa.Buffer | bytes"
 
 
 class FrameError(ValueError):
@@ -108,9 +110,6 @@ def serialize_pieces(data: Batches) -> list[Piece]:
 
 def piece_size(piece: Piece) -> int:
     return piece.size if isinstance(piece, pa.Buffer) else len(piece)
-
-
-Piece: TypeAlias = "pa.Buffer | bytes"
 
 
 class _Pieces:

@@ -14,6 +14,7 @@ from raybus._core.wire import (
     MAX_PIECES,
     join_groups,
     pack_rows,
+    pickle_pieces,
     pieces_for,
     split_groups,
     split_rows,
@@ -111,3 +112,19 @@ def test_packed_rows_past_the_piece_limit_are_one_piece() -> None:
     packed = pack_rows(original)
     assert len(packed) == 1 and len(packed[0]) > MAX_PIECES * INLINE_BYTES
     assert unpack_rows(packed) == original
+
+
+def test_a_pickle_in_pieces_is_the_pickle_and_hands_long_bodies_over_uncopied() -> None:
+    bodies = [bytes([i]) * (100 << 10) for i in range(5)]
+    mutable = bytearray(b"m" * (100 << 10))
+    obj = (7, "send_groups", (rows(3), bodies, mutable), {"_auth": "token"})
+    pieces = pickle_pieces(obj)
+    assert b"".join(pieces) == pickle.dumps(obj, protocol=5)
+    assert all(any(p is body for p in pieces) for body in bodies)  # the objects themselves
+    assert all(type(p) is bytes for p in pieces)
+    copied = [p for p in pieces if p == bytes(mutable)]
+    assert copied and all(p is not mutable for p in copied)  # a bytearray is copied
+    mutable[0] = 0
+    assert pickle.loads(b"".join(pieces))[2][2] == b"m" * (100 << 10)
+    short = (1, True, [b"x" * 10])
+    assert b"".join(pickle_pieces(short)) == pickle.dumps(short, protocol=5)
