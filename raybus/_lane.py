@@ -217,11 +217,11 @@ class _Wire(asyncio.BufferedProtocol):
     # -- writing
 
     def send(self, obj: Any) -> None:
-        """Queue ``obj`` as one frame. Raises what pickling raises (then nothing is sent), or
-        ``ConnectionResetError`` if the connection is closed."""
-        pieces = pickle_pieces(obj)
+        """Queue ``obj`` as one frame. Raises ``ConnectionResetError`` if the connection is
+        closed, or what pickling raises (then nothing is sent)."""
         if self.closed or self.transport is None:
             raise ConnectionResetError("lane closed")
+        pieces = pickle_pieces(obj)
         length = sum(map(len, pieces))
         header = _HEADER.pack(length)
         if length <= _CHUNK and not self._out:
@@ -346,8 +346,6 @@ class LaneServer:
             answer: tuple[int, bool, Any] = (request_id, True, await self._call(name, args, kwargs))
         except BaseException as exc:
             answer = (request_id, False, self._wrap(exc))
-        if wire.closed:
-            return
         try:
             wire.send(answer)
         except ConnectionError:

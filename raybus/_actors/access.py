@@ -276,7 +276,7 @@ class Guarded:
         return context.get_node_id(), address, _lane_methods(type(self))
 
     async def _lane_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if not _lane_served(type(self), name):
+        if name not in _lane_methods(type(self)):
             raise ValueError(f"{name!r} is not a method that can be called over a lane")
         return await getattr(self, name)(*args, **kwargs)
 

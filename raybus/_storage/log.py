@@ -52,7 +52,8 @@ import logging
 import os
 import re
 import threading
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -75,6 +76,7 @@ from .segments import SEGMENT_NAME, SegmentWriter, encode_record, scan, segment_
 __all__ = ["CHECKPOINT_DIR", "DEFAULT_SEGMENT_BYTES", "LOG_DIR", "DurableLog", "RecoveredState"]
 
 _log = logging.getLogger("raybus.storage")
+_T = TypeVar("_T")
 
 LOG_DIR = "log"
 CHECKPOINT_DIR = "checkpoint"
@@ -551,13 +553,15 @@ class DurableLog:
 
     @staticmethod
     def _encode(data: Batches, argument: str) -> tuple[bytes, pa.Buffer]:
-        payload = DurableLog._serialize(data, argument)
+        payload = DurableLog._serialize(data, argument, serialize)
         return frame_header(payload), payload
 
     @staticmethod
-    def _serialize(data: Batches, argument: str) -> pa.Buffer:
+    def _serialize(data: Batches, argument: str, how: Callable[[Batches], _T]) -> _T:
+        """``how(data)``; ``InvalidArgumentError`` naming ``argument`` if it is no Arrow data
+        that can be stored."""
         try:
-            return serialize(data)
+            return how(data)
         except (TypeError, ValueError, pa.ArrowException) as exc:
             raise InvalidArgumentError(f"cannot store {argument}: {exc}", None, argument) from exc
 
@@ -568,11 +572,8 @@ class DurableLog:
         6.5 MB fewer), short data as one buffer (fewer calls)."""
         nbytes = data.nbytes if isinstance(data, (pa.Table, pa.RecordBatch)) else 0
         if nbytes < _PIECES_FROM:
-            return DurableLog._serialize(data, "data")
-        try:
-            return serialize_pieces(data)
-        except (TypeError, ValueError, pa.ArrowException) as exc:
-            raise InvalidArgumentError(f"cannot store data: {exc}", None, "data") from exc
+            return DurableLog._serialize(data, "data", serialize)
+        return DurableLog._serialize(data, "data", serialize_pieces)
 
     def _delete_sources(self, sources: list[_Source]) -> None:
         # Order is irrelevant: a durable checkpoint covering them all makes them stale.

@@ -67,12 +67,17 @@ def segment_name(first_lsn: int) -> str:
 def encode_record(lsn: int, payload: pa.Buffer | list[Piece]) -> bytes:
     """The header of the record holding ``payload`` (one buffer, or the pieces of one in
     order: ``raybus._storage.framing.serialize_pieces``) as log entry ``lsn``."""
-    pieces = payload if isinstance(payload, list) else [payload]
+    pieces = _pieces_of(payload)
     prefix = _PREFIX.pack(RECORD_MAGIC, lsn, sum(map(piece_size, pieces)))
     crc = crc32(prefix)
     for piece in pieces:
         crc = crc32(piece, crc)
     return prefix + _CRC.pack(crc & 0xFFFFFFFF)
+
+
+def _pieces_of(payload: pa.Buffer | list[Piece]) -> list[Piece]:
+    """A record's payload as its pieces in order (one buffer is one piece)."""
+    return payload if isinstance(payload, list) else [payload]
 
 
 def _record_at(buf: pa.Buffer, offset: int) -> tuple[int, pa.Buffer, int]:
@@ -215,7 +220,7 @@ class SegmentWriter:
         """Write one record after the last one; return once it (and the segment's name) is
         durable. ``payload`` is one buffer or the pieces of one, in order. Raises
         ``StorageUnavailableError``; then nothing of it is acknowledged."""
-        pieces = payload if isinstance(payload, list) else [payload]
+        pieces = _pieces_of(payload)
         try:
             if self._dirty:
                 os.ftruncate(self._fd, self.end)

@@ -100,6 +100,21 @@ async def test_a_call_waiting_for_a_peer_that_does_not_read_fails_when_the_lane_
     server.close()
 
 
+async def test_an_answer_that_does_not_unpickle_breaks_the_lane_and_fails_its_call() -> None:
+    async def junk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)  # a request came
+        data = b"not a pickle"
+        writer.write(_lane._HEADER.pack(len(data)) + data)
+
+    address = f"\0raybus-test-junk-{os.getpid()}-{id(junk)}"
+    server = await asyncio.start_unix_server(junk, address)
+    lane = await _lane.Lane.connect(address)
+    with pytest.raises(_lane.LaneBroken):
+        await asyncio.wait_for(lane.call("echo", (1,), {}), 5)
+    assert lane.broken
+    server.close()
+
+
 def _feed(wire: _lane._Wire, stream: bytes, reads: list[int]) -> None:
     """Hand ``stream`` to ``wire`` as a transport would: ``reads`` bytes at a time (cycled),
     each at most what ``get_buffer`` offers."""

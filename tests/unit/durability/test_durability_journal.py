@@ -357,6 +357,14 @@ def test_long_bodies_past_32_bit_offsets_are_left_to_arrow_to_split(
     it (here the limit is lowered to a few bodies)."""
     monkeypatch.setattr(journal, "_MAX_OFFSET", 2 * journal._LONG_BODY)
     entries = _long_mix()
+    long = journal._LONG_BODY
+    payloads = [
+        journal.pickle_pieces(p)
+        if op == PUT and type(p[0]) is bytes and len(p[0]) >= long
+        else pickle.dumps(p, protocol=5)
+        for op, _, _, p in entries
+    ]
+    assert journal._joined(payloads) == [pickle.dumps(p, protocol=5) for *_, p in entries]
     table = to_table(entries)
     assert from_table(table) == entries
     assert flat(replay(from_table(table))) == flat(replay(entries))
