@@ -10,16 +10,21 @@ broker's timing is not reproducible).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 from faults import Scenario, results_dir, run_scenario
 from history import History
+from workload import _running, create_entities, kill_consumer, start_killable_consumer
+
+from raybus import ServiceBusMessage, aio
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(150)]
 
@@ -67,6 +72,32 @@ async def test_workload_under_fault_keeps_every_promise(
         assert result["injections"].get("kill-consumer", 0) >= 1
         assert result["workload"]["dropped"] + result["workload"]["stalled"] >= 3
     assert_clean(result)
+
+
+async def test_a_killed_consumer_has_stopped_before_its_history_is_read(
+    ray_cluster: str, tmp_path: Path
+) -> None:
+    """``run_scenario`` reads a killed consumer's history as soon as ``kill_consumer``
+    returns. A process still running then could settle a message after its file was read,
+    and the checker would call that message lost (it did once, under load)."""
+    namespace, storage = f"kill-{uuid.uuid4().hex[:6]}", str(tmp_path / "storage")
+    admin = aio.ServiceBusAdministrationClient(namespace, storage_path=storage)
+    client = aio.ServiceBusClient(namespace, storage_path=storage)
+    await create_entities(admin, "work", "sessions")
+    async with client.get_queue_sender("work") as sender:
+        await sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(100)])
+    sink = tmp_path / "consumer.jsonl"
+    for _ in range(3):
+        consumer = start_killable_consumer(namespace, storage, "work", sink)
+        while not sink.exists() or sink.stat().st_size == 0:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
+        await kill_consumer(consumer)
+        assert not _running(consumer[2]), "kill_consumer returned while the process ran"
+        size = sink.stat().st_size
+        await asyncio.sleep(0.3)
+        assert sink.stat().st_size == size, "the killed consumer wrote history afterwards"
+    await client.close()
 
 
 RESTART = Path(__file__).with_name("cluster_restart_scenario.py")
