@@ -22,7 +22,9 @@ from raybus.management import (
     SqlRuleFilter,
 )
 
-pytestmark = pytest.mark.fault
+# 100 subscription actors are 100 worker processes starting on two cores: 174 s alone here,
+# past the default 300 s timeout when CI runs beside it.
+pytestmark = [pytest.mark.fault, pytest.mark.timeout(900)]
 
 SUBSCRIPTIONS = 100
 MESSAGES = 60
