@@ -22,7 +22,7 @@ import ray
 
 from . import _rpc
 from ._actors.access import AuthedHandle
-from ._actors.namespace import Route, namespace_actor
+from ._actors.namespace import Route, namespace_actor, route_stamp
 from ._batching import Coalescer
 from ._core.partition import SettleOp
 from ._core.record import MessageRecord
@@ -126,8 +126,11 @@ class Connection:
 
     Routes are cached per entity name and refreshed in the background once older than
     ``ROUTE_TTL_S`` (the stale one is used meanwhile: a partition that moved keys away
-    redirects, and one that was removed is only removed once empty). ``forget`` drops one
-    after the entity turned out to be deleted, so the next use resolves it again.
+    redirects, and one that was removed is only removed once empty). The routes due are
+    checked together, one namespace call for all of them (``NamespaceActor.routes_changed``:
+    a client of a topic with 100 subscriptions otherwise asks 100 times a second); with a
+    credential, whose tokens may each cover one entity, each is fetched on its own. ``forget``
+    drops one after the entity turned out to be deleted, so the next use resolves it again.
     """
 
     def __init__(
@@ -154,6 +157,8 @@ class Connection:
         self._routes: dict[str, Route] = {}
         self._fetched: dict[str, float] = {}
         self._refreshing: dict[str, asyncio.Task[Any]] = {}
+        self._due: dict[str, str] = {}  # key -> name: routes to check in the next batch
+        self._checking: asyncio.Task[None] | None = None
         self._senders: dict[Any, Coalescer[Sequence[MessageRecord], list[int]]] = {}
         self._settlers: dict[Any, Coalescer[list[SettleOp], SettleResults]] = {}
         self._publishers: dict[Any, Coalescer[Sequence[MessageRecord], None]] = {}
@@ -197,16 +202,60 @@ class Connection:
         if route is None:
             return await self._fetch(name, key)
         if time.monotonic() - self._fetched.get(key, 0.0) > ROUTE_TTL_S:
-            task = self._refreshing.get(key)
-            if task is None or task.done():
-                self._refreshing[key] = asyncio.ensure_future(self._fetch(name, key))
+            if self.credential is None:
+                self._due[key] = name
+                if self._checking is None or self._checking.done():
+                    self._checking = asyncio.ensure_future(self._check_due())
+            else:
+                task = self._refreshing.get(key)
+                if task is None or task.done():
+                    self._refreshing[key] = asyncio.ensure_future(self._fetch(name, key))
         return route
+
+    async def _check_due(self) -> None:
+        """Check every route due in one namespace call (and again for those that fell due
+        meanwhile); keep those unchanged, take the new ones, forget those whose entity is gone
+        (their next use resolves them again)."""
+        await asyncio.sleep(0)  # let the callers of this turn of the loop add theirs
+        while self._due:
+            due, self._due = self._due, {}
+            stamps = {due[k]: route_stamp(r) for k in due if (r := self._routes.get(k)) is not None}
+            if not stamps:
+                continue
+            try:
+                changed = await _rpc.call(
+                    None, self.registry.routes_changed, stamps, retries=_rpc.READ_RETRIES
+                )
+            except ServiceBusError as exc:  # the stale routes serve on; the next use asks again
+                _log.info("could not check %d routes: %s", len(stamps), exc)
+                return
+            now = time.monotonic()
+            for name in stamps:
+                key = name.lower()
+                if name not in changed:
+                    self._fetched[key] = now
+                elif changed[name] is None:
+                    self.forget(name)
+                else:
+                    self._store(key, changed[name])
+            # Those used again while this call was out are fresh now: not due any more.
+            self._due = {
+                k: n
+                for k, n in self._due.items()
+                if k not in self._fetched or now - self._fetched[k] > ROUTE_TTL_S
+            }
 
     async def _fetch(self, name: str, key: str) -> Route:
         route: Route = self._authed_route(
             await _rpc.call(None, self.registry_for(name).route, name, retries=_rpc.READ_RETRIES),
             name,
         )
+        self._store(key, route)
+        return route
+
+    def _store(self, key: str, route: Any) -> None:
+        """Cache ``route`` unless the one cached is of the same incarnation with a newer map
+        (two fetches crossed)."""
         old = self._routes.get(key)
         old_map, new_map = getattr(old, "pmap", None), getattr(route, "pmap", None)
         if (
@@ -218,7 +267,6 @@ class Connection:
         ):
             self._routes[key] = route
             self._fetched[key] = time.monotonic()
-        return route
 
     def cached_route(self, name: str) -> Route | None:
         """The route if resolved and fresh (safe to call from any thread); None sends the

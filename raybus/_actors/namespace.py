@@ -37,7 +37,7 @@ from .scaling import Scaler
 from .self_call import call_self_until_answered
 from .topics import TopicOps
 
-__all__ = ["NamespaceActor", "Route", "namespace_actor", "namespace_actor_name"]
+__all__ = ["NamespaceActor", "Route", "namespace_actor", "namespace_actor_name", "route_stamp"]
 
 _log = logging.getLogger("raybus.namespace")
 MANAGE = AccessRights.MANAGE
@@ -87,6 +87,16 @@ class TopicRoute:
     router: Any
     created_at: float
     updated_at: float
+
+
+def route_stamp(route: Route | TopicRoute) -> tuple[Any, ...]:
+    """What tells two routes of one entity apart: equal stamps, same route. Every change of
+    an entry moves its ``updated_at``; the partition actors that exist can change without one
+    (a retired partition's actor goes once it is empty), so a queue's stamp names them too."""
+    if isinstance(route, TopicRoute):
+        return (route.incarnation, route.updated_at)
+    present = tuple(pid for pid, handle in enumerate(route.partitions) if handle is not None)
+    return (route.incarnation, route.updated_at, route.pmap.version, present)
 
 
 class NamespaceActor(TopicOps, AccessOps):
@@ -241,7 +251,33 @@ class NamespaceActor(TopicOps, AccessOps):
     async def route(self, name: str) -> Any:
         """A queue's or subscription's ``Route``, or a topic's ``TopicRoute``."""
         self._scaler.start()
-        entry = self._registry.get(name)
+        return self._any_route(self._registry.get(name))
+
+    @guarded(ANY, lambda _stamps: None)
+    async def routes_changed(
+        self, stamps: dict[str, tuple[Any, ...]]
+    ) -> dict[str, Route | TopicRoute | None]:
+        """The routes a client holds that are out of date, in one call: ``stamps`` maps each
+        entity name to the ``route_stamp`` of the client's route; the answer maps those whose
+        route differs now to the current one, and those no longer registered to None.
+
+        A namespace-wide call (a client refreshes every route it caches once a second: one
+        call for all of them rather than one per entity); clients with a credential, whose
+        tokens may each cover one entity, ask ``route`` per entity instead.
+        """
+        self._scaler.start()
+        changed: dict[str, Route | TopicRoute | None] = {}
+        for name, stamp in stamps.items():
+            try:
+                route = self._any_route(self._registry.get(name))
+            except MessagingEntityNotFoundError:
+                changed[name] = None
+                continue
+            if route_stamp(route) != tuple(stamp):
+                changed[name] = route
+        return changed
+
+    def _any_route(self, entry: EntityEntry) -> Route | TopicRoute:
         if entry.kind == "topic":
             return TopicRoute(
                 entry.properties,
