@@ -284,7 +284,7 @@ async def test_aio_idle_receives_make_no_partition_calls_and_a_later_send_still_
     aclient: aio.ServiceBusClient, partitioned_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The waits a receive leaves at the partitions stay out for the next receives, across
-    the refetches of the route (every ROUTE_TTL_S, with new handle objects): short receives
+    the checks of the route (every ROUTE_TTL_S): short receives
     on the idle queue make no partition call; a message sent after them is received at
     once, from the partition whose wait answered."""
     q = partitioned_queue

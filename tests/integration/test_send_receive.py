@@ -21,7 +21,9 @@ from raybus import (
     ServiceBusMessage,
     ServiceBusMessageBatch,
     ServiceBusMessageState,
+    _connection,
     _rpc,
+    _sync,
     aio,
 )
 from raybus._connection import ROUTE_TTL_S
@@ -748,6 +750,29 @@ async def test_aio_receiver_iteration_yields_every_message_then_stops(
     assert bodies == [f"m{i}" for i in range(5)]
 
 
+def test_sync_empty_receive_leaves_no_wait_at_a_route_gone_stale(
+    client: raybus.ServiceBusClient, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sync API's receive that found nothing on its own thread leaves its wait on the
+    loop (``_leave_wait``) at the partitions of the cached route; a route gone stale by then
+    leaves none (the next receive, on the loop, checks the route and leaves one)."""
+    receiver = client.get_queue_receiver(queue)
+    inner = receiver._aio
+
+    async def leave() -> bool:
+        inner._leave_wait()
+        return bool(inner._standing_waits.out_at(0))
+
+    assert receiver.receive_messages(5, max_wait_time=0.2) == []  # resolves the route
+    assert not inner._standing_waits.out_at(0)  # one empty receive leaves none
+    monkeypatch.setattr(_connection, "ROUTE_TTL_S", 0.0)  # every route is stale
+    assert _sync.run(leave()) is False
+    monkeypatch.undo()
+    assert _sync.run(leave()) is True
+    receiver.close()
+    assert not inner._standing_waits.out_at(0)  # close gave it up
+
+
 @pytest.mark.parametrize("api", ["aio", "sync"])
 async def test_idle_receives_without_prefetch_make_no_partition_calls_and_a_send_still_arrives(
     aclient: aio.ServiceBusClient,
@@ -758,7 +783,7 @@ async def test_idle_receives_without_prefetch_make_no_partition_calls_and_a_send
 ) -> None:
     """The second receive in a row that found nothing by its deadline leaves a wait at the
     partition (it locks nothing); the next short receives wait on it and make no call,
-    across the refetches of the route; a message sent then arrives, with one receive call
+    across the checks of the route; a message sent then arrives, with one receive call
     (``receive_single``). The sync API's receive, which otherwise calls from its own
     thread, waits on the loop then."""
     calls: Counter[str] = Counter()

@@ -306,8 +306,9 @@ async def test_cancel_gives_up_the_waits_still_out_only(cancelled: list[Any]) ->
 
 
 async def test_a_refreshed_route_of_the_same_actors_keeps_the_waits(cancelled: list[Any]) -> None:
-    """The connection fetches a route again every ROUTE_TTL_S, with new handle objects for
-    the same actors: the waits out at them stay (they were all given up once a second)."""
+    """A new route of the same actors (the entity's settings changed; a client with a
+    credential fetches its routes every ROUTE_TTL_S) has new handle objects: the waits out at
+    them stay (they were all given up once a second)."""
     parts = [WaitingPartition() for _ in range(2)]
     receiver: Any = FakeReceiver(parts)
     assert await _idle_receive(receiver, parts) == []
