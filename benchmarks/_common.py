@@ -121,6 +121,15 @@ def start_local_ray(object_store_mb: int = 300) -> str:
     return str(ray.get_runtime_context().gcs_address)
 
 
+def actor_pids_by_class() -> dict[str, list[int]]:
+    """Live actors' PIDs by class name (raybus's and any other on this local cluster)."""
+    out: dict[str, list[int]] = {}
+    for info in ray._private.state.actors().values():
+        if info.get("State") == "ALIVE" and info.get("Pid"):
+            out.setdefault(info.get("ActorClassName", "?"), []).append(int(info["Pid"]))
+    return out
+
+
 class WorkerProcess:
     """Handle on a benchmark's helper subprocess (``argv``): JSON commands go to its stdin, it
     answers ``BENCH {json}`` lines on stdout (other output is ignored; the last stderr lines

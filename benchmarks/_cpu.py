@@ -15,6 +15,23 @@ import time
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def _stat(path: str) -> tuple[int, float]:
+    """(parent pid, user + system CPU seconds so far) from a ``/proc`` stat file."""
+    with open(path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU seconds so far of process ``pid`` (all its threads), or of its thread
+    ``thread``; 0.0 once it is gone (Linux /proc)."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    try:
+        return _stat(path)[1]
+    except (OSError, IndexError):
+        return 0.0
+
+
 def _proc_table() -> dict[int, tuple[int, float, str]]:
     """pid -> (parent pid, CPU seconds so far, command line) of every process (Linux)."""
     out: dict[int, tuple[int, float, str]] = {}
@@ -24,13 +41,12 @@ def _proc_table() -> dict[int, tuple[int, float, str]]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            ppid, cpu = _stat(f"/proc/{entry}/stat")
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except (OSError, IndexError):
             continue
-        out[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK, cmd)
+        out[int(entry)] = (ppid, cpu, cmd)
     return out
 
 

@@ -29,11 +29,11 @@ import uuid
 # the import paths of this process and of Ray's workers.
 import _common
 import ray
+from _common import actor_pids_by_class
+from _cpu import cpu_seconds
 
 import raybus
 from raybus.management import ServiceBusAdministrationClient
-
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 @ray.remote(num_cpus=0)
@@ -47,34 +47,18 @@ class IdleBare:
         return 1
 
 
-def _ticks(path: str) -> int:
-    with open(path) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def _switches(path: str) -> int:
-    with open(path) as f:
-        for line in f:
-            if line.startswith("voluntary_ctxt_switches"):
-                return int(line.split()[1])
-    return 0
-
-
-def sample(pid: int) -> tuple[int, int, int]:
-    """(process ticks, main thread ticks, main thread voluntary switches)."""
-    return (
-        _ticks(f"/proc/{pid}/stat"),
-        _ticks(f"/proc/{pid}/task/{pid}/stat"),
-        _switches(f"/proc/{pid}/task/{pid}/status"),
-    )
+def sample(pid: int) -> tuple[float, float, int]:
+    """(process CPU seconds, main thread CPU seconds, main thread voluntary switches)."""
+    with open(f"/proc/{pid}/task/{pid}/status") as f:
+        switches = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt"))
+    return cpu_seconds(pid), cpu_seconds(pid, thread=pid), switches
 
 
 def measure(pids: list[int], seconds: float) -> dict[str, float]:
     before = {p: sample(p) for p in pids}
     time.sleep(seconds)
     after = {p: sample(p) for p in pids}
-    per = [(after[p][0] - before[p][0]) / _TICK / seconds * 100 for p in pids]
+    per = [(after[p][0] - before[p][0]) / seconds * 100 for p in pids]
     main = sum(after[p][1] - before[p][1] for p in pids)
     total = sum(after[p][0] - before[p][0] for p in pids)
     wakes = [(after[p][2] - before[p][2]) / seconds for p in pids]
@@ -87,19 +71,6 @@ def measure(pids: list[int], seconds: float) -> dict[str, float]:
         "main_thread_share": main / total if total else 0.0,
         "main_wakeups_per_s": statistics.median(wakes),
     }
-
-
-def subscription_pids() -> list[int]:
-    """The partition actors of this (fresh, local) Ray cluster: the subscriptions."""
-    pids = []
-    for info in ray._private.state.actors().values():
-        if (
-            info.get("State") == "ALIVE"
-            and info.get("ActorClassName") == "PartitionActor"
-            and info.get("Pid")
-        ):
-            pids.append(int(info["Pid"]))
-    return pids
 
 
 def main() -> None:
@@ -124,7 +95,7 @@ def main() -> None:
                 r.complete_messages(r.receive_messages(1))
         bares = [IdleBare.remote() for _ in range(args.subscriptions)]  # type: ignore[attr-defined]
         bare_pids = ray.get([b.pid.remote() for b in bares])
-        subs = subscription_pids()
+        subs = actor_pids_by_class().get("PartitionActor", [])  # the subscriptions: no queue here
         time.sleep(args.settle)
         results = {
             "bare Ray actor": measure(bare_pids, args.seconds),

@@ -64,6 +64,8 @@ import ray
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
+from _cpu import cpu_seconds  # noqa: E402
+
 import raybus  # noqa: E402
 from raybus import ServiceBusMessage  # noqa: E402
 from raybus.management import ServiceBusAdministrationClient  # noqa: E402
@@ -228,16 +230,6 @@ class Profiler:
     @property
     def on(self) -> bool:
         return self.out_dir is not None
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (all its threads; Linux /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def summarise_stacks(path: Path, role: str, top: int = 14) -> str:

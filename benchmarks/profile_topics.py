@@ -42,21 +42,14 @@ from pathlib import Path
 # Before Ray: sets Ray's environment and puts this checkout on the workers' import paths.
 import _common
 import ray
-from profile_hot_paths import Profiler, cpu_seconds
+from _common import actor_pids_by_class
+from _cpu import cpu_seconds
+from profile_hot_paths import Profiler
 
 from raybus import ServiceBusMessage, aio
 from raybus.management import ServiceBusAdministrationClient
 
 BODY = b"x" * 1024
-
-
-def actor_pids() -> dict[str, list[int]]:
-    """Live actors' PIDs by class name (raybus's and any other on this local cluster)."""
-    out: dict[str, list[int]] = {}
-    for info in ray._private.state.actors().values():
-        if info.get("State") == "ALIVE" and info.get("Pid"):
-            out.setdefault(info.get("ActorClassName", "?"), []).append(int(info["Pid"]))
-    return out
 
 
 def cpu_by_kind(roles: list[tuple[str, int]], cpu0: list[float]) -> dict[str, float]:
@@ -82,7 +75,7 @@ async def publish(namespace: str, storage: str, args: argparse.Namespace) -> Non
     try:
         for s in senders:  # routes fetched, coordinator created
             await s.send_messages(ServiceBusMessage(BODY))
-        pids = actor_pids()
+        pids = actor_pids_by_class()
         roles = [(kind, pid) for kind, ps in pids.items() for pid in ps]
         per = args.lists // args.senders
         for rep in range(args.repeats):
@@ -143,7 +136,7 @@ async def cycle(namespace: str, storage: str, args: argparse.Namespace) -> None:
     try:
         await sender.send_messages([ServiceBusMessage(BODY) for _ in range(10)])  # warm-up
         await asyncio.gather(*(drain(r, 10) for r in receivers))
-        pids = actor_pids()
+        pids = actor_pids_by_class()
         roles = [(kind, pid) for kind, ps in pids.items() for pid in ps]
         roles.append(("client", os.getpid()))
         for rep in range(args.repeats):
