@@ -201,7 +201,7 @@ class Connection:
         route = None if refresh else self._routes.get(key)
         if route is None:
             return await self._fetch(name, key)
-        if time.monotonic() - self._fetched.get(key, 0.0) > ROUTE_TTL_S:
+        if self._stale(key):
             if self.credential is None:
                 self._due[key] = name
                 if self._checking is None or self._checking.done():
@@ -239,11 +239,7 @@ class Connection:
                 else:
                     self._store(key, changed[name])
             # Those used again while this call was out are fresh now: not due any more.
-            self._due = {
-                k: n
-                for k, n in self._due.items()
-                if k not in self._fetched or now - self._fetched[k] > ROUTE_TTL_S
-            }
+            self._due = {k: n for k, n in self._due.items() if self._stale(k)}
 
     async def _fetch(self, name: str, key: str) -> Route:
         route: Route = self._authed_route(
@@ -272,9 +268,11 @@ class Connection:
         """The route if resolved and fresh (safe to call from any thread); None sends the
         caller to the event-loop path, which refreshes it."""
         key = name.lower()
-        if time.monotonic() - self._fetched.get(key, 0.0) > ROUTE_TTL_S:
-            return None
-        return self._routes.get(key)
+        return None if self._stale(key) else self._routes.get(key)
+
+    def _stale(self, key: str) -> bool:
+        """Whether the route cached under ``key`` (if any) is due for a check."""
+        return time.monotonic() - self._fetched.get(key, 0.0) > ROUTE_TTL_S
 
     async def locate(
         self, route: Route, seqs: list[int], state: int | None = None

@@ -11,7 +11,7 @@ import pytest
 import ray
 
 import raybus
-from raybus import ServiceBusMessage, aio
+from raybus import ServiceBusMessage, _connection, aio
 from raybus._actors.namespace import namespace_actor_name
 from raybus._core.record import to_wire
 from raybus._core.registry import partition_actor_name
@@ -63,6 +63,33 @@ def test_a_namespace_is_open_until_its_first_rule(namespace: str) -> None:
     )
     assert active(root) == 1  # the refused send stored nothing
     assert [q.name for q in root.list_queues()] == ["q"]
+
+
+async def test_a_client_with_a_token_for_one_entity_keeps_its_route_current(
+    namespace: str, closed: ServiceBusAdministrationClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token may cover one entity only, so a client with a credential checks each route it
+    caches on its own (``route``), not all at once (``routes_changed``, a namespace-wide
+    call its token would be refused)."""
+    rule = closed.create_authorization_rule("q-only", ["Send"], entity="q")
+    client = aio.ServiceBusClient(
+        namespace, credential=SharedAccessKeyCredential("q-only", rule.primary_key)
+    )
+    conn = client._conn
+    cached = await conn.route("q")
+    monkeypatch.setattr(_connection, "ROUTE_TTL_S", 0.05)
+    await asyncio.sleep(0.1)
+    assert conn.cached_route("q") is None
+    assert await conn.route("q") is cached  # the stale one serves while it is fetched
+    await conn._refreshing["q"]
+    assert conn._checking is None  # no namespace-wide check
+    fresh = conn.cached_route("q")
+    assert fresh is not None and fresh is not cached
+    assert fresh.incarnation == cached.incarnation
+    async with client.get_queue_sender("q") as sender:
+        await sender.send_messages(ServiceBusMessage("through the fresh route"))
+    await client.close()
+    assert active(closed) == 1
 
 
 def test_send_and_listen_rights_are_enforced(

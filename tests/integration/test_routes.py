@@ -13,7 +13,7 @@ import pytest
 
 from raybus import ServiceBusMessage, _connection, _rpc, aio
 from raybus._actors.namespace import route_stamp
-from raybus.exceptions import MessagingEntityNotFoundError
+from raybus.exceptions import MessagingEntityNotFoundError, ServiceBusConnectionError
 
 TTL_S = 0.05
 
@@ -118,6 +118,39 @@ async def test_aio_a_check_takes_changed_routes_and_drops_those_of_deleted_entit
     again = await conn.route(deleted)
     assert again.incarnation != before[deleted].incarnation
     assert (await aadmin.get_queue_runtime_properties(deleted)).active_message_count == 1
+    await aclient.close()
+
+
+async def test_aio_a_failed_check_leaves_the_stale_routes_serving_and_the_next_use_asks_again(
+    aadmin: aio.ServiceBusAdministrationClient,
+    aclient: aio.ServiceBusClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    q = _name("rq")
+    await aadmin.create_queue(q)
+    conn = aclient._conn
+    cached = await conn.route(q)
+    monkeypatch.setattr(_connection, "ROUTE_TTL_S", TTL_S)
+    call = _rpc.call
+    failed: list[str] = []
+
+    async def failing(entity: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(method, "_method_name", None) == "routes_changed":
+            failed.append(q)
+            raise ServiceBusConnectionError("the namespace is restarting")
+        return await call(entity, method, *args, **kwargs)
+
+    monkeypatch.setattr(_rpc, "call", failing)
+    assert await _refresh(conn, [q]) == {q: cached}  # the check failed quietly
+    assert failed == [q]
+    assert conn.cached_route(q) is None  # still due
+    async with aclient.get_queue_sender(q) as sender:  # the stale route serves on
+        await sender.send_messages(ServiceBusMessage("meanwhile"))
+    monkeypatch.setattr(_rpc, "call", call)
+    assert await conn.route(q) is cached  # this use asks again, and the check succeeds
+    await conn._checking
+    assert conn.cached_route(q) is cached
+    assert (await aadmin.get_queue_runtime_properties(q)).active_message_count == 1
     await aclient.close()
 
 
