@@ -364,19 +364,24 @@ class Connection:
             co = self._publishers[key] = Coalescer(dispatch)
         return co
 
-    def settler(self, entity: str, actor: Any) -> Coalescer[list[SettleOp], SettleResults]:
+    def settler(
+        self, entity: str, actor: Any, *, waited: bool = True
+    ) -> Coalescer[list[SettleOp], SettleResults]:
         """The coalescer of settlements to one partition actor.
 
         A request is a list of ops (one future for many messages); its result lists ``None``
-        or the broker's error per op, in order.
+        or the broker's error per op, in order. ``waited=False``: settlements whose callers
+        returned without waiting for the answer, in calls of their own that tell the
+        partition so (their flush may wait for another's; ``raybus._core.committer``).
         """
-        key = actor._actor_id
+        key = (actor._actor_id, waited)
         co = self._settlers.get(key)
         if co is None:
 
             async def dispatch(groups: list[list[SettleOp]]) -> list[SettleResults]:
                 wire = [op.to_wire() for group in groups for op in group]
-                flat: SettleResults = await _rpc.call(entity, actor.settle, wire)
+                args = (wire,) if waited else (wire, False)
+                flat: SettleResults = await _rpc.call(entity, actor.settle, *args)
                 out, start = [], 0
                 for group in groups:
                     out.append(flat[start : start + len(group)])

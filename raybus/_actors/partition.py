@@ -503,10 +503,16 @@ class PartitionActor(Guarded):
     # -------------------------------------------------------------- settling
 
     @guarded(LISTEN, lane=True)
-    async def settle(self, ops: Sequence[tuple[Any, ...]]) -> list[ServiceBusError | None]:
+    async def settle(
+        self, ops: Sequence[tuple[Any, ...]], waited: bool = True
+    ) -> list[ServiceBusError | None]:
+        """Settle ``ops``; answer once durable. ``waited=False``: the client does not wait for
+        this answer, so its flush may wait a moment for a call that is waited on to share it
+        (``raybus._core.committer``, "Callers nobody waits on linger")."""
         self._kick()
         results = self._core.settle([SettleOp(*op) for op in ops])
-        await self._commit.durable()  # raises the storage error for the whole call
+        # raises the storage error for the whole call
+        await self._commit.durable(lazy=not waited)
         self._notify()  # abandoned or released messages are available again
         return results
 

@@ -42,6 +42,16 @@ disk) the partition answers nothing, reads included. A disk that gets slow must 
 reads for long: an inline write that takes longer than ``SLOW_INLINE_S`` sends the writes of
 the next ``THREADED_AFTER_SLOW_S`` to the worker thread.
 
+Callers nobody waits on linger. A settlement the client sent without waiting for its answer
+(``complete_message`` and its siblings return before the broker answers) calls
+``durable(lazy=True)``: if no caller that waits has changes pending, the flush carrying it waits
+up to ``LAZY_LINGER_S`` for one, which then shares it (and cuts the wait short). Why: with one
+sender and one receiver taking turns, each send and each completion had a flush of its own, and
+the send waited for the completion's flush before its own began (measured, 64 KiB bodies, per
+message calls: 1.4 ms per send with a receiver completing alongside, 0.9 ms without one).
+Nothing is answered before it is durable; a lone completion's answer comes up to
+``LAZY_LINGER_S`` later, which its sender does not wait for.
+
 Memory-only partitions (no log) pay nothing: ``durable()`` returns at once.
 """
 
@@ -60,7 +70,13 @@ from ..exceptions import ServiceBusError
 from . import journal
 from .partition import Partition
 
-__all__ = ["INLINE_FLUSH_BYTES", "SLOW_INLINE_S", "THREADED_AFTER_SLOW_S", "Committer"]
+__all__ = [
+    "INLINE_FLUSH_BYTES",
+    "LAZY_LINGER_S",
+    "SLOW_INLINE_S",
+    "THREADED_AFTER_SLOW_S",
+    "Committer",
+]
 
 # Flushes of at most this many bytes of Arrow data to a local segment are written on the
 # event loop's thread (module docstring); a 1 KiB message takes about 1.1 KiB.
@@ -69,6 +85,9 @@ INLINE_FLUSH_BYTES = 64 * 1024
 # to the worker thread (a slow disk would otherwise stall every call of the partition).
 SLOW_INLINE_S = 0.005
 THREADED_AFTER_SLOW_S = 1.0
+# How long a flush that only callers nobody waits on need waits for a caller that waits to
+# share it (module docstring): longer than a client's turn between an answer and its next send.
+LAZY_LINGER_S = 0.002
 
 _log = logging.getLogger("raybus.commit")
 
@@ -86,6 +105,7 @@ class Committer:
         express_interval: float | None = None,
         on_fatal: Callable[[BaseException], None] = lambda exc: None,
         inline_bytes: int = INLINE_FLUSH_BYTES,
+        lazy_linger: float = LAZY_LINGER_S,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``express_interval`` (seconds) makes the partition express: ``durable()`` returns at
@@ -94,7 +114,9 @@ class Committer:
         cannot be rebuilt from it after a failed flush): the committer then hides every
         message and refuses all changes (the actor exits so that Ray restarts it and it
         recovers once the storage is back). ``inline_bytes`` is the largest flush written on
-        the event loop's thread (0: none); ``monotonic`` times those writes."""
+        the event loop's thread (0: none); ``monotonic`` times those writes. ``lazy_linger``
+        (seconds) is how long a flush only ``durable(lazy=True)`` callers wait on may wait
+        for one that others wait on (0: not at all)."""
         self._make_core = make_core
         self._log = log
         self._on_visible = on_visible
@@ -105,6 +127,9 @@ class Committer:
         self._inline_bytes = inline_bytes
         self._monotonic = monotonic
         self._threaded_until = float("-inf")  # after a slow inline write (module docstring)
+        self._lazy_linger = lazy_linger
+        self._eager = False  # a caller that waits has changes in ``_waiting``
+        self._hurry: asyncio.Future[None] | None = None  # ends the flush loop's wait early
         self.inline_flushes = 0  # statistics
         self.broken: BaseException | None = None
         self._waiting: asyncio.Future[None] | None = None  # for changes not yet taken
@@ -154,7 +179,9 @@ class Committer:
             core.visible_seq = None  # acknowledged before written: visible at once
         self._since_checkpoint = count
 
-    async def durable(self, *, after_inflight: bool = True, force: bool = False) -> None:
+    async def durable(
+        self, *, after_inflight: bool = True, force: bool = False, lazy: bool = False
+    ) -> None:
         """Return once every change recorded so far is durable; raise the storage error if the
         flush that carried them failed (those changes were then undone).
 
@@ -165,6 +192,9 @@ class Committer:
         partition (two-phase commit needs its prepare and commit records on disk), and so, on
         an express partition too, for the flush in flight when this call recorded nothing: a
         repeated prepare, commit or abort answers only once the first one's record is durable.
+        ``lazy``: the caller's own client does not wait for this answer, so the flush may wait
+        ``lazy_linger`` for a caller that does (module docstring); such a caller (any call
+        without ``lazy``, ``force`` included) ends that wait.
         """
         if self.broken is not None:
             raise self.broken
@@ -183,6 +213,10 @@ class Committer:
         if self._waiting is None:
             self._waiting = asyncio.get_running_loop().create_future()
         waiting = self._waiting
+        if not lazy:
+            self._eager = True
+            if self._hurry is not None and not self._hurry.done():
+                self._hurry.set_result(None)
         if self._task is None:
             self._task = asyncio.ensure_future(self._flush_loop())
         await asyncio.shield(waiting)
@@ -224,8 +258,14 @@ class Committer:
         log = self._log
         try:
             if delay:
-                await asyncio.sleep(delay)
+                await self._linger(delay)
             while self.core.has_journal() and self.broken is None:
+                if not self._eager and self._express is None and self._lazy_linger > 0:
+                    # Only callers nobody waits on have changes pending: give one that is
+                    # waited on the chance to share this flush (module docstring).
+                    await self._linger(self._lazy_linger)
+                    if self.broken is not None:
+                        break
                 if self._checkpointing is not None and self._since_checkpoint >= 2 * (
                     self._checkpoint_threshold()
                 ):
@@ -234,6 +274,7 @@ class Committer:
                     await self._checkpoint_written()
                 entries, last_seq = self.core.take_journal()
                 waiting, self._waiting = self._waiting, None
+                self._eager = False
                 if waiting is None:
                     waiting = asyncio.get_running_loop().create_future()
                 self._inflight = waiting
@@ -273,6 +314,17 @@ class Committer:
                         _log.exception("checkpoint of %s not captured", core.entity)
         finally:
             self._task = None
+
+    async def _linger(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if a caller that waits for its answer comes first."""
+        loop = asyncio.get_running_loop()
+        hurry = self._hurry = loop.create_future()
+        timer = loop.call_later(seconds, _set_once, hurry)
+        try:
+            await hurry
+        finally:
+            timer.cancel()
+            self._hurry = None
 
     def _failed(self, exc: ServiceBusError, waiting: asyncio.Future[None] | None) -> None:
         later, self._waiting = self._waiting, None
@@ -374,3 +426,8 @@ class Committer:
         if not self.core.has_journal():
             self._start_checkpoint()
         await self._checkpoint_written()
+
+
+def _set_once(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -172,7 +172,7 @@ class Settlement:
         self, items: list[tuple[ServiceBusReceivedMessage, SettleOp]], entity: str, actor: Any
     ) -> None:
         """Send settlements of one partition as one request, without waiting for it."""
-        fut = self._conn.settler(entity, actor).submit([op for _, op in items])
+        fut = self._conn.settler(entity, actor, waited=False).submit([op for _, op in items])
         self._pending.add(fut)
         fut.add_done_callback(functools.partial(self._settled_later, messages=items))
 

@@ -83,6 +83,49 @@ def test_killed_partition_actor_recovers_every_acknowledged_message(
     assert all(seen[m.message_id or ""] == 0 for m in locked)
 
 
+def test_completions_sent_without_waiting_are_durable_once_close_returns(
+    durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``complete_message`` returns before the broker answers, and tells the partition so (its
+    flush may wait for a send to share it); close() waits for the answers, and from then on
+    the completions survive the partition's crash, sends made in between included."""
+    client, admin = durable
+    admin.create_queue("orders", lock_duration=timedelta(seconds=30))
+    conn = client._aio._conn
+    asked: list[bool] = []
+    settler = conn.settler
+    monkeypatch.setattr(
+        conn, "settler", lambda *a, waited=True: asked.append(waited) or settler(*a, waited=waited)
+    )
+    with client.get_queue_sender("orders") as sender:
+        sender.send_messages([ServiceBusMessage(f"m{i}", message_id=f"m{i}") for i in range(20)])
+        with client.get_queue_receiver("orders", max_wait_time=5) as receiver:
+            for i, msg in enumerate(_receive(receiver, 20)):
+                receiver.complete_message(msg)
+                if i % 5 == 0:  # a send shares the flush of the completions before it
+                    sender.send_messages(ServiceBusMessage(f"late{i}", message_id=f"late{i}"))
+    assert asked and not any(asked)  # every completion went without waiting
+
+    ray.kill(_partition(client, "orders"), no_restart=False)
+    _wait_until(lambda: admin.get_queue_runtime_properties("orders").active_message_count == 4)
+    with client.get_queue_receiver("orders", max_wait_time=3) as receiver:
+        left = _receive(receiver, 4)
+        receiver.complete_messages(left)
+    assert sorted(m.message_id for m in left) == ["late0", "late10", "late15", "late5"]
+
+
+def _receive(
+    receiver: raybus.ServiceBusReceiver, count: int
+) -> list[raybus.ServiceBusReceivedMessage]:
+    got: list[raybus.ServiceBusReceivedMessage] = []
+    while len(got) < count:
+        batch = receiver.receive_messages(count - len(got))
+        assert batch, f"{len(got)} of {count} messages received"
+        got += batch
+    return got
+
+
 @pytest.mark.fault
 def test_sequence_numbers_keep_increasing_after_a_restart_of_a_drained_queue(
     durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],

@@ -791,6 +791,109 @@ async def test_a_torn_last_log_record_loses_only_that_unacknowledged_append(tmp_
     assert ids(local(tmp_path, clock)) == {"a", "b", "d"}
 
 
+# ---------------------------------------------------------------- callers nobody waits on
+
+
+def lingering(fs: pafs.FileSystem, clock: FakeClock, linger: float, **kw: Any) -> Committer:
+    return Committer(
+        core_factory(clock), kw.pop("log_class", DurableLog)(fs, DIR), lazy_linger=linger, **kw
+    )
+
+
+async def sent_and_received(c: Committer, *message_ids: str) -> list[Any]:
+    c.core.send(records(*message_ids))
+    await c.durable()
+    return c.core.receive(EVERYTHING)
+
+
+async def test_a_settlement_nobody_waits_on_shares_the_flush_of_the_next_send(faulty, clock):
+    """The ping-pong of one sender and one receiver: the completion the receiver did not wait
+    for is written with the next send, in one flush, and the send is not held up by the
+    wait (the linger here is a minute: only the send ends it)."""
+    fs, _ = faulty
+    c = lingering(fs, clock, 60.0)
+    (a,) = await sent_and_received(c, "a")
+    flushes = c.flushes
+    assert c.core.settle([SettleOp(COMPLETE, a.lock_token)]) == [None]
+    settled = asyncio.ensure_future(c.durable(lazy=True))
+    await asyncio.sleep(0.02)
+    assert not settled.done()  # lingering: nobody waiting on it has asked for a flush
+    assert c.flushes == flushes
+    c.core.send(records("b"))
+    await asyncio.wait_for(c.durable(), 5)
+    await asyncio.wait_for(settled, 5)
+    assert c.flushes == flushes + 1  # both in one flush
+    assert ids(committer_on(fs, DIR, clock)) == {"b"}  # a's completion is durable
+
+
+async def test_a_lone_settlement_nobody_waits_on_is_written_after_the_linger(faulty, clock):
+    fs, _ = faulty
+    c = lingering(fs, clock, 0.2)
+    (a,) = await sent_and_received(c, "a")
+    assert c.core.settle([SettleOp(COMPLETE, a.lock_token)]) == [None]
+    started = time.monotonic()
+    settled = asyncio.ensure_future(c.durable(lazy=True))
+    await asyncio.sleep(0.05)
+    assert not settled.done()
+    assert ids(committer_on(fs, DIR, clock)) == {"a"}  # not written yet
+    await asyncio.wait_for(settled, 5)
+    assert time.monotonic() - started >= 0.15
+    assert ids(committer_on(fs, DIR, clock)) == set()
+
+
+async def test_settlements_recorded_during_a_flush_linger_for_the_next_send(faulty, clock):
+    """A completion that arrives while a send's flush is written does not get a flush of its
+    own right after it: it waits for the next send, which the first one's answer lets come."""
+    fs, _ = faulty
+    c = lingering(fs, clock, 60.0, log_class=GatedLog)
+    log = c.durable_log
+    assert isinstance(log, GatedLog)
+    (a,) = await sent_and_received(c, "a")
+    flushes = c.flushes
+    log.hold()
+    c.core.send(records("b"))
+    sent_b = asyncio.ensure_future(c.durable())
+    assert await asyncio.to_thread(log.entered.wait, 5)  # b's flush is being written
+    assert c.core.settle([SettleOp(COMPLETE, a.lock_token)]) == [None]
+    settled = asyncio.ensure_future(c.durable(lazy=True))
+    log.release()
+    await asyncio.wait_for(sent_b, 5)
+    await asyncio.sleep(0.02)
+    assert not settled.done() and c.flushes == flushes + 1
+    c.core.send(records("c"))
+    await asyncio.wait_for(c.durable(), 5)
+    await asyncio.wait_for(settled, 5)
+    assert c.flushes == flushes + 2
+    assert ids(committer_on(fs, DIR, clock)) == {"b", "c"}
+
+
+async def test_without_a_linger_a_settlement_nobody_waits_on_is_written_at_once(faulty, clock):
+    fs, _ = faulty
+    c = lingering(fs, clock, 0.0)
+    (a,) = await sent_and_received(c, "a")
+    assert c.core.settle([SettleOp(COMPLETE, a.lock_token)]) == [None]
+    await asyncio.wait_for(c.durable(lazy=True), 1)
+    assert ids(committer_on(fs, DIR, clock)) == set()
+
+
+async def test_a_failed_flush_fails_the_settlements_nobody_waited_on_too(faulty, clock):
+    """They are undone like any other: the message is where it was, locked no more."""
+    fs, handler = faulty
+    c = lingering(fs, clock, 60.0)
+    (a,) = await sent_and_received(c, "a")
+    assert c.core.settle([SettleOp(COMPLETE, a.lock_token)]) == [None]
+    settled = asyncio.ensure_future(c.durable(lazy=True))
+    await asyncio.sleep(0)
+    handler.write_errno = errno.EIO
+    c.core.send(records("b"))
+    results = await asyncio.wait_for(
+        asyncio.gather(c.durable(), settled, return_exceptions=True), 5
+    )
+    assert all(isinstance(r, StorageUnavailableError) for r in results), results
+    handler.write_errno = None
+    assert ids(c) == {"a"}
+
+
 # ---------------------------------------------------------------- express
 
 
@@ -806,6 +909,25 @@ async def test_express_acknowledges_before_writing_and_writes_within_the_interva
     assert {r.message_id for r in c.core.receive(EVERYTHING)} == {"a", "b"}  # yet visible
     await asyncio.sleep(0.5)
     assert ids(local(tmp_path, clock)) == {"a", "b"}  # written within the interval
+    assert c.flushes == 1
+
+
+async def test_a_forced_flush_on_an_express_partition_does_not_wait_for_the_interval(
+    tmp_path, clock
+):
+    """Changes acknowledged at once wait for the express interval; a forced flush (two-phase
+    commit's records) ends that wait and writes them all."""
+    c = Committer(
+        core_factory(clock),
+        DurableLog.from_storage_path(str(tmp_path), "p0"),
+        express_interval=60.0,
+    )
+    c.core.send(records("a"))
+    await asyncio.wait_for(c.durable(), 0.05)
+    transactions.prepare(c.core, "txn-1", records("b"), [], [])
+    await asyncio.wait_for(c.durable(force=True), 5)
+    assert ids(local(tmp_path, clock)) == {"a"}  # and b, prepared: not a message until commit
+    assert "txn-1" in local(tmp_path, clock).core.prepared
     assert c.flushes == 1
 
 
