@@ -264,8 +264,6 @@ class Committer:
                     # Only callers nobody waits on have changes pending: give one that is
                     # waited on the chance to share this flush (module docstring).
                     await self._linger(self._lazy_linger)
-                    if self.broken is not None:
-                        break
                 if self._checkpointing is not None and self._since_checkpoint >= 2 * (
                     self._checkpoint_threshold()
                 ):
