@@ -379,6 +379,8 @@ class PartitionActor(Guarded):
                     max_count, dead_letter=dead_letter, delete=delete, session=session
                 )
                 if got or deadline <= time.monotonic():
+                    if got:  # its receiver waits for its settlements' answers next
+                        self._commit.hurry()
                     self._sample_wait(got)
                     rows = to_wire(got)
                     # Deletions, expiries, activations; locks alone need no write.

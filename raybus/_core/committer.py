@@ -50,7 +50,12 @@ sender and one receiver taking turns, each send and each completion had a flush 
 the send waited for the completion's flush before its own began (measured, 64 KiB bodies, per
 message calls: 1.4 ms per send with a receiver completing alongside, 0.9 ms without one).
 Nothing is answered before it is durable; a lone completion's answer comes up to
-``LAZY_LINGER_S`` later, which its sender does not wait for.
+``LAZY_LINGER_S`` later, which its sender does not wait for, until its next call that reaches
+the broker: a receive waits for the answers of the settlements sent before it. So a receive
+that finds messages at once ends the wait (``hurry``): else, with messages waiting, each
+receive of a receiver completing one by one waited for the next send (measured at 1,000 msg/s
+sent open loop: p50 from send to receipt 1.81 ms without the linger, 2.40 ms with it and no
+``hurry``). A receive that has to wait for a message does not: the send that brings it will.
 
 Memory-only partitions (no log) pay nothing: ``durable()`` returns at once.
 """
@@ -215,8 +220,7 @@ class Committer:
         waiting = self._waiting
         if not lazy:
             self._eager = True
-            if self._hurry is not None and not self._hurry.done():
-                self._hurry.set_result(None)
+            self._end_linger()
         if self._task is None:
             self._task = asyncio.ensure_future(self._flush_loop())
         await asyncio.shield(waiting)
@@ -312,6 +316,18 @@ class Committer:
                         _log.exception("checkpoint of %s not captured", core.entity)
         finally:
             self._task = None
+
+    def hurry(self) -> None:
+        """Write what callers nobody waits on changed without waiting for another caller:
+        for a call whose client is about to wait for their answers after all (a receive that
+        found messages; see the module docstring)."""
+        if self._waiting is not None:
+            self._eager = True
+            self._end_linger()
+
+    def _end_linger(self) -> None:
+        if self._hurry is not None and not self._hurry.done():
+            self._hurry.set_result(None)
 
     async def _linger(self, seconds: float) -> None:
         """Wait ``seconds``, or less if a caller that waits for its answer comes first."""

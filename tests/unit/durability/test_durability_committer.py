@@ -867,6 +867,41 @@ async def test_settlements_recorded_during_a_flush_linger_for_the_next_send(faul
     assert ids(committer_on(fs, DIR, clock)) == {"b", "c"}
 
 
+async def test_hurry_ends_the_linger_of_settlements_nobody_waits_on(faulty, clock):
+    """What a receive that finds messages does: its client waits for the answers of the
+    settlements it sent before, so they are written at once, not with the next send."""
+    fs, _ = faulty
+    c = lingering(fs, clock, 60.0)
+    c.hurry()  # nothing pending: nothing to hurry, and the next linger is not cut short
+    (a,) = await sent_and_received(c, "a")
+    assert c.core.settle([SettleOp(COMPLETE, a.lock_token)]) == [None]
+    settled = asyncio.ensure_future(c.durable(lazy=True))
+    await asyncio.sleep(0.02)
+    assert not settled.done()
+    c.hurry()
+    await asyncio.wait_for(settled, 5)
+    assert ids(committer_on(fs, DIR, clock)) == set()
+
+
+async def test_hurry_during_a_flush_keeps_the_next_one_from_lingering(faulty, clock):
+    fs, _ = faulty
+    c = lingering(fs, clock, 60.0, log_class=GatedLog)
+    log = c.durable_log
+    assert isinstance(log, GatedLog)
+    (a,) = await sent_and_received(c, "a")
+    log.hold()
+    c.core.send(records("b"))
+    sent_b = asyncio.ensure_future(c.durable())
+    assert await asyncio.to_thread(log.entered.wait, 5)
+    assert c.core.settle([SettleOp(COMPLETE, a.lock_token)]) == [None]
+    settled = asyncio.ensure_future(c.durable(lazy=True))
+    await asyncio.sleep(0)  # it waits now
+    c.hurry()  # recorded after the flush under way began: the next flush takes it at once
+    log.release()
+    await asyncio.wait_for(asyncio.gather(sent_b, settled), 5)
+    assert ids(committer_on(fs, DIR, clock)) == {"b"}
+
+
 async def test_without_a_linger_a_settlement_nobody_waits_on_is_written_at_once(faulty, clock):
     fs, _ = faulty
     c = lingering(fs, clock, 0.0)
