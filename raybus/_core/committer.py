@@ -56,6 +56,11 @@ that finds messages at once ends the wait (``hurry``): else, with messages waiti
 receive of a receiver completing one by one waited for the next send (measured at 1,000 msg/s
 sent open loop: p50 from send to receipt 1.81 ms without the linger, 2.40 ms with it and no
 ``hurry``). A receive that has to wait for a message does not: the send that brings it will.
+And only after a flush written in the worker thread does a flush linger: a small one written
+inline on a local disk is quick (one 1 KiB message: an fsync of about 0.13 ms), and there the
+wait cost more than the flush it saved (``benchmarks/single_calls.py``, 1 KiB per-message
+calls: 0.91-0.94x the messages/s of no linger with it, 0.97-1.04x without; 64 KiB, whose
+flushes go to the thread: 1.17-1.30x).
 
 Memory-only partitions (no log) pay nothing: ``durable()`` returns at once.
 """
@@ -134,6 +139,9 @@ class Committer:
         self._threaded_until = float("-inf")  # after a slow inline write (module docstring)
         self._lazy_linger = lazy_linger
         self._eager = False  # a caller that waits has changes in ``_waiting``
+        # Whether the last flush was written in the worker thread: only then does a flush
+        # saved by lingering pay for the wait (module docstring).
+        self._linger_pays = False
         self._hurry: asyncio.Future[None] | None = None  # ends the flush loop's wait early
         self.inline_flushes = 0  # statistics
         self.broken: BaseException | None = None
@@ -264,7 +272,12 @@ class Committer:
             if delay:
                 await self._linger(delay)
             while self.core.has_journal() and self.broken is None:
-                if not self._eager and self._express is None and self._lazy_linger > 0:
+                if (
+                    not self._eager
+                    and self._express is None
+                    and self._lazy_linger > 0
+                    and self._linger_pays
+                ):
                     # Only callers nobody waits on have changes pending: give one that is
                     # waited on the chance to share this flush (module docstring).
                     await self._linger(self._lazy_linger)
@@ -283,7 +296,9 @@ class Committer:
                 started = time.perf_counter()
                 try:
                     table = journal.to_table(entries)
-                    if self._writes_inline(table):
+                    inline = self._writes_inline(table)
+                    self._linger_pays = not inline
+                    if inline:
                         self._append_inline(table)
                     else:
                         await asyncio.to_thread(log.append, table)

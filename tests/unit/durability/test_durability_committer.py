@@ -902,6 +902,30 @@ async def test_hurry_during_a_flush_keeps_the_next_one_from_lingering(faulty, cl
     assert ids(committer_on(fs, DIR, clock)) == {"b"}
 
 
+@pytest.mark.parametrize("inline_bytes", [64 << 10, 0], ids=["inline", "threaded"])
+async def test_settlements_nobody_waits_on_linger_only_after_flushes_written_in_the_thread(
+    tmp_path, clock, inline_bytes
+):
+    """On a local disk a small flush is written on the loop's thread, and quickly: a second
+    flush costs less there than the wait for a send to share it, so after one the next
+    flush does not linger. After a flush written in the worker thread (a large one, or
+    ``inline_bytes=0`` here) it does."""
+    c = Committer(
+        core_factory(clock),
+        DurableLog.from_storage_path(str(tmp_path), "p0"),
+        lazy_linger=60.0,
+        inline_bytes=inline_bytes,
+    )
+    (a,) = await sent_and_received(c, "a")
+    assert c.inline_flushes == (1 if inline_bytes else 0)
+    assert c.core.settle([SettleOp(COMPLETE, a.lock_token)]) == [None]
+    settled = asyncio.ensure_future(c.durable(lazy=True))
+    await asyncio.sleep(0.05)
+    assert settled.done() == bool(inline_bytes)
+    c.hurry()
+    await asyncio.wait_for(settled, 5)
+
+
 async def test_without_a_linger_a_settlement_nobody_waits_on_is_written_at_once(faulty, clock):
     fs, _ = faulty
     c = lingering(fs, clock, 0.0)
