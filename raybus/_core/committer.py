@@ -142,7 +142,7 @@ class Committer:
         # Whether the last flush was written in the worker thread: only then does a flush
         # saved by lingering pay for the wait (module docstring).
         self._linger_pays = False
-        self._hurry: asyncio.Future[None] | None = None  # ends the flush loop's wait early
+        self._linger_end: asyncio.Future[None] | None = None  # ends the flush loop's wait early
         self.inline_flushes = 0  # statistics
         self.broken: BaseException | None = None
         self._waiting: asyncio.Future[None] | None = None  # for changes not yet taken
@@ -341,19 +341,19 @@ class Committer:
             self._end_linger()
 
     def _end_linger(self) -> None:
-        if self._hurry is not None and not self._hurry.done():
-            self._hurry.set_result(None)
+        if self._linger_end is not None and not self._linger_end.done():
+            self._linger_end.set_result(None)
 
     async def _linger(self, seconds: float) -> None:
         """Wait ``seconds``, or less if a caller that waits for its answer comes first."""
         loop = asyncio.get_running_loop()
-        hurry = self._hurry = loop.create_future()
-        timer = loop.call_later(seconds, _set_once, hurry)
+        end = self._linger_end = loop.create_future()
+        timer = loop.call_later(seconds, _set_once, end)
         try:
-            await hurry
+            await end
         finally:
             timer.cancel()
-            self._hurry = None
+            self._linger_end = None
 
     def _failed(self, exc: ServiceBusError, waiting: asyncio.Future[None] | None) -> None:
         later, self._waiting = self._waiting, None
