@@ -380,8 +380,7 @@ class Connection:
 
             async def dispatch(groups: list[list[SettleOp]]) -> list[SettleResults]:
                 wire = [op.to_wire() for group in groups for op in group]
-                args = (wire,) if waited else (wire, False)
-                flat: SettleResults = await _rpc.call(entity, actor.settle, *args)
+                flat: SettleResults = await _rpc.call(entity, actor.settle, wire, waited)
                 out, start = [], 0
                 for group in groups:
                     out.append(flat[start : start + len(group)])

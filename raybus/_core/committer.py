@@ -227,8 +227,7 @@ class Committer:
             self._waiting = asyncio.get_running_loop().create_future()
         waiting = self._waiting
         if not lazy:
-            self._eager = True
-            self._end_linger()
+            self.hurry()
         if self._task is None:
             self._task = asyncio.ensure_future(self._flush_loop())
         await asyncio.shield(waiting)
@@ -334,15 +333,12 @@ class Committer:
 
     def hurry(self) -> None:
         """Write what callers nobody waits on changed without waiting for another caller:
-        for a call whose client is about to wait for their answers after all (a receive that
-        found messages; see the module docstring)."""
+        for a caller that waits (``durable()``), or whose client is about to wait for their
+        answers after all (a receive that found messages; see the module docstring)."""
         if self._waiting is not None:
             self._eager = True
-            self._end_linger()
-
-    def _end_linger(self) -> None:
-        if self._linger_end is not None and not self._linger_end.done():
-            self._linger_end.set_result(None)
+            if self._linger_end is not None and not self._linger_end.done():
+                self._linger_end.set_result(None)
 
     async def _linger(self, seconds: float) -> None:
         """Wait ``seconds``, or less if a caller that waits for its answer comes first."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import ray
 from segment_files import record_starts, tear_last_record
+from settlement_support import _receive_n
 
 import raybus
 from raybus import ServiceBusMessage
@@ -101,7 +102,7 @@ def test_completions_sent_without_waiting_are_durable_once_close_returns(
     with client.get_queue_sender("orders") as sender:
         sender.send_messages([ServiceBusMessage(f"m{i}", message_id=f"m{i}") for i in range(20)])
         with client.get_queue_receiver("orders", max_wait_time=5) as receiver:
-            for i, msg in enumerate(_receive(receiver, 20)):
+            for i, msg in enumerate(_receive_n(receiver, 20)):
                 receiver.complete_message(msg)
                 if i % 5 == 0:  # a send shares the flush of the completions before it
                     sender.send_messages(ServiceBusMessage(f"late{i}", message_id=f"late{i}"))
@@ -110,20 +111,9 @@ def test_completions_sent_without_waiting_are_durable_once_close_returns(
     ray.kill(_partition(client, "orders"), no_restart=False)
     _wait_until(lambda: admin.get_queue_runtime_properties("orders").active_message_count == 4)
     with client.get_queue_receiver("orders", max_wait_time=3) as receiver:
-        left = _receive(receiver, 4)
+        left = _receive_n(receiver, 4)
         receiver.complete_messages(left)
     assert sorted(m.message_id for m in left) == ["late0", "late10", "late15", "late5"]
-
-
-def _receive(
-    receiver: raybus.ServiceBusReceiver, count: int
-) -> list[raybus.ServiceBusReceivedMessage]:
-    got: list[raybus.ServiceBusReceivedMessage] = []
-    while len(got) < count:
-        batch = receiver.receive_messages(count - len(got))
-        assert batch, f"{len(got)} of {count} messages received"
-        got += batch
-    return got
 
 
 @pytest.mark.fault
