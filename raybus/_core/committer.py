@@ -18,8 +18,9 @@ Guarantees:
   cannot be read, what the failed write left cannot be removed, or rebuilding raises anything
   else) the committer is ``broken``: it shows no message, refuses every change, and tells
   ``on_fatal``.
-* Checkpoints are taken when the log since the last one holds more entries than
-  ``max(checkpoint_min, 2 * live messages)``: recovery time stays bounded and a drained queue's
+* Checkpoints are taken when the log since the last one holds more changes than
+  ``max(checkpoint_min, 2 * live messages)`` (one per entry, one per message of a send's entry:
+  ``journal.changes``): recovery time stays bounded and a drained queue's
   storage shrinks back to one small checkpoint. The state is captured at once, between two
   flushes (so it holds durable changes only), but written, and the log files it replaces
   deleted, in the background: flushes go on meanwhile, until the log holds twice the
@@ -151,7 +152,7 @@ class Committer:
         self._checkpointing: asyncio.Task[None] | None = None  # being written, if any
         self.flush_times: list[float] = []  # seconds per flush, since the last metrics export
         self.flushes = 0  # statistics
-        self.flushed_entries = 0
+        self.flushed_entries = 0  # changes written (``journal.changes``: a message sent is one)
         self.core = self._recover()
 
     @property
@@ -184,7 +185,7 @@ class Committer:
         count = 0
         for _lsn, table in found.entries:
             entries = journal.from_table(table)
-            count += len(entries)
+            count += journal.changes(entries)
             journal.replay(entries, state)
         core.load(state)
         core.enable_journal()
@@ -313,10 +314,11 @@ class Committer:
                 finally:
                     self._inflight = None
                 self.flushes += 1
-                self.flushed_entries += len(entries)
+                changed = journal.changes(entries)
+                self.flushed_entries += changed
                 if len(self.flush_times) < 1000:  # drained by the metrics export
                     self.flush_times.append(time.perf_counter() - started)
-                self._since_checkpoint += len(entries)
+                self._since_checkpoint += changed
                 core = self.core
                 if self._express is None:
                     core.visible_seq = max(core.visible_seq or 0, last_seq)

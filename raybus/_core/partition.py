@@ -51,6 +51,7 @@ from .record import (
     check_application_properties,
     snapshot,
     stamp_accepted,
+    to_wire,
 )
 from .sendable import check_sendable
 from .sessions import SessionTable
@@ -142,6 +143,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         # Durable mode (see enable_journal): changes are recorded for the storage log, and
         # receivers see new messages only up to visible_seq, the last one made durable.
         self._journal: list[journal.Entry] | None = None
+        self._merged = 0  # changes merged into an entry already in the journal (DELS)
         self.visible_seq: int | None = None
         # Scheduled messages turned active since the last flush: their new numbers are past
         # visible_seq, yet their content is durable (as scheduled), so peek shows them. A
@@ -221,7 +223,8 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
     def _store_fresh(
         self, fresh: Sequence[MessageRecord], now: float, *, journaled: bool = True
     ) -> None:
-        """Store validated messages (never raises): numbers in order, journal entries.
+        """Store validated messages (never raises): numbers in order, and one ``SENT``
+        journal entry for all of them (``raybus._core.journal``).
 
         ``journaled=False``: the caller has journaled the messages and their duplicate-
         detection ids in one entry already (a transaction's commit, ``TXN_COMMIT``, which
@@ -231,15 +234,16 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         dedup = props.requires_duplicate_detection
         default_ttl = props.default_ttl_s
         session_queue = self._sessions is not None
-        log = journaled and self._journal is not None
+        if journaled and fresh and self._journal is not None:
+            # One entry for all of them, as they arrived: replay stamps them as below.
+            payload = (to_wire(fresh), now, default_ttl, session_queue, dedup)
+            self._journal.append((journal.SENT, journal.MAIN, self._next_seq, payload))
         self.stats["sent"] += len(fresh)
         for rec in fresh:
             seq = self._take_seq()
             dead = stamp_accepted(rec, seq, now, default_ttl, session_queue)
             self._main.messages[seq] = rec
             self._size += rec.size
-            if log:
-                self._record(journal.PUT, self._main, seq, journal.put_payload(rec))
             if dead is not None:
                 self._dead_letter(rec, *dead)
             elif rec.state == SCHEDULED:
@@ -249,10 +253,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
                 self._make_active(rec, now)
             if dedup and rec.message_id is not None:
                 self._dedup[rec.message_id] = (now, seq)
-                slot = dedup_slot(rec)
-                self._dedup_slots[rec.message_id] = slot
-                if log:
-                    self._record(journal.DEDUP, self._main, seq, (rec.message_id, now, slot))
+                self._dedup_slots[rec.message_id] = dedup_slot(rec)
 
     def _check_owned(self, records: Sequence[MessageRecord]) -> None:
         """Refuse a batch holding a message this partition no longer serves."""
@@ -782,8 +783,18 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
     # ------------------------------------------------------------------ durability
 
     def _record(self, op: int, store: Store, seq: int, payload: Any = None) -> None:
-        if self._journal is not None:
-            self._journal.append((op, store.id, seq, payload))
+        entries = self._journal
+        if entries is None:
+            return
+        if op == journal.DEL:
+            # Consecutive deletions from one store share an entry (a batch's completions).
+            if entries and (last := entries[-1])[0] == journal.DELS and last[1] == store.id:
+                last[3].append(seq)
+                self._merged += 1
+            else:
+                entries.append((journal.DELS, store.id, 0, [seq]))
+            return
+        entries.append((op, store.id, seq, payload))
 
     def _record_update(self, store: Store, rec: MessageRecord) -> None:
         if self._journal is not None:

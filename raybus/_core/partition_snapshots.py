@@ -47,6 +47,7 @@ class SnapshotOps:
         delivered: dict[str, int]
         visible_seq: int | None
         _journal: list[journal.Entry] | None
+        _merged: int
 
         def _in_session(self, store: Store, rec: MessageRecord) -> bool: ...
         def _push_available(self, store: Store, rec: MessageRecord) -> None: ...
@@ -165,12 +166,13 @@ class SnapshotOps:
         entries = self._journal or []
         if self._journal is not None:
             self._journal = []
+            self._merged = 0
         return entries, self._next_seq - 1
 
     def has_journal(self) -> bool:
         return bool(self._journal)
 
     def journal_size(self) -> int:
-        """Entries recorded and not yet taken: compared before and after a step, whether
-        that step changed durable state."""
-        return len(self._journal or ())
+        """Changes recorded and not yet taken (entries, and deletions merged into one):
+        compared before and after a step, whether that step changed durable state."""
+        return len(self._journal or ()) + self._merged

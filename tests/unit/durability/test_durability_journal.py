@@ -16,22 +16,33 @@ from raybus._core import journal
 from raybus._core.journal import (
     DEDUP,
     DEL,
+    DELS,
     MAIN,
     MOVE,
     NEXT,
     PROPS,
     PUT,
+    SENT,
     SUB_DLQ,
     UPD,
     ReplayedState,
+    changes,
     from_table,
     put_payload,
     replay,
     to_table,
 )
-from raybus._core.partition import SEQUENCE_BITS
+from raybus._core.partition import (
+    COMPLETE,
+    DEAD_LETTER,
+    DEFER,
+    SEQUENCE_BITS,
+    Partition,
+    SettleOp,
+)
 from raybus._core.record import ACTIVE, DEFERRED, SCHEDULED, MessageRecord, to_wire
 from raybus._models import QueueProperties
+from raybus.testing import FakeClock
 
 
 def stored(seq: int, **fields: Any) -> tuple[Any, ...]:
@@ -180,6 +191,127 @@ def test_props_keeps_the_latest_queue_properties() -> None:
     assert st.properties == second
 
 
+def arrived(**fields: Any) -> tuple[Any, ...]:
+    """A row as a sender's call carries it (nothing of the broker's set)."""
+    return to_wire([record(**fields)])[0]
+
+
+def test_sent_stamps_its_rows_from_its_first_number_with_their_ids() -> None:
+    rows = [arrived(message_id="a"), arrived(message_id="b", time_to_live=30.0), arrived()]
+    st = replay([(SENT, MAIN, 7, (rows, 100.0, 60.0, False, True))])
+    assert list(st.main) == [7, 8, 9]
+    a, b, c = st.main.values()
+    assert (a.message_id, a.sequence_number, a.enqueued_sequence_number) == ("a", 7, 7)
+    assert (a.enqueued_time, a.time_to_live, a.expires_at) == (100.0, 60.0, 160.0)
+    assert (b.time_to_live, b.expires_at) == (30.0, 130.0)  # the shorter of the two
+    assert c.message_id is None and c.sequence_number == 9
+    assert st.dedup == {"a": (100.0, 7), "b": (100.0, 8)}
+    assert st.next_seq == 10
+    # Without the duplicate detection flag no id is remembered.
+    assert replay([(SENT, MAIN, 7, (rows, 100.0, 60.0, False, False))]).dedup == {}
+
+
+def test_sent_dead_letters_nothing_itself_its_move_entries_do() -> None:
+    """A session queue's message without a session id is stored, then moved by the MOVE
+    the partition journals after the SENT."""
+    rows = [arrived(message_id="s", session_id="x"), arrived(message_id="n")]
+    reason = (0, None, "Session ID is null", "no session id")
+    st = replay([(SENT, MAIN, 1, (rows, 5.0, 60.0, True, False)), (MOVE, SUB_DLQ, 2, reason)])
+    assert list(st.main) == [1] and list(st.dead_letter) == [2]
+    moved = st.dead_letter[2]
+    assert moved.dead_letter_reason == "Session ID is null"
+    assert moved.expires_at == float("inf")  # stamped as dead on arrival: it never expires
+    assert st.main[1].expires_at == 65.0
+
+
+def test_a_send_journals_one_sent_entry_that_replays_to_what_the_partition_stored() -> None:
+    clock = FakeClock()
+    props = QueueProperties(
+        name="orders",
+        requires_duplicate_detection=True,
+        default_message_time_to_live=timedelta(minutes=5),
+    )
+    p = Partition(props, clock, 0)
+    p.enable_journal()
+    batch = [
+        record(message_id="a"),
+        record(message_id="a"),  # a duplicate within the batch: dropped
+        record(message_id="later", scheduled_enqueue_time=clock.now() + 60),
+        record(message_id="short", time_to_live=10.0, application_properties={"k": 1}),
+        record(body=b"no id"),
+    ]
+    numbers = p.send(batch)
+    entries, last = p.take_journal()
+    p.visible_seq = last  # durable: peek shows them
+    assert [e[0] for e in entries] == [SENT]
+    assert changes(entries) == 4
+    st = replay(from_table(to_table(entries)))
+    stored_now = {r.sequence_number: to_wire([r])[0] for r in p.peek(0, 100)}
+    assert {seq: to_wire([r])[0] for seq, r in st.main.items()} == stored_now
+    assert st.dedup == dict(p._dedup)
+    assert st.next_seq == last + 1
+    assert numbers[1] == numbers[0]  # the duplicate reports the original's number
+
+
+def test_dels_removes_each_number_from_its_store_only() -> None:
+    st = replay(
+        [
+            (PUT, MAIN, 1, stored(1)),
+            (PUT, MAIN, 2, stored(2)),
+            (PUT, MAIN, 3, stored(3)),
+            (PUT, SUB_DLQ, 4, stored(4)),
+            (DELS, MAIN, 0, [3, 1, 4, 99]),  # 4 is in the other store, 99 nowhere
+        ]
+    )
+    assert list(st.main) == [2]
+    assert list(st.dead_letter) == [4]
+    assert st.next_seq == 5
+
+
+def test_completions_of_a_batch_journal_one_dels_entry_counted_per_message() -> None:
+    p = Partition(QueueProperties(name="orders"), FakeClock(), 0)
+    p.enable_journal()
+    p.send([record(message_id=str(i)) for i in range(4)])
+    p.visible_seq = p.take_journal()[1]
+    locked = p.receive(4)
+    assert p.journal_size() == 0  # locks are not journaled
+    p.settle([SettleOp(COMPLETE, r.lock_token) for r in locked[:3]])
+    assert p.journal_size() == 3  # three changes, though one entry
+    p.settle([SettleOp(DEFER, locked[3].lock_token)])
+    entries, _ = p.take_journal()
+    assert [(e[0], e[3]) for e in entries] == [
+        (DELS, [r.sequence_number for r in locked[:3]]),
+        (UPD, (0, DEFERRED, None)),
+    ]
+    assert p.journal_size() == 0
+    assert changes(entries) == 4
+
+
+def test_deletions_from_the_two_stores_keep_entries_of_their_own() -> None:
+    p = Partition(QueueProperties(name="orders"), FakeClock(), 0)
+    p.enable_journal()
+    p.send([record(message_id="a"), record(message_id="b")])
+    p.visible_seq = p.take_journal()[1]
+    a, b = p.receive(2)
+    p.settle([SettleOp(DEAD_LETTER, b.lock_token)])
+    p.take_journal()
+    (dead,) = p.receive(1, dead_letter=True)
+    p.settle([SettleOp(COMPLETE, a.lock_token), SettleOp(COMPLETE, dead.lock_token)])
+    entries, _ = p.take_journal()
+    assert [(e[0], e[1], e[3]) for e in entries] == [
+        (DELS, MAIN, [a.sequence_number]),
+        (DELS, SUB_DLQ, [b.sequence_number]),
+    ]
+
+
+def test_changes_count_each_message_of_a_sent_and_each_number_of_a_dels() -> None:
+    rows = [arrived(), arrived(), arrived()]
+    entries = [(SENT, MAIN, 1, (rows, 1.0, 60.0, False, False)), (DEL, MAIN, 1, None)]
+    assert changes(entries) == 4
+    assert changes([*entries, (DELS, MAIN, 0, [2, 3])]) == 6
+    assert changes([]) == 0
+
+
 def test_sorted_orders_both_stores_by_sequence_number() -> None:
     st = replay(
         [
@@ -227,6 +359,9 @@ HISTORY: list[journal.Entry] = [
     (MOVE, SUB_DLQ, 5, (0, None, "app", "by hand")),
     (DEL, SUB_DLQ, 5, None),
     (PROPS, MAIN, 0, QueueProperties(name="orders", max_delivery_count=4)),
+    (SENT, MAIN, 6, ([arrived(message_id="e"), arrived(message_id="f")], 2.0, 60.0, False, True)),
+    (UPD, MAIN, 7, (1, ACTIVE, None)),
+    (DELS, MAIN, 0, [6, 4]),
 ]
 
 
