@@ -223,6 +223,8 @@ def _value_size(value: Any, where: str, *, nested: bool) -> int:
 
 def check_body(body: Any) -> int:
     """Validate a message body and return its encoded size in bytes."""
+    if body.__class__ is bytes:  # the common body, without the chain of type checks
+        return 5 + len(body)
     return _value_size(body, "body", nested=True)
 
 
@@ -259,11 +261,17 @@ def check_application_properties(props: dict[str, Any] | None) -> int:
     return total
 
 
+_strings = operator.attrgetter(*_STRING_FIELDS)
+_NO_STRINGS = (None,) * len(_STRING_FIELDS)
+
+
 def check_string_fields(record: MessageRecord) -> int:
     """Validate the system string properties; return their encoded size."""
+    values = _strings(record)
+    if values == _NO_STRINGS:  # none set (the common case): one comparison
+        return 0
     total = 0
-    for name in _STRING_FIELDS:
-        value = getattr(record, name)
+    for name, value in zip(_STRING_FIELDS, values, strict=True):
         if value is None:
             continue
         if not isinstance(value, str):

@@ -217,6 +217,22 @@ def test_encoded_size_rejects_non_amqp_bodies(body):
         encoded_size(MessageRecord(body=body))
 
 
+def test_encoded_size_counts_the_same_for_every_kind_of_string_and_binary_body():
+    """bytes take a shortcut past the type checks; it must count as the general rule does
+    (a bytearray, a str of the same length, a list's bytes element minus the list's own 9)."""
+    for n in (0, 1, 1000):
+        expect = encoded_size(MessageRecord(body="x" * n))
+        assert encoded_size(MessageRecord(body=b"x" * n)) == expect
+        assert encoded_size(MessageRecord(body=bytearray(b"x" * n))) == expect
+        assert encoded_size(MessageRecord(body=[b"x" * n])) - 9 == expect
+
+
+def test_encoded_size_counts_each_system_string_property():
+    plain = encoded_size(MessageRecord(body=b""))
+    for name in ("message_id", "correlation_id", "session_id", "subject", "to", "content_type"):
+        assert encoded_size(MessageRecord(body=b"", **{name: "abc"})) == plain + 5 + 3
+
+
 def test_encoded_size_grows_with_the_body():
     small = MessageRecord(body=b"x")
     big = MessageRecord(body=b"x" * 1001)
