@@ -20,8 +20,10 @@ arrived, with what stamping them needs (the time, the settings), and replay stam
 partition did. Pickling a ``PUT`` (and a ``DEDUP``) per message was the largest share of a
 durable partition's CPU after the calls themselves (py-spy, 1 KiB batches): one pickle of a
 send's rows costs a fifth of that. Likewise consecutive deletions from one store (a batch's
-completions) share one ``DELS`` entry. Logs written before these entries existed replay as
-before (``PUT``, ``DEDUP``, ``DEL``).
+completions) share one ``DELS`` entry, and a checkpoint's messages are ``PUTS`` entries of
+up to ``PUTS_MAX`` each (capturing a checkpoint runs on the partition's event loop). Logs and
+checkpoints written before these entries existed replay as before (``PUT``, ``DEDUP``,
+``DEL``).
 
 Locks are not journaled: after a restart every message that was locked is available again,
 and its delivery count is not charged for the crash.
@@ -55,6 +57,7 @@ __all__ = [
     "OUTBOX_DONE",
     "PROPS",
     "PUT",
+    "PUTS",
     "SENT",
     "SESSION",
     "SLOTS",
@@ -104,9 +107,17 @@ DELIVERED = 17  # seq: the number of a topic router's delivery applied; payload:
 # docstring). A message dead-lettered on arrival has a MOVE entry after it.
 SENT = 18
 DELS = 19  # payload: the sequence numbers deleted from its store, in order (consecutive DELs)
+# payload: (sequence numbers, rows): messages of its store as a checkpoint captures them, the
+# rows as ``to_wire`` makes them (a lock they show is dropped at replay); one entry per
+# ``PUTS_MAX`` messages or ``PUTS_MAX_BYTES``, not a PUT each.
+PUTS = 20
+PUTS_MAX = 1000
+PUTS_MAX_BYTES = 16 << 20
 
 # stores
 MAIN, SUB_DLQ = 0, 1
+
+_BATCHED = frozenset((SENT, PUTS))  # entries whose payload's first item holds many messages
 
 _NAMES = [f.name for f in fields(MessageRecord)]
 _BODY = _NAMES.index("body")
@@ -137,10 +148,12 @@ _MAX_OFFSET = 2**31 - 1  # a binary column's offsets are 32-bit
 
 
 def changes(entries: Iterable[Entry]) -> int:
-    """How many changes ``entries`` hold: one per entry, one per message of a ``SENT`` and per
-    number of a ``DELS``. What a committer counts toward its next checkpoint (a log's replay
-    work grows with changes, and one such entry may hold a whole batch's)."""
-    return sum(len(e[3][0]) if e[0] == SENT else len(e[3]) if e[0] == DELS else 1 for e in entries)
+    """How many changes ``entries`` hold: one per entry, one per message of a ``SENT`` or a
+    ``PUTS`` and per number of a ``DELS``. What a committer counts toward its next checkpoint
+    (a log's replay work grows with changes, and one such entry may hold a whole batch's)."""
+    return sum(
+        len(e[3][0]) if e[0] in _BATCHED else len(e[3]) if e[0] == DELS else 1 for e in entries
+    )
 
 
 def to_table(entries: Iterable[Entry]) -> pa.Table:
@@ -161,7 +174,7 @@ def to_table(entries: Iterable[Entry]) -> pa.Table:
         ops.append(op)
         stores.append(store)
         seqs.append(seq)
-        if op == SENT or (
+        if op in _BATCHED or (
             op == PUT and payload[_BODY].__class__ is bytes and len(payload[_BODY]) >= _LONG_BODY
         ):
             payloads.append(pickle_pieces(payload))
@@ -236,6 +249,15 @@ def replay(entries: Iterable[Entry], state: ReplayedState | None = None) -> Repl
         if op == PUT:
             stores[store][seq] = MessageRecord(*payload)
             st.next_seq = max(st.next_seq, seq + 1)
+        elif op == PUTS:
+            target = stores[store]
+            numbers, rows = payload
+            for number, row in zip(numbers, rows, strict=True):
+                message = MessageRecord(*row)
+                message.lock_token, message.locked_until = None, 0.0
+                target[number] = message
+            if numbers:
+                st.next_seq = max(st.next_seq, max(numbers) + 1)
         elif op == DELS:
             pop = stores[store].pop
             for number in payload:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .._models import QueueProperties
 from . import journal
-from .record import ACTIVE, SCHEDULED, MessageRecord
+from .record import ACTIVE, SCHEDULED, MessageRecord, to_wire
 from .sessions import SessionTable
 from .store import Store
 
@@ -53,12 +53,23 @@ class SnapshotOps:
         def _push_available(self, store: Store, rec: MessageRecord) -> None: ...
 
     def snapshot_entries(self) -> list[journal.Entry]:
-        """The whole durable state as entries (a checkpoint): messages without their locks,
-        duplicate-detection ids, and the next sequence number."""
+        """The whole durable state as entries (a checkpoint): messages in ``PUTS`` entries
+        (their locks are dropped at replay), duplicate-detection ids, and the next sequence
+        number."""
         out: list[journal.Entry] = []
         for store in (self._main, self._dlq):
+            numbers: list[int] = []
+            records: list[MessageRecord] = []
+            held = 0
             for seq, rec in store.messages.items():
-                out.append((journal.PUT, store.id, seq, journal.put_payload(rec)))
+                numbers.append(seq)
+                records.append(rec)
+                held += rec.size
+                if len(numbers) >= journal.PUTS_MAX or held >= journal.PUTS_MAX_BYTES:
+                    out.append((journal.PUTS, store.id, 0, (numbers, to_wire(records))))
+                    numbers, records, held = [], [], 0
+            if numbers:
+                out.append((journal.PUTS, store.id, 0, (numbers, to_wire(records))))
         for message_id, (accepted_at, seq) in self._dedup.items():
             slot = self._dedup_slots.get(message_id)
             payload: tuple[Any, ...] = (message_id, accepted_at)

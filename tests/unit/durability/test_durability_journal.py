@@ -22,6 +22,7 @@ from raybus._core.journal import (
     NEXT,
     PROPS,
     PUT,
+    PUTS,
     SENT,
     SUB_DLQ,
     UPD,
@@ -302,6 +303,42 @@ def test_deletions_from_the_two_stores_keep_entries_of_their_own() -> None:
         (DELS, MAIN, [a.sequence_number]),
         (DELS, SUB_DLQ, [b.sequence_number]),
     ]
+
+
+def test_puts_stores_each_row_under_its_number_without_its_lock() -> None:
+    locked = record(message_id="a")
+    locked.sequence_number = 5
+    locked.lock_token, locked.locked_until, locked.delivery_count = "tok", 9.0, 2
+    rows = to_wire([locked, record(message_id="b")])
+    st = replay([(PUTS, SUB_DLQ, 0, ([5, 3], rows))])
+    assert list(st.dead_letter) == [5, 3] and st.main == {}
+    a = st.dead_letter[5]
+    assert (a.message_id, a.lock_token, a.locked_until, a.delivery_count) == ("a", None, 0.0, 2)
+    assert st.dead_letter[3].message_id == "b"
+    assert st.next_seq == 6
+    assert locked.lock_token == "tok"  # the live record is untouched
+    assert replay([(PUTS, MAIN, 0, ([], []))]).next_seq == 0
+
+
+@pytest.mark.parametrize("limit", ["count", "bytes"])
+def test_a_checkpoint_holds_its_messages_in_puts_entries_of_bounded_size(
+    limit: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if limit == "count":
+        monkeypatch.setattr(journal, "PUTS_MAX", 3)
+    else:
+        monkeypatch.setattr(journal, "PUTS_MAX_BYTES", 3 * record(message_id="0").size)
+    p = Partition(QueueProperties(name="orders"), FakeClock(), 0)
+    p.enable_journal()
+    p.send([record(message_id=str(i)) for i in range(7)])
+    p.visible_seq = p.take_journal()[1]
+    p.receive(2)  # locked ones are captured without their locks
+    puts = [e for e in p.snapshot_entries() if e[0] == PUTS]
+    assert [len(e[3][0]) for e in puts] == [3, 3, 1]
+    assert changes(puts) == 7
+    st = replay(from_table(to_table(p.snapshot_entries())))
+    assert [r.message_id for r in st.main.values()] == [str(i) for i in range(7)]
+    assert all(r.lock_token is None for r in st.main.values())
 
 
 def test_changes_count_each_message_of_a_sent_and_each_number_of_a_dels() -> None:
