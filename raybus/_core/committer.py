@@ -19,9 +19,9 @@ Guarantees:
   else) the committer is ``broken``: it shows no message, refuses every change, and tells
   ``on_fatal``.
 * Checkpoints are taken when the log since the last one holds more changes than
-  ``max(checkpoint_min, 2 * live messages)`` (one per entry, one per message of a send's entry:
-  ``journal.changes``): recovery time stays bounded and a drained queue's
-  storage shrinks back to one small checkpoint. The state is captured at once, between two
+  ``max(checkpoint_min, 2 * live messages)`` (a message stored, settled or moved is one, though
+  a batch's share one entry: ``journal.changes``): recovery time stays bounded and a drained
+  queue's storage shrinks back to one small checkpoint. The state is captured at once, between two
   flushes (so it holds durable changes only), but written, and the log files it replaces
   deleted, in the background: flushes go on meanwhile, until the log holds twice the
   threshold (profiled: writing a checkpoint and deleting the files took 15 % of a busy
