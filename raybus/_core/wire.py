@@ -22,12 +22,14 @@ out larger than estimated only costs the object store's round trip; nothing depe
 
 from __future__ import annotations
 
+import operator
 import pickle
+from bisect import bisect_left
 from collections.abc import Sequence
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Any
 
-from .record import MessageRecord, WireRecord, to_wire, wire_size
+from .record import _ROW_ALLOWANCE, _SIZE_AT, MessageRecord, WireRecord, to_wire
 
 __all__ = [
     "INLINE_BYTES",
@@ -43,6 +45,8 @@ __all__ = [
     "unpack_rows",
 ]
 
+_size_of = operator.itemgetter(_SIZE_AT)  # a row's message size; ``wire_size`` adds the rest
+
 INLINE_BYTES = 80 * 1024  # under Ray's default 100 KiB, with room for the estimate's error
 MAX_PIECES = 6
 
@@ -57,21 +61,25 @@ def pieces_for(total_bytes: int) -> int:
 def split_rows(rows: Sequence[WireRecord], pieces: int) -> list[list[WireRecord]]:
     """``rows`` in order, cut into exactly ``pieces`` consecutive lists of about equal
     estimated size (some may be empty)."""
-    return _cut(rows, [wire_size(r) for r in rows], pieces)
+    return _cut(rows, pieces)
 
 
-def _cut(rows: Sequence[WireRecord], sizes: list[int], pieces: int) -> list[list[WireRecord]]:
+def _cut(rows: Sequence[WireRecord], pieces: int) -> list[list[WireRecord]]:
+    """A row goes to the piece its middle byte falls in (estimated sizes), so pieces stay
+    about equal. The borders are found by bisection over the running sizes, not by a Python
+    step per row (that step was 5 % of a sender's CPU in the e2e profile)."""
     if pieces <= 1:
         return [list(rows)]
-    share = sum(sizes) / pieces
-    out: list[list[WireRecord]] = [[] for _ in range(pieces)]
-    acc = 0
-    for row, size in zip(rows, sizes, strict=True):
-        # A row goes to the piece its middle byte falls in: pieces stay about equal.
-        k = min(pieces - 1, int((acc + size / 2) // share)) if share else 0
-        out[k].append(row)
-        acc += size
-    return out
+    sizes = [size + _ROW_ALLOWANCE for size in map(_size_of, rows)]
+    ends = list(accumulate(sizes))
+    total = ends[-1] if ends else 0
+    if not total:
+        return [list(rows)] + [[] for _ in range(pieces - 1)]
+    # Row i's middle byte is at ends[i] - sizes[i] / 2; piece k starts at the first row whose
+    # middle is at or past k * total / pieces. In integers (both sides times 2 * pieces): exact.
+    middles = [pieces * (2 * end - size) for end, size in zip(ends, sizes, strict=True)]
+    borders = [0, *(bisect_left(middles, 2 * k * total) for k in range(1, pieces)), len(rows)]
+    return [list(rows[borders[k] : borders[k + 1]]) for k in range(pieces)]
 
 
 def split_groups(groups: Sequence[Sequence[WireRecord]]) -> tuple[Any, ...]:
@@ -79,8 +87,8 @@ def split_groups(groups: Sequence[Sequence[WireRecord]]) -> tuple[Any, ...]:
     lengths, then the rows of all groups in order, in pieces (``join_groups`` undoes it)."""
     layout = [len(g) for g in groups]
     rows = list(chain.from_iterable(groups))
-    sizes = [wire_size(r) for r in rows]
-    return (layout, *_cut(rows, sizes, pieces_for(sum(sizes))))
+    estimate = sum(map(_size_of, rows)) + len(rows) * _ROW_ALLOWANCE
+    return (layout, *_cut(rows, pieces_for(estimate)))
 
 
 def send_args(groups: Sequence[Sequence[MessageRecord]]) -> tuple[Any, ...]:

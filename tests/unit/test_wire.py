@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from fractions import Fraction
 
 import pytest
 from hypothesis import given
@@ -77,6 +78,30 @@ def test_split_rows_keeps_every_row_in_order_in_about_equal_pieces(
     biggest = max(map(wire_size, got), default=0)
     for piece in out:  # a piece is its share, give or take the row on each border
         assert sum(map(wire_size, piece)) <= share + biggest
+
+
+def by_middle_byte(got: list[tuple[object, ...]], pieces: int) -> list[list[object]]:
+    """The rule, one row at a time and in exact fractions: a row goes to the piece its middle
+    byte falls in."""
+    share = Fraction(sum(map(wire_size, got)), pieces)
+    out: list[list[object]] = [[] for _ in range(pieces)]
+    acc = 0
+    for row in got:
+        size = wire_size(row)
+        out[min(pieces - 1, int((acc + Fraction(size, 2)) // share))].append(row)
+        acc += size
+    return out
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=70_000), min_size=1, max_size=120),
+    pieces=st.integers(min_value=2, max_value=MAX_PIECES),
+)
+def test_split_rows_puts_each_row_in_the_piece_its_middle_byte_falls_in(
+    sizes: list[int], pieces: int
+) -> None:
+    got = to_wire(MessageRecord(message_id=f"m{i}", size=s) for i, s in enumerate(sizes))
+    assert split_rows(got, pieces) == by_middle_byte(got, pieces)
 
 
 @given(st.lists(st.integers(min_value=0, max_value=40), max_size=12))
