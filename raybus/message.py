@@ -7,6 +7,7 @@ map one to one onto the AMQP 1.0 message format.
 
 from __future__ import annotations
 
+import operator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,21 @@ _FIELDS = (
     "content_type",
     "partition_key",
 )
+
+_fields_of = operator.attrgetter(*_FIELDS)
+_TTLS: dict[float, timedelta] = {}  # a queue's messages mostly share its default time to live
+
+
+def _time_to_live(seconds: float | None) -> timedelta | None:
+    """A received message's time to live as a timedelta (shared: timedeltas are immutable)."""
+    if seconds is None or seconds == float("inf"):
+        return None
+    ttl = _TTLS.get(seconds)
+    if ttl is None:
+        ttl = timedelta(seconds=seconds)
+        if len(_TTLS) < 1024:
+            _TTLS[seconds] = ttl
+    return ttl
 
 
 class ServiceBusMessage:
@@ -186,9 +202,10 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
     def __init__(self, record: MessageRecord, *, entity: str, kind: str) -> None:
         # Not calling super().__init__: the broker already validated this message. Fields go
         # straight into __dict__ (this runs for every received message).
-        ttl = record.time_to_live
         state = self.__dict__
+        at = record.scheduled_enqueue_time
         state.update(
+            zip(_FIELDS, _fields_of(record), strict=True),
             _record=record,
             _entity=entity,
             _kind=kind,
@@ -196,11 +213,9 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
             auto_renew_error=None,
             body=record.body,
             application_properties=record.application_properties,
-            time_to_live=None if ttl is None or ttl == float("inf") else timedelta(seconds=ttl),
-            scheduled_enqueue_time_utc=from_timestamp(record.scheduled_enqueue_time),
+            time_to_live=_time_to_live(record.time_to_live),
+            scheduled_enqueue_time_utc=None if at is None else from_timestamp(at),
         )
-        for name in _FIELDS:
-            state[name] = getattr(record, name)
 
     @property
     def sequence_number(self) -> int:
