@@ -335,6 +335,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         store, heap = self.receive_source(dead_letter, session)
         out: list[MessageRecord] = []
         limit = self.visible_seq
+        until = now + self._props.lock_duration_s
         while heap and len(out) < max_count:
             seq = heapq.heappop(heap)
             if not store.is_available(seq):
@@ -349,7 +350,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
                 self._record(journal.DEL, store, seq)
                 out.append(rec)
             else:
-                out.append(self._lock(store, rec, now))
+                out.append(self._lock(store, rec, until))
         self.stats["delivered"] += len(out)
         return out
 
@@ -419,7 +420,8 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
                 self._size -= rec.size
                 self._record(journal.DEL, self._main, rec.sequence_number)
             return found
-        return [self._lock(self._main, rec, now) for rec in found]
+        until = now + self._props.lock_duration_s
+        return [self._lock(self._main, rec, until) for rec in found]
 
     def peek(
         self,
@@ -531,7 +533,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         if in_transaction is None:  # a prepared transaction applies whatever the status
             self._check_receive()
         store, seq = self._locked(op.lock_token)
-        if self.pinned.get(op.lock_token, in_transaction) != in_transaction:
+        if self.pinned and self.pinned.get(op.lock_token, in_transaction) != in_transaction:
             raise InvalidArgumentError(
                 "the message is part of a transaction being committed; settle it there",
                 self.entity,
@@ -544,9 +546,10 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
             raise InvalidArgumentError(
                 "the message is already in the dead-letter sub-queue", self.entity, "message"
             )
-        for text, what in ((op.reason, "reason"), (op.description, "error_description")):
-            if text is not None and not isinstance(text, str):
-                raise InvalidArgumentError(f"{what} must be a str", self.entity, what)
+        if op.reason is not None or op.description is not None:
+            for text, what in ((op.reason, "reason"), (op.description, "error_description")):
+                if text is not None and not isinstance(text, str):
+                    raise InvalidArgumentError(f"{what} must be a str", self.entity, what)
         # Validated: apply.
         if op.properties:
             rec.application_properties = {**(rec.application_properties or {}), **op.properties}
@@ -698,18 +701,19 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         self._next_seq += 1
         return seq
 
-    def _lock(self, store: Store, rec: MessageRecord, now: float) -> MessageRecord:
+    def _lock(self, store: Store, rec: MessageRecord, until: float) -> MessageRecord:
+        """Lock ``rec`` until ``until`` (now plus the lock duration, computed once per call by
+        the caller), or under its session's lock."""
         token = self._tokens.next()
         rec.lock_token = token
         self._locks[token] = (store, rec.sequence_number)
-        if self._in_session(store, rec):
+        if self._sessions is not None and store is self._main and rec.session_id is not None:
             # Under the session's lock: released with it, never on its own.
-            assert self._sessions is not None and rec.session_id is not None
             s = self._sessions.by_id[rec.session_id]
             rec.locked_until = s.locked_until
             s.locked.add(token)
         else:
-            rec.locked_until = until = now + self._props.lock_duration_s
+            rec.locked_until = until
             heapq.heappush(self._lock_heap, (until, token))
         return self._export(rec)
 
