@@ -23,7 +23,8 @@ send's rows costs a fifth of that. Likewise consecutive deletions from one store
 completions) share one ``DELS`` entry, and a checkpoint's messages are ``PUTS`` entries of
 up to ``PUTS_MAX`` each (capturing a checkpoint runs on the partition's event loop). Logs and
 checkpoints written before these entries existed replay as before (``PUT``, ``DEDUP``,
-``DEL``).
+``DEL``); older code cannot replay these. One pickle per entry also stores a body object that
+several messages of a send share once.
 
 Locks are not journaled: after a restart every message that was locked is available again,
 and its delivery count is not charged for the crash.

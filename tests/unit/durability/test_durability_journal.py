@@ -254,6 +254,19 @@ def test_a_send_journals_one_sent_entry_that_replays_to_what_the_partition_store
     assert numbers[1] == numbers[0]  # the duplicate reports the original's number
 
 
+def test_a_body_shared_by_the_messages_of_a_send_is_logged_once() -> None:
+    p = Partition(QueueProperties(name="orders"), FakeClock(), 0)
+    p.enable_journal()
+    body = bytes(range(256)) * 40  # 10 KiB, one object for all of them
+    p.send([record(body=body, message_id=str(i)) for i in range(100)])
+    entries, _ = p.take_journal()
+    table = to_table(entries)
+    assert table.nbytes < 2 * len(body) + 100 * 200  # one body, and a small row each
+    st = replay(from_table(table))
+    assert len(st.main) == 100
+    assert all(rec.body == body for rec in st.main.values())
+
+
 def test_dels_removes_each_number_from_its_store_only() -> None:
     st = replay(
         [
