@@ -203,7 +203,6 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
         # Not calling super().__init__: the broker already validated this message. Fields go
         # straight into __dict__ (this runs for every received message).
         state = self.__dict__
-        at = record.scheduled_enqueue_time
         state.update(
             zip(_FIELDS, _fields_of(record), strict=True),
             _record=record,
@@ -214,7 +213,7 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
             body=record.body,
             application_properties=record.application_properties,
             time_to_live=_time_to_live(record.time_to_live),
-            scheduled_enqueue_time_utc=None if at is None else from_timestamp(at),
+            scheduled_enqueue_time_utc=from_timestamp(record.scheduled_enqueue_time),
         )
 
     @property

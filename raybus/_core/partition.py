@@ -707,8 +707,9 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         token = self._tokens.next()
         rec.lock_token = token
         self._locks[token] = (store, rec.sequence_number)
-        if self._sessions is not None and store is self._main and rec.session_id is not None:
+        if self._in_session(store, rec):
             # Under the session's lock: released with it, never on its own.
+            assert self._sessions is not None and rec.session_id is not None
             s = self._sessions.by_id[rec.session_id]
             rec.locked_until = s.locked_until
             s.locked.add(token)
