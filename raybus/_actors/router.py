@@ -37,7 +37,7 @@ from .. import _rpc
 from .._batching import Coalescer, deliver_apart
 from .._core.access import INTERNAL
 from .._core.fanout import Target, plan
-from .._core.record import WireRecord, from_wire, to_wire, wire_size
+from .._core.record import WireRecord, from_wire, to_wire, wire_sizes
 from .._core.registry import partition_actor_name, router_log_name, topic_schedule_log_name
 from .._core.sendable import check_sendable
 from .._core.wire import INLINE_BYTES, join_groups, send_args
@@ -342,7 +342,7 @@ class RouterActor(Guarded):
             ref = refs.get(key)
             if ref is None:
                 rows = to_wire(recs)
-                inline = sum(map(wire_size, rows)) <= INLINE_BYTES
+                inline = sum(wire_sizes(rows)) <= INLINE_BYTES
                 ref = refs[key] = rows if inline else ray.put(rows)
             participants.append((name, path, ref, [], []))
         commit = await self._coordinator.method()

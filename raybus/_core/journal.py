@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import array
 import pickle
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import fields
 from typing import Any
 
 import pyarrow as pa
 
-from .record import ACTIVE, MessageRecord, _to_wire, stamp_accepted
+from .record import ACTIVE, MessageRecord, _to_wire, stamp_accepted, to_wire
 from .slots import dedup_slot
 from .wire import PickledPieces, pickle_pieces
 
@@ -117,6 +117,41 @@ PUTS_MAX_BYTES = 16 << 20
 
 # stores
 MAIN, SUB_DLQ = 0, 1
+
+
+class Pending(list[Entry]):
+    """A partition's entries recorded and not yet taken. ``merged`` counts the deletions
+    merged into a ``DELS`` entry already here, so ``size`` grows with every step recorded;
+    a fresh ``Pending`` (what taking the entries leaves) counts from zero."""
+
+    merged: int = 0
+
+    def size(self) -> int:
+        return len(self) + self.merged
+
+
+def puts_entries(store: int, messages: Iterable[tuple[int, MessageRecord]]) -> list[Entry]:
+    """``messages`` of ``store`` (sequence number, record) as ``PUTS`` entries of up to
+    ``PUTS_MAX`` messages or ``PUTS_MAX_BYTES`` of bodies each."""
+    return [(PUTS, store, 0, (numbers, to_wire(records))) for numbers, records in _chunks(messages)]
+
+
+def _chunks(
+    messages: Iterable[tuple[int, MessageRecord]],
+) -> Iterator[tuple[list[int], list[MessageRecord]]]:
+    numbers: list[int] = []
+    records: list[MessageRecord] = []
+    held = 0
+    for seq, rec in messages:
+        numbers.append(seq)
+        records.append(rec)
+        held += rec.size
+        if len(numbers) >= PUTS_MAX or held >= PUTS_MAX_BYTES:
+            yield numbers, records
+            numbers, records, held = [], [], 0
+    if numbers:
+        yield numbers, records
+
 
 _BATCHED = frozenset((SENT, PUTS))  # entries whose payload's first item holds many messages
 

@@ -142,8 +142,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         )
         # Durable mode (see enable_journal): changes are recorded for the storage log, and
         # receivers see new messages only up to visible_seq, the last one made durable.
-        self._journal: list[journal.Entry] | None = None
-        self._merged = 0  # changes merged into an entry already in the journal (DELS)
+        self._journal: journal.Pending | None = None
         self.visible_seq: int | None = None
         # Scheduled messages turned active since the last flush: their new numbers are past
         # visible_seq, yet their content is durable (as scheduled), so peek shows them. A
@@ -795,7 +794,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
             # Consecutive deletions from one store share an entry (a batch's completions).
             if entries and (last := entries[-1])[0] == journal.DELS and last[1] == store.id:
                 last[3].append(seq)
-                self._merged += 1
+                entries.merged += 1
             else:
                 entries.append((journal.DELS, store.id, 0, [seq]))
             return

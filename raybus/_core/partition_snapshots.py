@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .._models import QueueProperties
 from . import journal
-from .record import ACTIVE, SCHEDULED, MessageRecord, to_wire
+from .record import ACTIVE, SCHEDULED, MessageRecord
 from .sessions import SessionTable
 from .store import Store
 
@@ -46,8 +46,7 @@ class SnapshotOps:
         prepared: dict[str, Any]
         delivered: dict[str, int]
         visible_seq: int | None
-        _journal: list[journal.Entry] | None
-        _merged: int
+        _journal: journal.Pending | None
 
         def _in_session(self, store: Store, rec: MessageRecord) -> bool: ...
         def _push_available(self, store: Store, rec: MessageRecord) -> None: ...
@@ -58,18 +57,7 @@ class SnapshotOps:
         number."""
         out: list[journal.Entry] = []
         for store in (self._main, self._dlq):
-            numbers: list[int] = []
-            records: list[MessageRecord] = []
-            held = 0
-            for seq, rec in store.messages.items():
-                numbers.append(seq)
-                records.append(rec)
-                held += rec.size
-                if len(numbers) >= journal.PUTS_MAX or held >= journal.PUTS_MAX_BYTES:
-                    out.append((journal.PUTS, store.id, 0, (numbers, to_wire(records))))
-                    numbers, records, held = [], [], 0
-            if numbers:
-                out.append((journal.PUTS, store.id, 0, (numbers, to_wire(records))))
+            out += journal.puts_entries(store.id, store.messages.items())
         for message_id, (accepted_at, seq) in self._dedup.items():
             slot = self._dedup_slots.get(message_id)
             payload: tuple[Any, ...] = (message_id, accepted_at)
@@ -168,16 +156,15 @@ class SnapshotOps:
         """Record every change for the storage log, and show receivers only messages up to
         ``visible_seq`` (set it after each durable flush). Memory-only partitions skip this."""
         if self._journal is None:
-            self._journal = []
+            self._journal = journal.Pending()
             self.visible_seq = self._next_seq - 1
 
     def take_journal(self) -> tuple[list[journal.Entry], int]:
         """The entries recorded since the last call, and the last sequence number assigned;
         once they are durable, set ``visible_seq`` to that number."""
-        entries = self._journal or []
+        entries: list[journal.Entry] = self._journal or []
         if self._journal is not None:
-            self._journal = []
-            self._merged = 0
+            self._journal = journal.Pending()
         return entries, self._next_seq - 1
 
     def has_journal(self) -> bool:
@@ -186,4 +173,4 @@ class SnapshotOps:
     def journal_size(self) -> int:
         """Changes recorded and not yet taken (entries, and deletions merged into one):
         compared before and after a step, whether that step changed durable state."""
-        return len(self._journal or ()) + self._merged
+        return 0 if self._journal is None else self._journal.size()

@@ -35,7 +35,7 @@ __all__ = [
     "snapshot",
     "stamp_accepted",
     "to_wire",
-    "wire_size",
+    "wire_sizes",
 ]
 
 # ServiceBusMessageState values (see raybus.enums).
@@ -117,9 +117,13 @@ _SIZE_AT = _WIRE_FIELDS.index("size")
 _ROW_ALLOWANCE = 192
 
 
-def wire_size(row: WireRecord) -> int:
-    """About how many bytes ``row`` takes in a remote call (``raybus._core.wire``)."""
-    return int(row[_SIZE_AT]) + _ROW_ALLOWANCE
+_size_of = operator.itemgetter(_SIZE_AT)
+
+
+def wire_sizes(rows: Iterable[WireRecord]) -> list[int]:
+    """About how many bytes each of ``rows`` takes in a remote call (``raybus._core.wire``):
+    its message's encoded size plus the allowance."""
+    return [size + _ROW_ALLOWANCE for size in map(_size_of, rows)]
 
 
 def to_wire(records: Iterable[MessageRecord]) -> list[WireRecord]:

@@ -22,14 +22,13 @@ out larger than estimated only costs the object store's round trip; nothing depe
 
 from __future__ import annotations
 
-import operator
 import pickle
 from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import accumulate, chain
 from typing import Any
 
-from .record import _ROW_ALLOWANCE, _SIZE_AT, MessageRecord, WireRecord, to_wire
+from .record import MessageRecord, WireRecord, to_wire, wire_sizes
 
 __all__ = [
     "INLINE_BYTES",
@@ -45,8 +44,6 @@ __all__ = [
     "unpack_rows",
 ]
 
-_size_of = operator.itemgetter(_SIZE_AT)  # a row's message size; ``wire_size`` adds the rest
-
 INLINE_BYTES = 80 * 1024  # under Ray's default 100 KiB, with room for the estimate's error
 MAX_PIECES = 6
 
@@ -61,16 +58,16 @@ def pieces_for(total_bytes: int) -> int:
 def split_rows(rows: Sequence[WireRecord], pieces: int) -> list[list[WireRecord]]:
     """``rows`` in order, cut into exactly ``pieces`` consecutive lists of about equal
     estimated size (some may be empty)."""
-    return _cut(rows, pieces)
+    return _cut(rows, wire_sizes(rows) if pieces > 1 else [], pieces)
 
 
-def _cut(rows: Sequence[WireRecord], pieces: int) -> list[list[WireRecord]]:
-    """A row goes to the piece its middle byte falls in (estimated sizes), so pieces stay
-    about equal. The borders are found by bisection over the running sizes, not by a Python
-    step per row (that step was 5 % of a sender's CPU in the e2e profile)."""
+def _cut(rows: Sequence[WireRecord], sizes: list[int], pieces: int) -> list[list[WireRecord]]:
+    """A row goes to the piece its middle byte falls in (``sizes``: the rows' estimated
+    sizes), so pieces stay about equal. The borders are found by bisection over the running
+    sizes, not by a Python step per row (that step was 5 % of a sender's CPU in the e2e
+    profile)."""
     if pieces <= 1:
         return [list(rows)]
-    sizes = [size + _ROW_ALLOWANCE for size in map(_size_of, rows)]
     ends = list(accumulate(sizes))
     total = ends[-1] if ends else 0
     if not total:
@@ -87,8 +84,8 @@ def split_groups(groups: Sequence[Sequence[WireRecord]]) -> tuple[Any, ...]:
     lengths, then the rows of all groups in order, in pieces (``join_groups`` undoes it)."""
     layout = [len(g) for g in groups]
     rows = list(chain.from_iterable(groups))
-    estimate = sum(map(_size_of, rows)) + len(rows) * _ROW_ALLOWANCE
-    return (layout, *_cut(rows, pieces_for(estimate)))
+    sizes = wire_sizes(rows)
+    return (layout, *_cut(rows, sizes, pieces_for(sum(sizes))))
 
 
 def send_args(groups: Sequence[Sequence[MessageRecord]]) -> tuple[Any, ...]:

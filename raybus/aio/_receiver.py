@@ -87,7 +87,7 @@ from .._actors.namespace import Route, TopicRoute
 from .._clock import from_timestamp
 from .._connection import Connection, SettleResults
 from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
-from .._core.record import MessageRecord, WireRecord, from_wire, wire_size
+from .._core.record import MessageRecord, WireRecord, from_wire, wire_sizes
 from .._core.wire import pieces_for
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import (
@@ -630,7 +630,7 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         learns their size for the next call's ``_pieces``."""
         rows: list[WireRecord] = list(chain.from_iterable(result)) if pieces > 1 else result
         if rows:
-            self._row_bytes = sum(map(wire_size, rows)) / len(rows)
+            self._row_bytes = sum(wire_sizes(rows)) / len(rows)
         return rows
 
     def _receive_done(

@@ -415,3 +415,18 @@ def test_a_rolled_back_transaction_carries_the_refusal_itself_across_pickling() 
     back = pickle.loads(pickle.dumps(exc))
     assert isinstance(back.cause, ServiceBusQuotaExceededError)
     assert (back.cause.size, back.cause.max_size, back.transaction_id) == (10, 5, "t1")
+
+
+def test_a_received_time_to_live_is_right_past_the_cache_of_shared_timedeltas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from raybus import message
+
+    monkeypatch.setattr(message, "_TTLS", {})
+    ttls = [0.5 + i for i in range(1500)]  # more distinct values than the cache keeps
+    got = [message._time_to_live(s) for s in ttls]
+    assert got == [timedelta(seconds=s) for s in ttls]
+    assert len(message._TTLS) <= 1024  # bounded: the rest are built, not kept
+    assert message._time_to_live(ttls[0]) is message._time_to_live(ttls[0])  # shared
+    assert message._time_to_live(ttls[-1]) == timedelta(seconds=ttls[-1])
+    assert message._time_to_live(None) is None and message._time_to_live(float("inf")) is None

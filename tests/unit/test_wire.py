@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raybus._core.record import MessageRecord, to_wire, wire_size
+from raybus._core.record import MessageRecord, to_wire, wire_sizes
 from raybus._core.wire import (
     INLINE_BYTES,
     MAX_PIECES,
@@ -49,7 +49,7 @@ def test_small_calls_stay_one_piece() -> None:
 
 def test_the_estimate_covers_what_pickle_writes() -> None:
     got = rows(200, 300)
-    estimated = sum(map(wire_size, got))
+    estimated = sum(wire_sizes(got))
     assert len(pickle.dumps(got, protocol=5)) <= estimated
 
 
@@ -74,20 +74,19 @@ def test_split_rows_keeps_every_row_in_order_in_about_equal_pieces(
     out = split_rows(got, pieces)
     assert len(out) == pieces
     assert [r for piece in out for r in piece] == got
-    share = sum(map(wire_size, got)) / pieces
-    biggest = max(map(wire_size, got), default=0)
+    share = sum(wire_sizes(got)) / pieces
+    biggest = max(wire_sizes(got), default=0)
     for piece in out:  # a piece is its share, give or take the row on each border
-        assert sum(map(wire_size, piece)) <= share + biggest
+        assert sum(wire_sizes(piece)) <= share + biggest
 
 
 def by_middle_byte(got: list[tuple[object, ...]], pieces: int) -> list[list[object]]:
     """The rule, one row at a time and in exact fractions: a row goes to the piece its middle
     byte falls in."""
-    share = Fraction(sum(map(wire_size, got)), pieces)
+    share = Fraction(sum(wire_sizes(got)), pieces)
     out: list[list[object]] = [[] for _ in range(pieces)]
     acc = 0
-    for row in got:
-        size = wire_size(row)
+    for row, size in zip(got, wire_sizes(got), strict=True):
         out[min(pieces - 1, int((acc + Fraction(size, 2)) // share))].append(row)
         acc += size
     return out
@@ -153,3 +152,13 @@ def test_a_pickle_in_pieces_is_the_pickle_and_hands_long_bodies_over_uncopied() 
     assert pickle.loads(b"".join(pieces))[2][2] == b"m" * (100 << 10)
     short = (1, True, [b"x" * 10])
     assert b"".join(pickle_pieces(short)) == pickle.dumps(short, protocol=5)
+
+
+def test_a_rows_size_is_its_message_size_plus_the_allowance() -> None:
+    got = to_wire([MessageRecord(message_id="a", size=0), MessageRecord(message_id="b", size=1000)])
+    small, large = wire_sizes(got)
+    assert large - small == 1000 and small > 0
+    # split_groups decides its piece count from the same sizes it cuts by.
+    many = to_wire(MessageRecord(message_id=str(i), size=1024) for i in range(100))
+    _layout, *pieces = split_groups([many])
+    assert len(pieces) == pieces_for(sum(wire_sizes(many))) == 2
