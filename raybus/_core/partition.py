@@ -369,6 +369,10 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         """Messages held (main queue, scheduled and dead-letter), without ticking."""
         return len(self._main.messages) + len(self._dlq.messages)
 
+    def message_bytes(self) -> int:
+        """The encoded size of the messages ``message_count`` counts."""
+        return self._size
+
     def receive_deferred(
         self,
         sequence_numbers: Sequence[int],

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "MAX_PROPERTIES_SIZE",
     "MAX_PROPERTY_SIZE",
+    "ROW_ALLOWANCE",
     "SCHEDULED",
     "MessageRecord",
     "active_expiry",
@@ -114,7 +115,7 @@ _to_wire = operator.attrgetter(*_WIRE_FIELDS)
 _SIZE_AT = _WIRE_FIELDS.index("size")
 # What a row costs on the wire beyond its message's encoded size: the tuple, the broker's
 # fields (numbers, times, a lock token) and pickling's framing (measured about 150 bytes).
-_ROW_ALLOWANCE = 192
+ROW_ALLOWANCE = 192
 
 
 _size_of = operator.itemgetter(_SIZE_AT)
@@ -123,7 +124,7 @@ _size_of = operator.itemgetter(_SIZE_AT)
 def wire_sizes(rows: Iterable[WireRecord]) -> list[int]:
     """About how many bytes each of ``rows`` takes in a remote call (``raybus._core.wire``):
     its message's encoded size plus the allowance."""
-    return [size + _ROW_ALLOWANCE for size in map(_size_of, rows)]
+    return [size + ROW_ALLOWANCE for size in map(_size_of, rows)]
 
 
 def to_wire(records: Iterable[MessageRecord]) -> list[WireRecord]:

@@ -30,6 +30,7 @@ from durability_helpers import (
     core_factory,
     counts_of,
     faulty_fs,
+    record,
     records,
     view,
 )
@@ -752,6 +753,71 @@ async def test_checkpoints_shrink_a_drained_queue_and_recovery_still_works(tmp_p
     assert again.core.send(records("next")) == [total + 1]
     await again.durable()
     assert [r.message_id for r in again.core.receive(2)] == ["next"]
+
+
+def quiet_committer(tmp_path: Path, clock: FakeClock, **options: Any) -> Committer:
+    """A Committer whose change threshold is out of reach: only bytes or quiet checkpoint."""
+    options.setdefault("checkpoint_min", 10**9)
+    return Committer(
+        core_factory(clock), DurableLog.from_storage_path(str(tmp_path), "p0"), **options
+    )
+
+
+async def fill_and_drain(c: Committer, n: int, body: int = 2000) -> None:
+    for i in range(0, n, 100):
+        c.core.send([record(os.urandom(body), message_id=f"m{j}") for j in range(i, i + 100)])
+        await c.durable()
+    while got := c.core.receive(100):
+        await settle_all(c, [SettleOp(COMPLETE, r.lock_token) for r in got])
+
+
+async def test_a_drained_queue_gives_its_disk_back_once_quiet(tmp_path, clock):
+    c = quiet_committer(tmp_path, clock, quiet_checkpoint=0.2)
+    await fill_and_drain(c, 500)
+    log = c.durable_log
+    full = log.size_bytes()
+    assert full > 1_000_000 and log.checkpoint_lsn is None  # no threshold was reached
+    await asyncio.sleep(0.1)
+    assert log.checkpoint_lsn is None  # not quiet for long enough yet
+    await eventually(lambda: log.size_bytes() < 20_000)
+    again = quiet_committer(tmp_path, clock)
+    assert counts_of(again.core) == (0, 0, 0, 0)
+
+
+async def test_a_quiet_queue_is_not_checkpointed_when_that_would_not_halve_its_storage(
+    tmp_path, clock
+):
+    c = quiet_committer(tmp_path, clock, quiet_checkpoint=0.05)
+    c.core.send([record(os.urandom(2000), message_id=f"m{j}") for j in range(300)])
+    await c.durable()
+    await c.checkpoint_now()
+    lsn = c.durable_log.checkpoint_lsn
+    assert lsn is not None
+    c.core.send(records("one more"))  # a change, but the messages are most of the storage
+    await c.durable()
+    await asyncio.sleep(0.3)
+    assert c.durable_log.checkpoint_lsn == lsn
+
+
+async def test_the_log_and_checkpoint_bytes_bound_a_queue_of_few_changes(tmp_path, clock):
+    c = quiet_committer(tmp_path, clock, checkpoint_min_bytes=400_000, quiet_checkpoint=None)
+    log = c.durable_log
+    for i in range(20):  # 20 changes of 50 kB each: far below any change threshold
+        c.core.send([record(os.urandom(50_000), message_id=f"m{i}")])
+        await c.durable()
+        got = c.core.receive(1)
+        await settle_all(c, [SettleOp(COMPLETE, got[0].lock_token)])
+    await eventually(lambda: c._checkpointing is None)
+    assert log.checkpoint_lsn is not None
+    # What a restart reads back, the checkpoint and the log after it, stays within
+    # max(400 kB, 2 x the messages held) plus the flush that crossed it.
+    found = DurableLog.from_storage_path(str(tmp_path), "p0").recover()
+    assert found.checkpoint is not None
+    read_back = found.checkpoint.nbytes + sum(t.nbytes for _, t in found.entries)
+    assert read_back < 400_000 + 60_000
+    again = quiet_committer(tmp_path, clock, checkpoint_min_bytes=400_000)
+    assert counts_of(again.core) == (0, 0, 0, 0)
+    assert again._stored_bytes() == read_back  # counted back at recovery
 
 
 async def test_checkpoints_bound_the_log_while_messages_are_settled_one_by_one(faulty, clock):
