@@ -36,6 +36,15 @@ _FIELDS = (
 )
 
 _fields_of = operator.attrgetter(*_FIELDS)
+# MessageRecord's fields: body, application_properties, _FIELDS, time_to_live,
+# scheduled_enqueue_time (ServiceBusMessage._build_record passes them by position).
+_RECORD_HEAD = (
+    "body",
+    "application_properties",
+    *_FIELDS,
+    "time_to_live",
+    "scheduled_enqueue_time",
+)
 _TTLS: dict[float, timedelta] = {}  # a queue's messages mostly share its default time to live
 
 
@@ -154,22 +163,16 @@ class ServiceBusMessage:
         if props is not None and isinstance(props, dict):
             props = dict(props)  # the broker must not share the caller's dict
         body = self.body
-        if isinstance(body, bytearray | memoryview):
+        if body.__class__ is not bytes and isinstance(body, bytearray | memoryview):
             body = bytes(body)
-        rec = MessageRecord(
-            body=body,
-            application_properties=props,
-            message_id=self.message_id,
-            correlation_id=self.correlation_id,
-            session_id=self.session_id,
-            reply_to=self.reply_to,
-            reply_to_session_id=self.reply_to_session_id,
-            to=self.to,
-            subject=self.subject,
-            content_type=self.content_type,
-            partition_key=self.partition_key,
-            time_to_live=None if ttl is None else ttl.total_seconds(),
-            scheduled_enqueue_time=None if at is None else to_timestamp(at),
+        # Positional, in MessageRecord's field order (_FIELDS are its fields 2-10): a call
+        # with 13 keywords took twice as long, and this runs for every message built.
+        rec = MessageRecord(  # type: ignore[call-arg]  # mypy cannot count the 9 in *
+            body,
+            props,
+            *_fields_of(self),
+            None if ttl is None else ttl.total_seconds(),
+            None if at is None else to_timestamp(at),
         )
         encoded_size(rec)
         return rec

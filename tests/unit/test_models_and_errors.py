@@ -430,3 +430,28 @@ def test_a_received_time_to_live_is_right_past_the_cache_of_shared_timedeltas(
     assert message._time_to_live(ttls[0]) is message._time_to_live(ttls[0])  # shared
     assert message._time_to_live(ttls[-1]) == timedelta(seconds=ttls[-1])
     assert message._time_to_live(None) is None and message._time_to_live(float("inf")) is None
+
+
+def test_every_field_a_sender_sets_reaches_the_record_in_its_place() -> None:
+    from dataclasses import fields
+
+    from raybus import ServiceBusMessage, message
+
+    names = [f.name for f in fields(MessageRecord)]
+    assert tuple(names[: len(message._RECORD_HEAD)]) == message._RECORD_HEAD
+    strings = {name: f"{name}-value" for name in message._FIELDS}
+    at = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    m = ServiceBusMessage(
+        bytearray(b"body"),
+        application_properties={"k": 1},
+        time_to_live=timedelta(seconds=90),
+        scheduled_enqueue_time_utc=at,
+        **strings,
+    )
+    rec = m._to_record()
+    assert rec.body == b"body" and type(rec.body) is bytes
+    assert rec.application_properties == {"k": 1}
+    assert rec.application_properties is not m.application_properties
+    assert {name: getattr(rec, name) for name in strings} == strings
+    assert rec.time_to_live == 90.0 and rec.scheduled_enqueue_time == at.timestamp()
+    assert rec.size > 0 and rec.sequence_number == 0 and rec.lock_token is None
