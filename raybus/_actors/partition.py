@@ -196,6 +196,9 @@ class PartitionActor(Guarded):
 
     def _on_deleted(self) -> None:
         self._notify()  # waiting receivers wake in ``_wait_change`` and raise
+        commit: Committer | None = getattr(self, "_commit", None)  # unset: log unreadable
+        if commit is not None:
+            commit.stop_quiet_checkpoints()  # nothing written after the storage is deleted
 
     @property
     def _core(self) -> Partition:

@@ -465,11 +465,20 @@ class Committer:
         if self._quiet is None:
             self._quiet = loop.call_later(self._quiet_s, self._when_quiet)
 
+    def stop_quiet_checkpoints(self) -> None:
+        """No checkpoint for quiet any more (the entity is being deleted: nothing may be
+        written after its storage is)."""
+        self._quiet_s = None
+        if self._quiet is not None:
+            self._quiet.cancel()
+            self._quiet = None
+
     def _when_quiet(self) -> None:
         """Checkpoint a partition quiet for ``quiet_checkpoint`` seconds when that at least
         halves its storage (a drained queue, a queue whose log outgrew its messages)."""
         self._quiet = None
-        assert self._quiet_s is not None
+        if self._quiet_s is None:
+            return
         loop = asyncio.get_running_loop()
         quiet_for = loop.time() - self._last_flush
         if quiet_for < self._quiet_s or self._checkpointing is not None:

@@ -1191,3 +1191,11 @@ async def test_durable_since_waits_for_its_own_changes_only(faulty, clock):
         log.release()
     await asyncio.wait_for(asyncio.gather(writing, pending, own), 5)
     assert ids(committer_on(fs, DIR, clock)) == {"b", "in-flight", "pending"}
+
+
+async def test_no_quiet_checkpoint_once_stopped(tmp_path, clock):
+    c = quiet_committer(tmp_path, clock, quiet_checkpoint=0.05)
+    await fill_and_drain(c, 200)
+    c.stop_quiet_checkpoints()  # the entity is being deleted
+    await asyncio.sleep(0.3)
+    assert c.durable_log.checkpoint_lsn is None
