@@ -20,12 +20,17 @@ Guarantees:
   ``on_fatal``.
 * Checkpoints are taken when the log since the last one holds more changes than
   ``max(checkpoint_min, 2 * live messages)`` (a message stored, settled or moved is one, though
-  a batch's share one entry: ``journal.changes``), or when that log and the last checkpoint
-  hold more bytes than ``max(checkpoint_min_bytes, 2 * what the live messages take)``:
-  recovery reads and replays a bounded amount, and a log of long messages does not grow to
-  thousands of them. A partition that has flushed nothing for ``quiet_checkpoint`` seconds
-  checkpoints too, if that at least halves what it stores: a drained queue's storage shrinks
-  back to one small checkpoint once it is quiet. Why the floors are high (10,000 changes,
+  a batch's share one entry: ``journal.changes``), or more bytes than
+  ``max(checkpoint_min_bytes, the last checkpoint's)``: recovery reads and replays a bounded
+  amount, and a log of long messages does not grow to thousands of them. Both count only the
+  log since the last checkpoint, which a checkpoint empties, so neither can fire again right
+  after one, whatever the checkpoint holds. A partition that has flushed nothing for
+  ``quiet_checkpoint`` seconds checkpoints too, if its messages (estimated: ``wire_sizes``)
+  would take less than half of what it stores, and the last checkpoint was not much larger
+  than that estimate said (duplicate-detection ids and session states are not in it: a
+  partition of those is left to the other two rules, else each quiet pause would rewrite
+  them): a drained queue's storage shrinks back to one small checkpoint once it is quiet.
+  Why the floors are high (10,000 changes,
   64 MiB): a checkpoint's cost is mostly fixed (capturing, a file written and fsynced, the
   directory fsynced, old files deleted), and with 1,000 a busy queue holding a few hundred
   messages took one every 500 messages sent and completed, 15 % of its partition's CPU
@@ -113,9 +118,9 @@ THREADED_AFTER_SLOW_S = 1.0
 # How long a flush that only callers nobody waits on need waits for a caller that waits to
 # share it (module docstring): longer than a client's turn between an answer and its next send.
 LAZY_LINGER_S = 0.002
-# A checkpoint is due once the log since the last one holds this many changes, or the log and
-# the last checkpoint this many bytes, or twice what the live messages would take, if more
-# (module docstring). Below CHECKPOINT_MIN a busy queue of few messages checkpointed every few
+# A checkpoint is due once the log since the last one holds this many changes (or twice the
+# messages held, if more) or this many bytes (or the last checkpoint's, if more): module
+# docstring. Below CHECKPOINT_MIN a busy queue of few messages checkpointed every few
 # hundred messages: 15 % of its partition's CPU (e2e profile, 1,000 against 10,000).
 CHECKPOINT_MIN = 10_000
 CHECKPOINT_MIN_BYTES = 64 << 20
@@ -168,6 +173,7 @@ class Committer:
         self._since_checkpoint = 0  # changes logged since the last checkpoint
         self._log_bytes = 0  # Arrow bytes logged since the last checkpoint
         self._checkpoint_bytes = 0  # the last checkpoint's
+        self._checkpoint_estimate = 0  # what ``_live_bytes`` said when it was captured
         self._on_fatal = on_fatal
         self._inline_bytes = inline_bytes
         self._monotonic = monotonic
@@ -217,6 +223,7 @@ class Committer:
         self._checkpoint_bytes = 0
         if found.checkpoint is not None:
             journal.replay(journal.from_table(found.checkpoint), state)
+            # Its estimate is unknown: taken as right, so one quiet checkpoint may follow.
             self._checkpoint_bytes = found.checkpoint.nbytes
         count = logged = 0
         for _lsn, table in found.entries:
@@ -230,6 +237,7 @@ class Committer:
             core.visible_seq = None  # acknowledged before written: visible at once
         self._since_checkpoint = count
         self._log_bytes = logged
+        self._checkpoint_estimate = self._checkpoint_bytes
 
     async def durable(
         self, *, after_inflight: bool = True, force: bool = False, lazy: bool = False
@@ -446,13 +454,23 @@ class Committer:
 
     def _live_bytes(self) -> int:
         """About what a checkpoint of the messages held now would take (``wire_sizes``'
-        estimate per message)."""
+        estimate per message; the rest of a checkpoint is not counted)."""
         core = self.core
         return core.message_bytes() + ROW_ALLOWANCE * core.message_count()
 
     def _checkpoint_due(self) -> bool:
         return self._since_checkpoint >= self._checkpoint_threshold() or (
-            self._stored_bytes() >= max(self._checkpoint_min_bytes, 2 * self._live_bytes())
+            self._log_bytes >= max(self._checkpoint_min_bytes, self._checkpoint_bytes)
+        )
+
+    def _quiet_checkpoint_pays(self) -> bool:
+        """Whether a checkpoint now would at least halve what is stored, going by the
+        messages' estimate, and that estimate held for the last checkpoint."""
+        trusted = self._checkpoint_bytes <= 2 * self._checkpoint_estimate + _QUIET_SLACK_BYTES
+        return (
+            self._since_checkpoint > 0
+            and trusted
+            and self._stored_bytes() >= 2 * self._live_bytes() + _QUIET_SLACK_BYTES
         )
 
     def _watch_quiet(self) -> None:
@@ -489,9 +507,7 @@ class Committer:
             return
         if self._task is not None or self.core.has_journal() or self.broken is not None:
             return  # a flush is due or under way: it watches again when it ends
-        if self._since_checkpoint and self._stored_bytes() >= (
-            2 * self._live_bytes() + _QUIET_SLACK_BYTES
-        ):
+        if self._quiet_checkpoint_pays():
             try:
                 self._start_checkpoint()
             except ServiceBusError:
@@ -516,13 +532,14 @@ class Committer:
             self._since_checkpoint = 0  # the log stays complete: only its length grows
             raise ServiceBusError(f"checkpoint not captured: {exc!r}", self.core.entity) from exc
         upto = self._log.next_lsn - 1
-        self._checkpointing = asyncio.ensure_future(
-            self._write_checkpoint(table, upto, self._since_checkpoint, self._log_bytes)
-        )
+        covered = (self._since_checkpoint, self._log_bytes, self._live_bytes())
+        self._checkpointing = asyncio.ensure_future(self._write_checkpoint(table, upto, covered))
 
     async def _write_checkpoint(
-        self, table: pa.Table, upto: int, covered: int, covered_bytes: int
+        self, table: pa.Table, upto: int, covered: tuple[int, int, int]
     ) -> None:
+        """Write ``table`` as the state up to ``upto``; ``covered``: the changes and bytes
+        of log it replaces, and the estimate of its size when it was captured."""
         assert self._log is not None
         try:
             await asyncio.to_thread(self._log.checkpoint, table, upto)
@@ -532,8 +549,9 @@ class Committer:
             _log.exception("checkpoint of %s failed", self.core.entity)
         else:
             # Entries flushed while it was written count toward the next one.
-            self._since_checkpoint = max(0, self._since_checkpoint - covered)
-            self._log_bytes = max(0, self._log_bytes - covered_bytes)
+            changes, logged, self._checkpoint_estimate = covered
+            self._since_checkpoint = max(0, self._since_checkpoint - changes)
+            self._log_bytes = max(0, self._log_bytes - logged)
             self._checkpoint_bytes = table.get_total_buffer_size()
         finally:
             self._checkpointing = None

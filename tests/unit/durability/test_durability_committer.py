@@ -755,16 +755,21 @@ async def test_checkpoints_shrink_a_drained_queue_and_recovery_still_works(tmp_p
     assert [r.message_id for r in again.core.receive(2)] == ["next"]
 
 
-def quiet_committer(tmp_path: Path, clock: FakeClock, **options: Any) -> Committer:
-    """A Committer whose change threshold is out of reach: only bytes or quiet checkpoint."""
+def quiet_committer(
+    tmp_path: Path, clock: FakeClock, queue: dict[str, Any] | None = None, **options: Any
+) -> Committer:
+    """A Committer whose change threshold is out of reach: only bytes or quiet checkpoint.
+    ``queue``: the queue's properties."""
     options.setdefault("checkpoint_min", 10**9)
     return Committer(
-        core_factory(clock), DurableLog.from_storage_path(str(tmp_path), "p0"), **options
+        core_factory(clock, **(queue or {})),
+        DurableLog.from_storage_path(str(tmp_path), "p0"),
+        **options,
     )
 
 
-async def fill_and_drain(c: Committer, n: int, body: int = 2000) -> None:
-    for i in range(0, n, 100):
+async def fill_and_drain(c: Committer, n: int, body: int = 2000, start: int = 0) -> None:
+    for i in range(start, start + n, 100):
         c.core.send([record(os.urandom(body), message_id=f"m{j}") for j in range(i, i + 100)])
         await c.durable()
     while got := c.core.receive(100):
@@ -810,14 +815,44 @@ async def test_the_log_and_checkpoint_bytes_bound_a_queue_of_few_changes(tmp_pat
     await eventually(lambda: c._checkpointing is None)
     assert log.checkpoint_lsn is not None
     # What a restart reads back, the checkpoint and the log after it, stays within
-    # max(400 kB, 2 x the messages held) plus the flush that crossed it.
+    # the checkpoint (one message at most) and 400 kB of log, plus the flush that crossed it.
     found = DurableLog.from_storage_path(str(tmp_path), "p0").recover()
     assert found.checkpoint is not None
     read_back = found.checkpoint.nbytes + sum(t.nbytes for _, t in found.entries)
-    assert read_back < 400_000 + 60_000
+    assert read_back < 51_000 + 400_000 + 51_000
     again = quiet_committer(tmp_path, clock, checkpoint_min_bytes=400_000)
     assert counts_of(again.core) == (0, 0, 0, 0)
     assert again._stored_bytes() == read_back  # counted back at recovery
+
+
+DEDUP = {"requires_duplicate_detection": True}
+
+
+async def test_a_checkpoint_larger_than_the_byte_floor_does_not_trigger_the_next(tmp_path, clock):
+    # Duplicate-detection ids stay in every checkpoint after their messages are gone: a
+    # rule that counted the checkpoint against its floor would checkpoint after every flush.
+    c = quiet_committer(tmp_path, clock, DEDUP, checkpoint_min_bytes=20_000, quiet_checkpoint=None)
+    await fill_and_drain(c, 2000, body=10)
+    await c.checkpoint_now()
+    assert c._checkpoint_bytes > 20_000
+    lsn = c.durable_log.checkpoint_lsn
+    for i in range(5):
+        c.core.send(records(f"x{i}"))
+        await c.durable()
+    await asyncio.sleep(0.05)
+    assert c.durable_log.checkpoint_lsn == lsn
+
+
+async def test_a_quiet_pause_rewrites_a_checkpoint_of_ids_at_most_once(tmp_path, clock):
+    c = quiet_committer(tmp_path, clock, DEDUP, quiet_checkpoint=0.05)
+    await fill_and_drain(c, 2000, body=2000)
+    await eventually(lambda: c.durable_log.size_bytes() < 1_000_000)  # quiet: compacted
+    lsn = c.durable_log.checkpoint_lsn
+    assert lsn is not None and c._checkpoint_bytes > 64 * 1024  # the ids, no message
+    for pause in range(3):  # a change, then a quiet pause, each time
+        await fill_and_drain(c, 100, body=10, start=10_000 + 100 * pause)
+        await asyncio.sleep(0.2)
+    assert c.durable_log.checkpoint_lsn == lsn  # the estimate missed the ids: left alone
 
 
 async def test_checkpoints_bound_the_log_while_messages_are_settled_one_by_one(faulty, clock):
