@@ -784,7 +784,7 @@ async def test_a_drained_queue_gives_its_disk_back_once_quiet(tmp_path, clock):
     assert full > 1_000_000 and log.checkpoint_lsn is None  # no threshold was reached
     await asyncio.sleep(0.1)
     assert log.checkpoint_lsn is None  # not quiet for long enough yet
-    await eventually(lambda: log.size_bytes() < 20_000)
+    await eventually(lambda: log.size_bytes() < 20_000 and c._checkpointing is None)
     again = quiet_committer(tmp_path, clock)
     assert counts_of(again.core) == (0, 0, 0, 0)
 
@@ -846,8 +846,10 @@ async def test_a_checkpoint_larger_than_the_byte_floor_does_not_trigger_the_next
 async def test_a_quiet_pause_rewrites_a_checkpoint_of_ids_at_most_once(tmp_path, clock):
     c = quiet_committer(tmp_path, clock, DEDUP, quiet_checkpoint=0.05)
     await fill_and_drain(c, 2000, body=2000)
-    await eventually(lambda: c.durable_log.size_bytes() < 1_000_000)  # quiet: compacted
-    lsn = c.durable_log.checkpoint_lsn
+    log = c.durable_log
+    # Quiet: compacted (and the checkpoint's write finished, not just its files deleted).
+    await eventually(lambda: log.size_bytes() < 1_000_000 and c._checkpointing is None)
+    lsn = log.checkpoint_lsn
     assert lsn is not None and c._checkpoint_bytes > 64 * 1024  # the ids, no message
     for pause in range(3):  # a change, then a quiet pause, each time
         await fill_and_drain(c, 100, body=10, start=10_000 + 100 * pause)
