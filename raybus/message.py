@@ -36,15 +36,6 @@ _FIELDS = (
 )
 
 _fields_of = operator.attrgetter(*_FIELDS)
-# MessageRecord's fields: body, application_properties, _FIELDS, time_to_live,
-# scheduled_enqueue_time (ServiceBusMessage._build_record passes them by position).
-_RECORD_HEAD = (
-    "body",
-    "application_properties",
-    *_FIELDS,
-    "time_to_live",
-    "scheduled_enqueue_time",
-)
 _TTLS: dict[float, timedelta] = {}  # a queue's messages mostly share its default time to live
 
 
