@@ -217,8 +217,24 @@ def to_table(entries: Iterable[Entry]) -> pa.Table:
             long = True
         else:
             payloads.append(pickle.dumps(payload, protocol=5))
-    column: Any = _joined(payloads) if long else payloads
-    return pa.table([ops, stores, seqs, column], schema=SCHEMA)
+    column: Any = _joined(payloads) if long else pa.array(payloads, _BINARY)
+    if isinstance(column, list):  # past 32-bit offsets: Arrow's conversion chunks it
+        return pa.table([ops, stores, seqs, column], schema=SCHEMA)
+    # Built from buffers: ``pa.table`` converting Python lists took 14.6 us for a one-row
+    # flush, this 8 (and a flush of one message of 64 KiB builds two tables).
+    n = len(ops)
+    return pa.Table.from_arrays(
+        [
+            pa.Array.from_buffers(_INT8, n, [None, pa.py_buffer(array.array("b", ops))]),
+            pa.Array.from_buffers(_INT8, n, [None, pa.py_buffer(array.array("b", stores))]),
+            pa.Array.from_buffers(_INT64, n, [None, pa.py_buffer(array.array("q", seqs))]),
+            column,
+        ],
+        schema=SCHEMA,
+    )
+
+
+_INT8, _INT64, _BINARY = pa.int8(), pa.int64(), pa.binary()
 
 
 def _joined(payloads: list[bytes | PickledPieces]) -> pa.Array | list[bytes]:

@@ -138,12 +138,17 @@ class _Pieces:
         self.closed = True
 
 
+# Explicit: without options, every writer reads two environment variables that would switch
+# the format (2.6 us of a short record's 8); the log's format does not follow the environment.
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions()
+
+
 def _write_stream(sink: pa.NativeFile, data: Batches) -> None:
     if isinstance(data, pa.Table):
-        with pa.ipc.new_stream(sink, data.schema) as writer:
+        with pa.ipc.new_stream(sink, data.schema, options=_IPC_OPTIONS) as writer:
             writer.write_table(data)
     elif isinstance(data, pa.RecordBatch):
-        with pa.ipc.new_stream(sink, data.schema) as writer:
+        with pa.ipc.new_stream(sink, data.schema, options=_IPC_OPTIONS) as writer:
             writer.write_batch(data)
     else:
         batches = list(data)
@@ -153,7 +158,7 @@ def _write_stream(sink: pa.NativeFile, data: Batches) -> None:
             if not isinstance(batch, pa.RecordBatch):
                 raise TypeError(f"expected pyarrow.RecordBatch, got {type(batch).__name__}")
         schema = batches[0].schema
-        with pa.ipc.new_stream(sink, schema) as writer:
+        with pa.ipc.new_stream(sink, schema, options=_IPC_OPTIONS) as writer:
             for batch in batches:
                 if not batch.schema.equals(schema):
                     raise ValueError("all record batches of one append must share a schema")
