@@ -229,7 +229,7 @@ class Committer:
         for _lsn, table in found.entries:
             entries = journal.from_table(table)
             count += journal.changes(entries)
-            logged += table.nbytes
+            logged += table.nbytes  # not the buffers' total: read tables slice one buffer
             journal.replay(entries, state)
         core.load(state)
         core.enable_journal()

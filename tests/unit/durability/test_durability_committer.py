@@ -1236,3 +1236,23 @@ async def test_no_quiet_checkpoint_once_stopped(tmp_path, clock):
     c.stop_quiet_checkpoints()  # the entity is being deleted
     await asyncio.sleep(0.3)
     assert c.durable_log.checkpoint_lsn is None
+
+
+async def test_a_quiet_checkpoint_that_cannot_be_captured_is_tried_once_and_serving_goes_on(
+    tmp_path, clock, monkeypatch
+):
+    c = quiet_committer(tmp_path, clock, quiet_checkpoint=0.05)
+    await fill_and_drain(c, 200)
+    attempts: list[float] = []
+
+    def broken() -> Any:
+        attempts.append(time.monotonic())
+        raise TypeError("injected: a state that does not encode")
+
+    monkeypatch.setattr(c.core, "snapshot_entries", broken)
+    await eventually(lambda: len(attempts) == 1)
+    await asyncio.sleep(0.3)  # several quiet periods: the check waits for a new flush
+    assert len(attempts) == 1 and c.durable_log.checkpoint_lsn is None
+    c.core.send(records("after"))
+    await c.durable()  # the log is still written
+    assert [r.message_id for r in c.core.receive(1)] == ["after"]
