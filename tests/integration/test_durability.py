@@ -54,6 +54,24 @@ def _wait_until(check: object, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
+def _restart(client: raybus.ServiceBusClient, queue: str) -> None:
+    """Kill ``queue``'s partition actor and wait until its successor answers. ``ray.kill``
+    returns before the old process has died, and until it has, the old actor still answers
+    (with the counts a test would wait for); its lane address names its process."""
+    handle = _partition(client, queue)
+    before = ray.get(handle.lane_address.remote())[1]
+    ray.kill(handle, no_restart=False)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if ray.get(handle.lane_address.remote(), timeout=5)[1] != before:
+                return
+        except ray.exceptions.RayError:
+            pass  # restarting
+        assert time.monotonic() < deadline, "the partition actor did not restart"
+        time.sleep(0.1)
+
+
 def test_killed_partition_actor_recovers_every_acknowledged_message(
     durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
 ) -> None:
@@ -70,7 +88,7 @@ def test_killed_partition_actor_recovers_every_acknowledged_message(
         locked = got[50:]  # still locked when the actor dies
     completed = {m.message_id for m in got[:50]}
 
-    ray.kill(_partition(client, "orders"), no_restart=False)
+    _restart(client, "orders")
     _wait_until(lambda: admin.get_queue_runtime_properties("orders").active_message_count == 150)
 
     seen: dict[str, int] = {}
@@ -108,7 +126,7 @@ def test_completions_sent_without_waiting_are_durable_once_close_returns(
                     sender.send_messages(ServiceBusMessage(f"late{i}", message_id=f"late{i}"))
     assert asked and not any(asked)  # every completion went without waiting
 
-    ray.kill(_partition(client, "orders"), no_restart=False)
+    _restart(client, "orders")
     _wait_until(lambda: admin.get_queue_runtime_properties("orders").active_message_count == 4)
     with client.get_queue_receiver("orders", max_wait_time=3) as receiver:
         left = _receive_n(receiver, 4)
@@ -126,8 +144,7 @@ def test_sequence_numbers_keep_increasing_after_a_restart_of_a_drained_queue(
         sender.send_messages([ServiceBusMessage(str(i)) for i in range(10)])
     with client.get_queue_receiver("q", max_wait_time=5) as receiver:
         receiver.complete_messages(receiver.receive_messages(10))
-    ray.kill(_partition(client, "q"), no_restart=False)
-    time.sleep(1.5)
+    _restart(client, "q")
     with client.get_queue_sender("q") as sender:
         _wait_until(lambda: sender.send_messages(ServiceBusMessage("after")) is None)
     with client.get_queue_receiver("q", max_wait_time=5) as receiver:
@@ -177,8 +194,7 @@ def test_updated_properties_survive_a_partition_restart(
     admin.update_queue(props)
     with client.get_queue_sender("props") as sender:
         sender.send_messages(ServiceBusMessage("poison"))
-    ray.kill(_partition(client, "props"), no_restart=False)
-    time.sleep(1.5)
+    _restart(client, "props")
     with client.get_queue_receiver("props", max_wait_time=10) as receiver:
         (msg,) = receiver.receive_messages()
         receiver.abandon_message(msg)  # one delivery is the maximum now: dead-lettered
