@@ -76,3 +76,7 @@ class Endpoint(Protocol):
         """Complete/ack what receive returned (peek-lock); a no-op for receive-and-delete."""
 
     async def close(self) -> None: ...
+
+    # Optional, receivers: ``stop()`` is called when every message is settled, before the
+    # worker cancels a receive still waiting; an endpoint whose receive runs on a thread
+    # of its own makes that receive return (asyncio's cancel cannot reach it).

@@ -37,6 +37,10 @@ import _common
 from _peer_base import SYSTEMS, make_body, parse_body
 from _stats import latency_summary
 
+# How long a receive waits for a message before it returns empty (and its task looks again
+# whether its source is done).
+RECEIVE_WAIT_S = 0.2
+
 
 def _peer(system: str) -> Any:
     return importlib.import_module(f"_peer_{SYSTEMS[system]['peer']}")
@@ -131,12 +135,30 @@ async def run_receivers(
     await go.wait()
     deadline = time.monotonic() + cell["timeout"]
     t_first: list[float] = []
+    settled, t_settled = [0], []
+    receiving: dict[int, asyncio.Task[Any]] = {}  # task j, while it waits in a receive
 
-    async def task(src: int, ep: Any) -> None:
+    def finished() -> None:
+        """Every message is settled: competing receivers still waiting in a receive (up to
+        ``RECEIVE_WAIT_S``) stop waiting, so the rate is the system's, not the wait's."""
+        t_settled.append(time.time())
+        for j, waiting in list(receiving.items()):
+            getattr(eps[j][1], "stop", lambda: None)()
+            waiting.cancel()
+
+    async def task(j: int, src: int, ep: Any) -> None:
         while counts[src] < n and not problems:
             if time.monotonic() > deadline:
                 return
-            got = await ep.receive(max_n, 0.2)
+            receiving[j] = asyncio.current_task()  # type: ignore[assignment]
+            try:
+                got = await ep.receive(max_n, RECEIVE_WAIT_S)
+            except asyncio.CancelledError:
+                if t_settled:  # finished() stopped this wait: the run is over
+                    return
+                raise
+            finally:
+                del receiving[j]
             now = time.time()
             if not got:
                 continue
@@ -155,8 +177,11 @@ async def run_receivers(
                 latencies.append(now - sent_at)
             counts[src] += len(got)
             await ep.settle([tok for _b, tok in got])
+            settled[0] += len(got)
+            if settled[0] == n * sources:
+                finished()
 
-    await asyncio.gather(*(task(src, ep) for src, ep in eps))
+    await asyncio.gather(*(task(j, src, ep) for j, (src, ep) in enumerate(eps)))
     await asyncio.gather(*(ep.close() for _src, ep in eps))
     t_end = time.time()
     missing = sum(n - c for c in counts)
@@ -165,6 +190,7 @@ async def run_receivers(
     return {
         "t_first": t_first[0] if t_first else None,
         "t_end": t_end,
+        "t_settled": t_settled[0] if t_settled else None,
         "received": sum(counts),
         "problems": problems,
         "latency": latency_summary(latencies) if latencies else None,

@@ -221,6 +221,7 @@ class Runner:
         out.update(
             seconds=elapsed,
             send_seconds=sent["t_end"] - sent["t_start"],
+            settled_seconds=got["t_settled"] and got["t_settled"] - sent["t_start"],
             latency=got["latency"],
         )
         if cell.get("rate"):

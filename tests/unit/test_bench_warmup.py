@@ -33,6 +33,8 @@ class Broker:
         self.queues: list[asyncio.Queue[bytes]] = [asyncio.Queue() for _ in range(sources)]
         self.log: list[tuple[Any, ...]] = []
         self.unsettled = 0
+        self.stopped = 0
+        self.closed = 0
 
 
 class Sender:
@@ -77,8 +79,11 @@ class Receiver:
     async def settle(self, tokens: list[int]) -> None:
         self.broker.unsettled -= len(tokens)
 
+    def stop(self) -> None:
+        self.broker.stopped += 1
+
     async def close(self) -> None:
-        pass
+        self.broker.closed += 1
 
 
 @pytest.fixture
@@ -219,3 +224,19 @@ def test_more_rounds_get_a_proportionally_larger_time_budget() -> None:
     assert three.budget == 3 * one.budget and three.rounds == 3
     assert suite.parse_args(["--rounds", "3", "--budget", "50"]).budget == 50
     assert suite.parse_args(["--quick"]).budget < one.budget
+
+
+def test_competing_receivers_still_waiting_at_the_end_are_not_timed(
+    events: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the last message is settled, the competing receivers still waiting in a receive
+    stop waiting: the run's end is the closes right after, not their waits running out (every
+    system's 8-receiver cells counted up to one wait, 0.2 s, that was not the system's)."""
+    monkeypatch.setattr(_worker, "RECEIVE_WAIT_S", 60.0)
+    cell = _cell(1, 8, 0, "batch")
+    broker, _rx, got, _sent = asyncio.run(asyncio.wait_for(_run_cell(cell, events), 30))
+
+    assert got["problems"] == [] and got["received"] == N and broker.unsettled == 0
+    assert got["t_settled"] <= got["t_end"] < got["t_settled"] + 5  # not the 60 s wait
+    assert broker.stopped >= 1  # those waiting were told first (a thread's receive needs it)
+    assert broker.closed == 8  # and every endpoint was closed before the end was taken
