@@ -24,7 +24,7 @@ import raybus
 from raybus import ServiceBusMessage
 from raybus._core.registry import partition_storage_dirs
 from raybus._storage import StorageCorruptedError
-from raybus.exceptions import ServiceBusError
+from raybus.exceptions import MessagingEntityNotFoundError, ServiceBusError
 from raybus.management import ServiceBusAdministrationClient
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
@@ -35,6 +35,7 @@ SENT = [f"m{i}" for i in range(15)]
 @dataclass
 class Stored:
     client: raybus.ServiceBusClient
+    admin: ServiceBusAdministrationClient
     log_dir: Path
     partition: Any
 
@@ -53,7 +54,7 @@ def stored(ray_cluster: str, tmp_path: Path) -> Iterator[Stored]:
     route = ray.get(client._aio._conn.registry.route.remote("q"))
     log_dir = Path(storage, *partition_storage_dirs(ns, "q", route.incarnation, 0), "log")
     assert len(record_starts(segments(log_dir)[-1].read_bytes())) >= 3
-    yield Stored(client, log_dir, route.existing()[0][1])
+    yield Stored(client, admin, log_dir, route.existing()[0][1])
     try:
         admin.delete_queue("q")
     except ServiceBusError:
@@ -94,6 +95,37 @@ def test_partition_restarted_while_its_storage_is_unreadable_comes_back_when_it_
         except ServiceBusError:
             assert time.monotonic() < deadline, "never came back once the storage answered"
             time.sleep(0.5)
+
+
+@pytest.mark.parametrize("damage", ["unreadable", "damaged"])
+def test_a_queue_whose_log_cannot_be_read_can_still_be_deleted(stored: Stored, damage: str) -> None:
+    """Deleting a queue whose restarted partition cannot read its log works: an unreadable log
+    (the actor exits and Ray restarts it, over and over) or a damaged one (the actor stays up
+    without a committer, answering ``StorageCorruptedError``). The storage goes, the queue's
+    users are told it is gone, and a new queue of the same name starts empty."""
+    if damage == "unreadable":
+        stored.log_dir.rename(stored.log_dir.with_name("log.away"))
+        stored.log_dir.write_text("not a directory")  # every read of the log fails
+    else:
+        _garble_second_record(stored.log_dir)
+    _kill_and_wait(stored.partition)
+    with pytest.raises(ServiceBusError) as err:
+        _receive_all(stored.client)
+    assert isinstance(err.value, StorageCorruptedError) == (damage == "damaged"), repr(err.value)
+    entity_dir = stored.log_dir.parents[1]  # the queue incarnation: every partition's files
+    assert entity_dir.is_dir()
+
+    stored.admin.delete_queue("q")
+    assert not entity_dir.exists(), "the deleted queue's storage is still there"
+    with (
+        pytest.raises(MessagingEntityNotFoundError),
+        stored.client.get_queue_sender("q") as sender,
+    ):
+        sender.send_messages(ServiceBusMessage("after the delete"))
+    stored.admin.create_queue("q")
+    with stored.client.get_queue_sender("q") as sender:
+        sender.send_messages(ServiceBusMessage("new", message_id="new"))
+    assert _receive_all(stored.client) == ["new"]
 
 
 def _garble_second_record(log_dir: Path) -> tuple[Path, bytes, dict[str, bytes]]:
