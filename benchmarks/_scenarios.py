@@ -111,7 +111,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         "default_sizes": [1024],
         "throughput_systems": ["raybus", "raybus-express", "rabbitmq", "actor", "rayqueue"],
         "batch_n": 2000,
-        "single_n": 150,
+        # 150 took 0.15 s a cell, which one hiccup decided (a 1 KiB single cell read 0.69x
+        # RabbitMQ in one quick run, 1.11x and 1.09x in the two right after): 500 costs each
+        # single cell about a second more (the bare actor's: two) and the run ~10 s.
+        "single_n": 500,
         "many_n": 1500,
         "bytes_cap": 40 << 20,
         "topic_n": {"topic10": 300, "topic100": 100},
