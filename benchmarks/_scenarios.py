@@ -110,18 +110,20 @@ PROFILES: dict[str, dict[str, Any]] = {
         "batch_only_sizes": [65536],
         "default_sizes": [1024],
         "throughput_systems": ["raybus", "raybus-express", "rabbitmq", "actor", "rayqueue"],
-        "batch_n": 2000,
-        # 150 took 0.15 s a cell, which one hiccup decided (a 1 KiB single cell read 0.69x
-        # RabbitMQ in one quick run, 1.11x and 1.09x in the two right after): 500 costs each
-        # single cell about a second more (the bare actor's: two) and the run ~10 s.
+        # Cells long enough that one hiccup does not decide them (each system's): with 2,000
+        # batched, 1,500 per-message-sender and 150 single messages, raybus's cells lasted
+        # 0.04-0.23 s, and a 1 KiB single cell read 0.69x RabbitMQ in one quick run, 1.11x
+        # and 1.09x in the two right after. The batched and many-sender cells now move what
+        # the full profile's do; the run takes about 1.5 minutes instead of one.
+        "batch_n": 10000,
         "single_n": 500,
-        "many_n": 1500,
-        "bytes_cap": 40 << 20,
-        "topic_n": {"topic10": 300, "topic100": 100},
+        "many_n": 4000,
+        "bytes_cap": 160 << 20,
+        "topic_n": {"topic10": 1000, "topic100": 100},
         "latency_s": 1.5,
         "rounds": 1,
         "timeout": 40.0,
-        "budget_s": 100.0,
+        "budget_s": 150.0,
         # Cells that feed a target first: on a loaded machine the budget cuts the others.
         "single_last": True,
     },
