@@ -221,7 +221,10 @@ class Runner:
         out.update(
             seconds=elapsed,
             send_seconds=sent["t_end"] - sent["t_start"],
-            settled_seconds=got["t_settled"] and got["t_settled"] - sent["t_start"],
+            # Informational: the rate's end is after the receivers closed (``t_end``).
+            settled_seconds=None
+            if got["t_settled"] is None
+            else got["t_settled"] - sent["t_start"],
             latency=got["latency"],
         )
         if cell.get("rate"):

@@ -30,10 +30,10 @@ Guarantees:
   than that estimate said (duplicate-detection ids and session states are not in it: a
   partition of those is left to the other two rules, else each quiet pause would rewrite
   them): a drained queue's storage shrinks back to one small checkpoint once it is quiet.
-  Why the floors are high (10,000 changes,
-  64 MiB): a checkpoint's cost is mostly fixed (capturing, a file written and fsynced, the
-  directory fsynced, old files deleted), and with 1,000 a busy queue holding a few hundred
-  messages took one every 500 messages sent and completed, 15 % of its partition's CPU
+  Why the floors are high (10,000 changes, 64 MiB): a checkpoint's cost is mostly fixed
+  (capturing, a file written and fsynced, the directory fsynced, old files deleted), and
+  with 1,000 a busy queue holding a few hundred messages took one every 500 messages sent
+  and completed, 15 % of its partition's CPU
   (``benchmarks/profile_hot_paths.py --scenario e2e``, A/B alternating, medians of three:
   partition CPU 19.7 against 23.2 ms per 1,000 messages, 30.9k against 27.6k msg/s); replaying
   10,000 changes takes a fraction of a second. The state is captured at once, between two

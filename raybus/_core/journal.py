@@ -255,7 +255,7 @@ def _joined(payloads: list[bytes | PickledPieces]) -> pa.Array | list[bytes]:
         return [b"".join(p) if isinstance(p, PickledPieces) else p for p in payloads]
     data = b"".join(parts)
     buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    return pa.Array.from_buffers(pa.binary(), len(payloads), buffers)
+    return pa.Array.from_buffers(_BINARY, len(payloads), buffers)
 
 
 def from_table(table: pa.Table) -> list[Entry]:

@@ -73,12 +73,19 @@ def _kill_and_wait(partition: Any) -> None:
     time.sleep(3)  # the kill lands and the restart's recovery runs
 
 
+def _make_unreadable(log_dir: Path) -> Path:
+    """Put the log aside and a file in its place: every read of the log fails. Returns where
+    the log went."""
+    aside = log_dir.with_name("log.away")
+    log_dir.rename(aside)
+    log_dir.write_text("not a directory")
+    return aside
+
+
 def test_partition_restarted_while_its_storage_is_unreadable_comes_back_when_it_answers(
     stored: Stored,
 ) -> None:
-    aside = stored.log_dir.with_name("log.away")
-    stored.log_dir.rename(aside)
-    stored.log_dir.write_text("not a directory")  # every read of the log fails
+    aside = _make_unreadable(stored.log_dir)
     try:
         _kill_and_wait(stored.partition)
         with pytest.raises(ServiceBusError) as err:
@@ -104,8 +111,7 @@ def test_a_queue_whose_log_cannot_be_read_can_still_be_deleted(stored: Stored, d
     without a committer, answering ``StorageCorruptedError``). The storage goes, the queue's
     users are told it is gone, and a new queue of the same name starts empty."""
     if damage == "unreadable":
-        stored.log_dir.rename(stored.log_dir.with_name("log.away"))
-        stored.log_dir.write_text("not a directory")  # every read of the log fails
+        _make_unreadable(stored.log_dir)
     else:
         _garble_second_record(stored.log_dir)
     _kill_and_wait(stored.partition)
