@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._context import ProcessorContext as ProcessorContext
     from ._core.pool import ProcessorStatistics as ProcessorStatistics
+    from ._retry import RetryMode as RetryMode
     from ._sync_client import AutoLockRenewer as AutoLockRenewer
     from ._sync_client import ServiceBusClient as ServiceBusClient
     from ._sync_client import ServiceBusProcessor as ServiceBusProcessor
@@ -46,6 +47,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "._context": ("ProcessorContext",),
     "._core.pool": ("ProcessorStatistics",),
+    "._retry": ("RetryMode",),
     "._sync_client": (
         "AutoLockRenewer",
         "ServiceBusClient",

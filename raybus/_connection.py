@@ -27,6 +27,7 @@ from ._batching import Coalescer
 from ._core.partition import SettleOp
 from ._core.record import MessageRecord
 from ._core.wire import send_args
+from ._retry import RetryPolicy
 from .auth import Credential, resource_path
 from .exceptions import (
     InvalidArgumentError,
@@ -139,6 +140,7 @@ class Connection:
         address: str | None = None,
         storage_path: str | None = None,
         credential: Credential | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         if not isinstance(namespace, str) or not _NAMESPACE_RE.match(namespace):
             raise InvalidArgumentError(
@@ -151,6 +153,7 @@ class Connection:
         self.namespace = namespace
         self.storage_path = resolve_storage_path(storage_path)
         self.credential = credential
+        self.retry = retry or RetryPolicy()  # the client's retry options (``raybus._retry``)
         self._registry = namespace_actor(namespace, self.storage_path)
         self.registry = self.authed(self._registry, None)
         self._coordinator: Any = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -38,6 +39,16 @@ __all__ = ["READ_RETRIES", "ActorGoneError", "actor_gone", "call", "call_sync", 
 
 # Reads and receives ride out an actor restart (~1 s) by retrying this often.
 READ_RETRIES = 5
+
+# Seconds to wait before the n-th repeat of a call (1 for the first) after an error.
+Backoff = Callable[[int, BaseException], float]
+
+
+def _default_backoff(retry: int, error: BaseException) -> float:
+    """0.25 s, 0.5 s, 1 s, 2 s, 2 s, ...: raybus's own calls (routes, counts) ride out an
+    actor restart of about a second."""
+    return min(2.0, 0.25 * 2.0 ** (retry - 1))
+
 
 _log = logging.getLogger("raybus.rpc")
 
@@ -119,15 +130,19 @@ async def call(
     timeout: float | None = None,
     retries: int = 0,
     returns: int = 1,
+    backoff: Backoff | None = None,
 ) -> Any:
     """Call ``method.remote(*args)`` and await its result, translating failures.
 
     If this raises ``ServiceBusConnectionError`` or ``OperationTimeoutError`` the call may have
     taken effect. ``retries`` repeats the call that many times after a
-    ``ServiceBusConnectionError`` (an actor restarting), backing off 0.25 s, 0.5 s, ... up to
-    2 s: only for calls whose repetition is harmless (reads, receives). ``returns`` > 1 calls
-    a method that returns that many values (``num_returns``) and gives them as a list.
+    ``ServiceBusConnectionError`` (an actor restarting), waiting ``backoff(n, error)`` seconds
+    before the n-th repeat (default 0.25 s, 0.5 s, ... up to 2 s; a client's calls pass its
+    retry policy's): only for calls whose repetition is harmless (reads, receives).
+    ``returns`` > 1 calls a method that returns that many values (``num_returns``) and gives
+    them as a list.
     """
+    wait = backoff or _default_backoff
     for attempt in range(retries + 1):
         lane = _over_lane(method, args)
         if lane is not None:
@@ -145,7 +160,7 @@ async def call(
             if attempt == retries or not isinstance(error, ServiceBusConnectionError):
                 raise error from None
             _log.info("retrying %s on %s after: %s", _name(method), entity, error)
-            await asyncio.sleep(min(2.0, 0.25 * 2**attempt))
+            await asyncio.sleep(wait(attempt + 1, error))
             continue
         try:
             if returns > 1:
@@ -161,7 +176,7 @@ async def call(
             if attempt == retries or not isinstance(error, ServiceBusConnectionError):
                 raise error from None
             _log.info("retrying %s on %s after: %s", _name(method), entity, error)
-        await asyncio.sleep(min(2.0, 0.25 * 2**attempt))
+        await asyncio.sleep(wait(attempt + 1, error))
     raise AssertionError("unreachable")
 
 
@@ -172,9 +187,11 @@ def call_sync(
     timeout: float | None = None,
     retries: int = 0,
     returns: int = 1,
+    backoff: Backoff | None = None,
 ) -> Any:
-    """The blocking twin of ``call`` (same retry and ``returns`` rules), for the sync API's
-    direct paths."""
+    """The blocking twin of ``call`` (same retry, ``backoff`` and ``returns`` rules), for the
+    sync API's direct paths."""
+    wait = backoff or _default_backoff
     for attempt in range(retries + 1):
         try:
             if returns > 1:
@@ -186,7 +203,7 @@ def call_sync(
             if attempt == retries or not isinstance(error, ServiceBusConnectionError):
                 raise error from None
             _log.info("retrying %s on %s after: %s", _name(method), entity, error)
-        time.sleep(min(2.0, 0.25 * 2**attempt))
+        time.sleep(wait(attempt + 1, error))
     raise AssertionError("unreachable")
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from . import _sync, aio
 from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ._core.pool import ProcessorStatistics
+from ._retry import RetryMode
 from ._sync import run
 from .aio import EntityInfo, _complete
 from .aio._fanout import _past
@@ -471,9 +472,20 @@ class ServiceBusClient:
         address: str | None = None,
         storage_path: str | None = None,
         credential: Credential | None = None,
+        retry_total: int = 3,
+        retry_backoff_factor: float = 0.8,
+        retry_backoff_max: float = 120,
+        retry_mode: RetryMode | str = RetryMode.EXPONENTIAL,
     ) -> None:
         self._aio = aio.ServiceBusClient(
-            namespace, address=address, storage_path=storage_path, credential=credential
+            namespace,
+            address=address,
+            storage_path=storage_path,
+            credential=credential,
+            retry_total=retry_total,
+            retry_backoff_factor=retry_backoff_factor,
+            retry_backoff_max=retry_backoff_max,
+            retry_mode=retry_mode,
         )
         self.namespace = namespace
 
@@ -611,10 +623,22 @@ def connect(
     *,
     storage_path: str | None = None,
     credential: Credential | None = None,
+    retry_total: int = 3,
+    retry_backoff_factor: float = 0.8,
+    retry_backoff_max: float = 120,
+    retry_mode: RetryMode | str = RetryMode.EXPONENTIAL,
 ) -> ServiceBusClient:
     """Join the Ray cluster at ``address`` (default: the local one, started if needed) and
     the raybus ``namespace`` (its registry actor is created if it does not exist yet; with
-    ``storage_path`` it is durable and finds its entities and messages there again)."""
+    ``storage_path`` it is durable and finds its entities and messages there again). The
+    ``retry_*`` options are the client's (``raybus.aio.ServiceBusClient``)."""
     return ServiceBusClient(
-        namespace, address=address, storage_path=storage_path, credential=credential
+        namespace,
+        address=address,
+        storage_path=storage_path,
+        credential=credential,
+        retry_total=retry_total,
+        retry_backoff_factor=retry_backoff_factor,
+        retry_backoff_max=retry_backoff_max,
+        retry_mode=retry_mode,
     )

@@ -10,6 +10,7 @@ from .. import _rpc
 from .._clock import to_timestamp
 from .._connection import Connection
 from .._models import validate_entity_name
+from .._retry import RetryMode, RetryPolicy
 from .._topic_models import subscription_path
 from ..auth import Credential
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
@@ -34,6 +35,12 @@ class ServiceBusClient:
     survive actor, process and cluster restarts; ``"memory://"`` keeps it in memory only. It
     takes effect when the namespace's registry is first created. Construction joins Ray if this
     process has not yet (blocking, once).
+
+    ``retry_total``, ``retry_backoff_factor``, ``retry_backoff_max`` and ``retry_mode`` are
+    azure-servicebus's retry options, with its defaults: how often, and after how long, a call
+    that failed for a transient reason is repeated. Which failures raybus repeats (receives
+    and peeks after a partition restart; sends only when nothing was stored, or when duplicate
+    detection makes a repeat safe) is in ``raybus._retry``.
     """
 
     def __init__(
@@ -43,8 +50,15 @@ class ServiceBusClient:
         address: str | None = None,
         storage_path: str | None = None,
         credential: Credential | None = None,
+        retry_total: int = 3,
+        retry_backoff_factor: float = 0.8,
+        retry_backoff_max: float = 120,
+        retry_mode: RetryMode | str = RetryMode.EXPONENTIAL,
     ) -> None:
-        self._conn = Connection(namespace, address, storage_path, credential)
+        retry = RetryPolicy.from_options(
+            retry_total, retry_backoff_factor, retry_backoff_max, retry_mode
+        )
+        self._conn = Connection(namespace, address, storage_path, credential, retry)
         self.namespace = namespace
 
     def get_queue_sender(self, queue_name: str) -> ServiceBusSender:

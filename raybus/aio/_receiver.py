@@ -89,6 +89,7 @@ from .._connection import Connection, SettleResults
 from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
 from .._core.record import MessageRecord, WireRecord, from_wire, wire_sizes
 from .._core.wire import pieces_for
+from .._retry import RetryPolicy
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import (
     InvalidArgumentError,
@@ -118,10 +119,11 @@ _WAIT_SLICE_S = 30.0
 _END_WAIT_S = 5.0
 
 
-def _retries(method_name: str) -> int:
-    """Receives and peeks ride out a partition restart; settlements are not repeated (a
-    repeated one would fail on the new lock table anyway)."""
-    return _rpc.READ_RETRIES if method_name in ("receive", "peek") else 0
+def _retries(method_name: str, policy: RetryPolicy) -> int:
+    """Receives and peeks ride out a partition restart, as often as the client's retry policy
+    says; settlements are not repeated (a repeated one would fail on the new lock table
+    anyway)."""
+    return policy.total if method_name in ("receive", "peek") else 0
 
 
 def lock_token_of(message: Any) -> str:
@@ -289,7 +291,8 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
                 getattr(actor, method_name),
                 *args,
                 timeout=timeout,
-                retries=_retries(method_name),
+                retries=_retries(method_name, self._conn.retry),
+                backoff=self._conn.retry.delay,
                 returns=returns,
             )
         except MessagingEntityNotFoundError:
@@ -666,7 +669,8 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
                 entity,
                 getattr(route.partitions[0], method_name),
                 *args,
-                retries=_retries(method_name),
+                retries=_retries(method_name, self._conn.retry),
+                backoff=self._conn.retry.delay,
                 returns=returns,
             )
         except MessagingEntityNotFoundError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterable
 from datetime import datetime
@@ -15,6 +16,7 @@ from .._connection import Connection
 from .._core.record import SCHEDULED, MessageRecord, snapshot
 from .._core.sendable import check_sendable
 from .._core.wire import send_args
+from .._retry import send_repeatable
 from .._topic_models import is_subscription
 from ..exceptions import (
     InvalidArgumentError,
@@ -22,6 +24,7 @@ from ..exceptions import (
     MessagingEntityNotFoundError,
     OperationTimeoutError,
     PartitionMovedError,
+    ServiceBusError,
 )
 from ..message import ServiceBusMessage, ServiceBusMessageBatch
 from ._sequence_reads import check_sequence_numbers
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
     from ._transaction import ServiceBusTransaction
 
 __all__ = ["ServiceBusSender"]
+
+_log = logging.getLogger("raybus.send")
 
 # How long a send keeps following partition changes before giving up.
 REDIRECT_DEADLINE_S = 60.0
@@ -147,12 +152,19 @@ class ServiceBusSender:
                 self.entity_path,
                 "entity",
             )
+        policy = self._conn.retry
+        repeatable = send_repeatable(
+            route.properties.requires_duplicate_detection
+            and all(rec.message_id is not None for rec in records)
+        )
         if isinstance(route, TopicRoute):
             # A topic's copies get their numbers in each subscription: none to report.
-            await self._conn.publisher(route.properties.name, route.router).submit(records)
+            publisher = self._conn.publisher(route.properties.name, route.router)
+            await policy.run(lambda: publisher.submit(records), repeatable, self.entity_path)
             return []
         deadline = time.monotonic() + REDIRECT_DEADLINE_S
         delay = 0.005
+        retry = 0  # of the client's retry policy: shares refused for a transient reason
         while True:
             subset = [records[i] for i in todo]
             groups = self._groups(route, subset)
@@ -165,6 +177,8 @@ class ServiceBusSender:
             ]
             results = await asyncio.gather(*futs, return_exceptions=True)
             moved: list[int] = []
+            again: list[int] = []  # shares to repeat under the retry policy
+            again_after: BaseException | None = None
             first_error: BaseException | None = None
             gone = any(isinstance(r, MessagingEntityNotFoundError) for r in results)
             # A partition removed by a change (not the queue deleted): resend by the new map.
@@ -175,23 +189,41 @@ class ServiceBusSender:
                 ):
                     moved.extend(todo[j] for j in idxs)
                 elif isinstance(result, BaseException):
-                    first_error = first_error or result
+                    if retry < policy.total and repeatable(result):
+                        again.extend(todo[j] for j in idxs)
+                        again_after = result
+                    else:
+                        first_error = first_error or result
                 else:
                     for j, seq in zip(idxs, result, strict=True):
                         out[todo[j]] = seq
             if first_error is not None:
                 raise first_error
-            if not moved:
+            if not moved and not again:
                 return out
-            if time.monotonic() > deadline:
+            if moved and time.monotonic() > deadline:
                 raise OperationTimeoutError(
                     "the queue's partitions kept changing; some messages were not sent",
                     entity,
                 )
-            await asyncio.sleep(delay)
-            delay = min(0.1, delay * 2)
-            todo = sorted(moved)
-            route = await self._route(refresh=True)
+            if again:
+                retry += 1
+                wait = policy.delay(retry, again_after)
+                _log.info(
+                    "retry %d of %d of a send to %s in %.2f s after: %r",
+                    retry,
+                    policy.total,
+                    entity,
+                    wait,
+                    again_after,
+                )
+            else:
+                wait = delay
+                delay = min(0.1, delay * 2)
+            await asyncio.sleep(wait)
+            todo = sorted(moved + again)
+            if moved:
+                route = await self._route(refresh=True)
 
     async def _check_transactional(self) -> None:
         route = await self._route()
@@ -213,8 +245,16 @@ class ServiceBusSender:
             return False
         if _lane.open_from(_sync.loop(), route.partitions[0]):
             return False  # a lane from raybus's loop costs less than a Ray call from here
-        if records:
-            entity = route.properties.name
+        if not records:
+            return True
+        entity = route.properties.name
+        policy = self._conn.retry
+        repeatable = send_repeatable(
+            route.properties.requires_duplicate_detection
+            and all(rec.message_id is not None for rec in records)
+        )
+        retry = 0
+        while True:
             try:
                 (result,) = _rpc.call_sync(
                     entity, route.partitions[0].send_groups, *send_args([records])
@@ -222,11 +262,25 @@ class ServiceBusSender:
             except MessagingEntityNotFoundError:
                 self._conn.forget(self.entity_path)
                 raise
+            except ServiceBusError as exc:  # the connection broke: the outcome is unknown
+                result = exc
             if isinstance(result, PartitionMovedError):
                 return False  # the partition count changed: resend by the new map
-            if isinstance(result, BaseException):
+            if not isinstance(result, BaseException):
+                return True
+            if retry >= policy.total or not repeatable(result):
                 raise result
-        return True
+            retry += 1
+            wait = policy.delay(retry, result)
+            _log.info(
+                "retry %d of %d of a send to %s in %.2f s after: %r",
+                retry,
+                policy.total,
+                entity,
+                wait,
+                result,
+            )
+            time.sleep(wait)
 
     async def send_messages(
         self,

@@ -22,6 +22,7 @@ from topics_support import _bodies, _drain
 
 import raybus
 from raybus import ServiceBusMessage, _lane, _rpc
+from raybus._storage.errors import StorageUnavailableError
 from raybus.exceptions import ServiceBusError
 from raybus.management import ServiceBusAdministrationClient
 
@@ -36,10 +37,15 @@ def _writes_work(handle: Any) -> int:
     return int(ray.get(handle.__ray_call__.remote(faults._disarm_storage_fault)))
 
 
-def _partition_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the settle and receive calls made from now on, by either path."""
+_SETTLES_AND_RECEIVES = frozenset({"settle", "settle_receive", "receive"})
+
+
+def _partition_calls(
+    monkeypatch: pytest.MonkeyPatch, names: frozenset[str] = _SETTLES_AND_RECEIVES
+) -> list[str]:
+    """The names of the calls of ``names`` (settles and receives) made from now on, by
+    either path."""
     calls: list[str] = []
-    names = {"settle", "settle_receive", "receive"}
 
     def spied(real: Any) -> Any:
         def spy(entity: Any, method: Any, *args: Any, **kw: Any) -> Any:
@@ -123,3 +129,61 @@ def test_a_logged_publish_waits_out_a_subscription_whose_writes_fail(
     for sub in ("a", "b"):
         assert _bodies(_drain(client, t, sub, 3)) == ["m0", "m1", "m2"], sub
     admin.delete_topic(t)
+
+
+@pytest.mark.parametrize("lanes", [True, False], ids=["over-its-loop-and-lane", "direct"])
+def test_a_send_whose_write_fails_is_repeated_by_the_retry_policy_until_it_is_stored(
+    admin: ServiceBusAdministrationClient,
+    namespace: str,
+    queue: str,
+    lanes: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failed flush stores nothing (the partition rolls back), so the client's retry policy
+    repeats the send, on the sync API's direct path as on its loop, until the writes work:
+    the message is there once."""
+    monkeypatch.setattr(_lane, "ENABLED", lanes)
+    with (
+        raybus.ServiceBusClient(namespace, retry_total=8, retry_backoff_factor=0.3) as client,
+        client.get_queue_sender(queue) as sender,
+    ):
+        sender.send_messages(ServiceBusMessage("m0"))
+        part = _partition(client, queue)
+        deadline = time.monotonic() + 10
+        while lanes and not _lane.open_from(raybus._sync.loop(), part):  # set up meanwhile
+            assert time.monotonic() < deadline, "the loop's lane to the partition never opened"
+            time.sleep(0.05)
+        calls = _partition_calls(monkeypatch, frozenset({"send_groups"}))
+        _writes_fail(part)
+        threading.Timer(1.0, _writes_work, (part,)).start()
+        started = time.monotonic()
+        sender.send_messages(ServiceBusMessage("m1"))
+        assert time.monotonic() - started > 0.9  # it did wait for the writes
+        assert len(calls) >= 2, calls  # the first try failed: it was repeated
+    assert admin.get_queue_runtime_properties(queue).active_message_count == 2
+    with (
+        raybus.ServiceBusClient(namespace) as client,
+        client.get_queue_receiver(queue, max_wait_time=5) as receiver,
+    ):
+        got = receiver.receive_messages(2, max_wait_time=5)
+        receiver.complete_messages(got)
+    assert sorted(str(m) for m in got) == ["m0", "m1"]
+
+
+def test_with_no_retries_a_send_whose_write_fails_raises_and_stores_nothing(
+    admin: ServiceBusAdministrationClient, namespace: str, queue: str
+) -> None:
+    with (
+        raybus.ServiceBusClient(namespace, retry_total=0) as client,
+        client.get_queue_sender(queue) as sender,
+    ):
+        sender.send_messages(ServiceBusMessage("m0"))
+        part = _partition(client, queue)
+        _writes_fail(part)
+        try:
+            with pytest.raises(StorageUnavailableError) as err:
+                sender.send_messages([ServiceBusMessage("m1"), ServiceBusMessage("m2")])
+            assert err.value.retryable
+        finally:
+            assert _writes_work(part) > 0
+    assert admin.get_queue_runtime_properties(queue).active_message_count == 1
