@@ -134,11 +134,13 @@ class RetryPolicy:
                 if retry >= self.total or not repeatable(exc):
                     raise
                 retry += 1
-                wait = self.delay(retry, exc)
-                _log.info(
-                    "retry %d of %d of %s in %.2f s after: %r", retry, self.total, what, wait, exc
-                )
-                await asyncio.sleep(wait)
+                await asyncio.sleep(self.wait_before(retry, exc, what))
+
+    def wait_before(self, retry: int, error: BaseException, what: str) -> float:
+        """``delay(retry, error)``, logged as retry number ``retry`` of ``what``."""
+        wait = self.delay(retry, error)
+        _log.info("retry %d of %d of %s in %.2f s after: %r", retry, self.total, what, wait, error)
+        return wait
 
 
 def send_repeatable(dedup_safe: bool) -> Callable[[BaseException], bool]:

@@ -623,22 +623,11 @@ def connect(
     *,
     storage_path: str | None = None,
     credential: Credential | None = None,
-    retry_total: int = 3,
-    retry_backoff_factor: float = 0.8,
-    retry_backoff_max: float = 120,
-    retry_mode: RetryMode | str = RetryMode.EXPONENTIAL,
 ) -> ServiceBusClient:
     """Join the Ray cluster at ``address`` (default: the local one, started if needed) and
     the raybus ``namespace`` (its registry actor is created if it does not exist yet; with
-    ``storage_path`` it is durable and finds its entities and messages there again). The
-    ``retry_*`` options are the client's (``raybus.aio.ServiceBusClient``)."""
+    ``storage_path`` it is durable and finds its entities and messages there again). For the
+    retry options, make a ``ServiceBusClient``."""
     return ServiceBusClient(
-        namespace,
-        address=address,
-        storage_path=storage_path,
-        credential=credential,
-        retry_total=retry_total,
-        retry_backoff_factor=retry_backoff_factor,
-        retry_backoff_max=retry_backoff_max,
-        retry_mode=retry_mode,
+        namespace, address=address, storage_path=storage_path, credential=credential
     )

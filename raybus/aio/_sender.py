@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +32,6 @@ if TYPE_CHECKING:
     from ._transaction import ServiceBusTransaction
 
 __all__ = ["ServiceBusSender"]
-
-_log = logging.getLogger("raybus.send")
 
 # How long a send keeps following partition changes before giving up.
 REDIRECT_DEADLINE_S = 60.0
@@ -70,6 +67,15 @@ def _check_spanning(route: Route, records: list[MessageRecord]) -> None:
     """A list that spans partitions is refused for bad input before any share is sent, so a
     rejected list stores nothing (the partitions repeat these checks)."""
     check_sendable(route.properties.name, route.properties, records)
+
+
+def _repeatable(route: Route, records: list[MessageRecord]) -> Callable[[BaseException], bool]:
+    """Which errors a send of ``records`` may be repeated after (``raybus._retry``): a broken
+    connection only when duplicate detection would drop a message stored twice."""
+    return send_repeatable(
+        route.properties.requires_duplicate_detection
+        and all(rec.message_id is not None for rec in records)
+    )
 
 
 def _check_timeout(timeout: Any, entity: str) -> float | None:
@@ -153,10 +159,7 @@ class ServiceBusSender:
                 "entity",
             )
         policy = self._conn.retry
-        repeatable = send_repeatable(
-            route.properties.requires_duplicate_detection
-            and all(rec.message_id is not None for rec in records)
-        )
+        repeatable = _repeatable(route, records)
         if isinstance(route, TopicRoute):
             # A topic's copies get their numbers in each subscription: none to report.
             publisher = self._conn.publisher(route.properties.name, route.router)
@@ -208,15 +211,8 @@ class ServiceBusSender:
                 )
             if again:
                 retry += 1
-                wait = policy.delay(retry, again_after)
-                _log.info(
-                    "retry %d of %d of a send to %s in %.2f s after: %r",
-                    retry,
-                    policy.total,
-                    entity,
-                    wait,
-                    again_after,
-                )
+                assert again_after is not None
+                wait = policy.wait_before(retry, again_after, f"a send to {entity}")
             else:
                 wait = delay
                 delay = min(0.1, delay * 2)
@@ -249,10 +245,7 @@ class ServiceBusSender:
             return True
         entity = route.properties.name
         policy = self._conn.retry
-        repeatable = send_repeatable(
-            route.properties.requires_duplicate_detection
-            and all(rec.message_id is not None for rec in records)
-        )
+        repeatable = _repeatable(route, records)
         retry = 0
         while True:
             try:
@@ -271,16 +264,7 @@ class ServiceBusSender:
             if retry >= policy.total or not repeatable(result):
                 raise result
             retry += 1
-            wait = policy.delay(retry, result)
-            _log.info(
-                "retry %d of %d of a send to %s in %.2f s after: %r",
-                retry,
-                policy.total,
-                entity,
-                wait,
-                result,
-            )
-            time.sleep(wait)
+            time.sleep(policy.wait_before(retry, result, f"a send to {entity}"))
 
     async def send_messages(
         self,

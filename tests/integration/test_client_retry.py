@@ -78,7 +78,7 @@ def test_sends_with_ids_to_a_deduplicating_queue_ride_out_a_partition_restart(
     there once. (How many sends meet the death is up to timing; the test reports it.
     ``test_a_send_that_could_store_twice_is_not_repeated`` makes the failure to order.)"""
     admin.create_queue("dedup", requires_duplicate_detection=True)
-    caplog.set_level(logging.INFO, logger="raybus.send")
+    caplog.set_level(logging.INFO, logger="raybus.retry")
 
     async def scenario(client: aio.ServiceBusClient, handle: Any) -> list[str]:
         sent: list[str] = []
