@@ -21,7 +21,7 @@ from .aio._fanout import _past
 from .aio._processor import DEFAULT_STOP_TIMEOUT_S, Handler, Seconds, in_thread
 from .aio._receiver import lock_token_of
 from .aio._sender import SendInput, _records
-from .auth import Credential
+from .auth import Credential, parse_connection_string
 from .enums import ServiceBusDisposition, ServiceBusReceiveMode, ServiceBusSubQueue
 from .message import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
 
@@ -488,6 +488,15 @@ class ServiceBusClient:
             retry_mode=retry_mode,
         )
         self.namespace = namespace
+
+    @classmethod
+    def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusClient:
+        """A client for a Service Bus connection string (see
+        ``raybus.aio.ServiceBusClient.from_connection_string``)."""
+        info = parse_connection_string(conn_str)
+        client = cls(info.namespace, credential=info.credential, **kwargs)
+        client._aio._entity_path = info.entity_path
+        return client
 
     def get_queue_sender(self, queue_name: str) -> ServiceBusSender:
         return ServiceBusSender(self._aio.get_queue_sender(queue_name))

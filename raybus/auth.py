@@ -38,11 +38,13 @@ from .exceptions import InvalidArgumentError, ServiceBusAuthenticationError
 __all__ = [
     "AccessRights",
     "AuthorizationRule",
+    "ConnectionString",
     "SasToken",
     "SasTokenCredential",
     "SharedAccessKeyCredential",
     "generate_key",
     "generate_sas_token",
+    "parse_connection_string",
     "parse_sas_token",
     "resource_path",
 ]
@@ -205,3 +207,54 @@ class SharedAccessKeyCredential:
 
 
 Credential = SasTokenCredential | SharedAccessKeyCredential
+
+
+@dataclass(frozen=True)
+class ConnectionString:
+    """What a Service Bus connection string says to a raybus client: the namespace (the
+    endpoint's first host label: ``sb://orders.servicebus.windows.net/`` is ``orders``), the
+    credential (None: no key, for an open namespace) and ``EntityPath`` (None if absent)."""
+
+    namespace: str
+    credential: Credential | None
+    entity_path: str | None
+
+
+def parse_connection_string(conn_str: str) -> ConnectionString:
+    """Read ``Endpoint=sb://<host>/;SharedAccessKeyName=..;SharedAccessKey=..`` (or
+    ``SharedAccessSignature=<token>``; ``EntityPath=..``), as the Azure SDKs do: keys in any
+    case, unknown keys (``UseDevelopmentEmulator``) ignored. A blank or malformed string, a key
+    name without its key (or the other way round), or a key and a signature together raise
+    ``InvalidArgumentError`` naming ``conn_str``; nothing is connected."""
+
+    def bad(why: str) -> InvalidArgumentError:
+        return InvalidArgumentError(f"the connection string {why}", None, "conn_str")
+
+    if not isinstance(conn_str, str) or not conn_str.strip():
+        raise bad("is blank")
+    fields: dict[str, str] = {}
+    for element in conn_str.strip().split(";"):
+        if not element.strip():
+            continue
+        field_name, sep, value = element.partition("=")
+        if not sep or not field_name.strip():
+            raise bad(f"is malformed: {element.strip()!r} is not key=value")
+        fields[field_name.strip().lower()] = value.strip()
+    endpoint = fields.get("endpoint")
+    if not endpoint:
+        raise bad("has no Endpoint")
+    host = urllib.parse.urlsplit(endpoint if "//" in endpoint else f"sb://{endpoint}").hostname
+    if not host:
+        raise bad(f"has an Endpoint without a host name: {endpoint!r}")
+    name, key = fields.get("sharedaccesskeyname"), fields.get("sharedaccesskey")
+    signature = fields.get("sharedaccesssignature")
+    if signature and (name or key):
+        raise bad("has both a SharedAccessKey and a SharedAccessSignature: give one")
+    if bool(name) != bool(key):
+        raise bad("needs both SharedAccessKeyName and SharedAccessKey, or neither")
+    credential: Credential | None = None
+    if signature:
+        credential = SasTokenCredential(signature)
+    elif name and key:
+        credential = SharedAccessKeyCredential(name, key)
+    return ConnectionString(host.split(".")[0], credential, fields.get("entitypath") or None)

@@ -12,7 +12,7 @@ from .._connection import Connection
 from .._models import validate_entity_name
 from .._retry import RetryMode, RetryPolicy
 from .._topic_models import subscription_path
-from ..auth import Credential
+from ..auth import Credential, parse_connection_string
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError
 from ._entity import EntityInfo, resolve_entity
@@ -60,10 +60,33 @@ class ServiceBusClient:
         )
         self._conn = Connection(namespace, address, storage_path, credential, retry)
         self.namespace = namespace
+        self._entity_path: str | None = None  # a connection string's EntityPath
+
+    @classmethod
+    def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusClient:
+        """A client for the namespace and key of a Service Bus connection string
+        (``raybus.auth.parse_connection_string``: the namespace is the endpoint's first host
+        label); ``kwargs`` are the constructor's (``address``, ``storage_path``, the retry
+        options). With ``EntityPath`` the client works on that entity only, as the SDK's."""
+        info = parse_connection_string(conn_str)
+        client = cls(info.namespace, credential=info.credential, **kwargs)
+        client._entity_path = info.entity_path
+        return client
+
+    def _check_entity(self, name: str, kind: str) -> None:
+        """Refuse an entity other than the connection string's ``EntityPath``, if it had one."""
+        if self._entity_path is not None and name.lower() != self._entity_path.lower():
+            raise InvalidArgumentError(
+                f"the {kind} name {name!r} does not match the EntityPath "
+                f"{self._entity_path!r} of the connection string this client was made from",
+                name,
+                f"{kind}_name",
+            )
 
     def get_queue_sender(self, queue_name: str) -> ServiceBusSender:
         """A sender for ``queue_name`` (existence is checked on first use)."""
-        return ServiceBusSender(self._conn, validate_entity_name(queue_name))
+        self._check_entity(validate_entity_name(queue_name), "queue")
+        return ServiceBusSender(self._conn, queue_name)
 
     def get_queue_receiver(
         self,
@@ -77,9 +100,10 @@ class ServiceBusClient:
         prefetch_count: int = 0,
     ) -> ServiceBusReceiver:
         """A receiver for ``queue_name`` or its ``sub_queue`` (DEAD_LETTER)."""
+        self._check_entity(validate_entity_name(queue_name), "queue")
         return ServiceBusReceiver(
             self._conn,
-            validate_entity_name(queue_name),
+            queue_name,
             receive_mode=receive_mode,
             sub_queue=sub_queue,
             max_wait_time=max_wait_time,
@@ -90,7 +114,8 @@ class ServiceBusClient:
 
     def get_topic_sender(self, topic_name: str) -> ServiceBusSender:
         """A sender for ``topic_name`` (existence is checked on first use)."""
-        return ServiceBusSender(self._conn, validate_entity_name(topic_name, kind="topic"))
+        self._check_entity(validate_entity_name(topic_name, kind="topic"), "topic")
+        return ServiceBusSender(self._conn, topic_name)
 
     def get_subscription_receiver(
         self,
@@ -108,6 +133,7 @@ class ServiceBusClient:
         queue receiver does."""
         validate_entity_name(topic_name, kind="topic")
         validate_entity_name(subscription_name, max_length=50, kind="subscription")
+        self._check_entity(topic_name, "topic")
         return ServiceBusReceiver(
             self._conn,
             subscription_path(topic_name, subscription_name),

@@ -11,7 +11,7 @@ from .._clock import from_timestamp
 from .._connection import Connection
 from .._models import QueueProperties, QueueRuntimeProperties, validate_entity_name
 from .._topic_models import is_subscription
-from ..auth import AccessRights, AuthorizationRule, Credential
+from ..auth import AccessRights, AuthorizationRule, Credential, parse_connection_string
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 from ._topic_management import TopicManagement
 
@@ -31,6 +31,14 @@ class ServiceBusAdministrationClient(TopicManagement):
     ) -> None:
         self._conn = Connection(namespace, address, storage_path, credential)
         self.namespace = namespace
+
+    @classmethod
+    def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusAdministrationClient:
+        """An administration client for the namespace and key of a Service Bus connection
+        string (``raybus.auth.parse_connection_string``; ``EntityPath`` is ignored, as by the
+        SDK's); ``kwargs`` are the constructor's (``address``, ``storage_path``)."""
+        info = parse_connection_string(conn_str)
+        return cls(info.namespace, credential=info.credential, **kwargs)
 
     async def _call(self, entity: str | None, method: str, *args: Any) -> Any:
         # Reads are retried across a registry restart; changes are not (they may have applied).

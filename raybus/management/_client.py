@@ -15,7 +15,7 @@ from .._topic_models import (
     TopicRuntimeProperties,
 )
 from ..aio._management import ServiceBusAdministrationClient as _AsyncAdmin
-from ..auth import AccessRights, AuthorizationRule, Credential
+from ..auth import AccessRights, AuthorizationRule, Credential, parse_connection_string
 
 __all__ = ["ServiceBusAdministrationClient"]
 
@@ -36,6 +36,12 @@ class ServiceBusAdministrationClient:
             namespace, address=address, storage_path=storage_path, credential=credential
         )
         self.namespace = namespace
+
+    @classmethod
+    def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusAdministrationClient:
+        """See ``raybus.aio.management.ServiceBusAdministrationClient.from_connection_string``."""
+        info = parse_connection_string(conn_str)
+        return cls(info.namespace, credential=info.credential, **kwargs)
 
     def create_queue(self, queue_name: str, **options: Any) -> QueueProperties:
         return run(self._aio.create_queue(queue_name, **options))

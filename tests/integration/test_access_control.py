@@ -374,3 +374,68 @@ def test_the_coordinator_takes_only_partitions_of_the_entity_each_share_names(
     assert closed.get_subscription_runtime_properties("t", "s").active_message_count == 1
     ray.get(coordinator.commit.remote("fine", [(q_name, "q", sends, [], [])]))
     assert active(closed, "q") == 1
+
+
+def _conn_str(namespace: str, name: str, key: str, entity: str | None = None) -> str:
+    text = f"Endpoint=sb://{namespace}.servicebus.windows.net/;SharedAccessKeyName={name};"
+    text += f"SharedAccessKey={key}"
+    return text + (f";EntityPath={entity}" if entity else "")
+
+
+def test_clients_made_from_a_connection_string_carry_its_key(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    """The code a Service Bus user already has: ``from_connection_string`` on both clients,
+    sync and aio; the namespace is the endpoint's first host label, the key signs."""
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        _conn_str(namespace, "root", ROOT_KEY)
+    )
+    admin.create_queue("from-conn")
+    with (
+        raybus.ServiceBusClient.from_connection_string(
+            _conn_str(namespace, "root", ROOT_KEY), retry_total=1
+        ) as client,
+        client.get_queue_sender("from-conn") as sender,
+    ):
+        assert client._aio._conn.retry.total == 1  # the constructor's options pass through
+        sender.send_messages(ServiceBusMessage("sync"))
+
+    async def aio_side() -> list[str]:
+        aadmin = aio.ServiceBusAdministrationClient.from_connection_string(
+            _conn_str(namespace, "root", ROOT_KEY)
+        )
+        assert (await aadmin.get_queue_runtime_properties("from-conn")).active_message_count == 1
+        async with (
+            aio.ServiceBusClient.from_connection_string(
+                _conn_str(namespace, "root", ROOT_KEY)
+            ) as aclient,
+            aclient.get_queue_receiver("from-conn", max_wait_time=5) as receiver,
+        ):
+            got = await receiver.receive_messages(max_wait_time=5)
+            await receiver.complete_messages(got)
+            return [str(m) for m in got]
+
+    assert asyncio.run(aio_side()) == ["sync"]
+    wrong = raybus.ServiceBusClient.from_connection_string(_conn_str(namespace, "root", "W" * 44))
+    with pytest.raises(ServiceBusAuthenticationError):
+        wrong.get_queue_sender("from-conn").send_messages(ServiceBusMessage("refused"))
+    assert active(closed, "from-conn") == 0
+
+
+def test_a_connection_strings_entity_path_is_the_only_entity_its_client_reaches(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    with raybus.ServiceBusClient.from_connection_string(
+        _conn_str(namespace, "root", ROOT_KEY, entity="q")
+    ) as client:
+        with client.get_queue_sender("Q") as sender:  # names are case-insensitive
+            sender.send_messages(ServiceBusMessage("in q"))
+        for make in (
+            lambda: client.get_queue_sender("other"),
+            lambda: client.get_queue_receiver("other"),
+            lambda: client.get_topic_sender("t"),
+            lambda: client.get_subscription_receiver("t", "s"),
+        ):
+            with pytest.raises(InvalidArgumentError, match="does not match the EntityPath 'q'"):
+                make()
+    assert active(closed, "q") == 1 and active(closed, "other") == 0

@@ -1,0 +1,73 @@
+"""Service Bus connection strings read by ``raybus.auth.parse_connection_string``: the forms the
+Azure SDKs and the portal write, and a typed error naming ``conn_str`` for the malformed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from raybus.auth import (
+    SasTokenCredential,
+    SharedAccessKeyCredential,
+    generate_sas_token,
+    parse_connection_string,
+)
+from raybus.exceptions import InvalidArgumentError, ServiceBusAuthenticationError
+
+
+def test_the_portals_form_gives_the_namespace_and_a_key_credential() -> None:
+    got = parse_connection_string(
+        "Endpoint=sb://orders.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=abc+def/ghi=="
+    )
+    assert got.namespace == "orders" and got.entity_path is None
+    assert isinstance(got.credential, SharedAccessKeyCredential)
+    assert got.credential.key_name == "RootManageSharedAccessKey"
+    assert got.credential._key == "abc+def/ghi=="  # a key's own '=' padding is kept
+
+
+def test_keys_in_any_case_an_entity_path_and_unknown_keys() -> None:
+    got = parse_connection_string(
+        "endpoint=sb://Billing.servicebus.windows.net;sharedaccesskeyname=send;"
+        "SHAREDACCESSKEY=k;EntityPath=invoices;UseDevelopmentEmulator=true;"
+    )
+    assert got.namespace == "billing" and got.entity_path == "invoices"
+    assert isinstance(got.credential, SharedAccessKeyCredential)
+
+
+def test_a_signature_and_no_credential_at_all() -> None:
+    token = generate_sas_token("sb://ns/q", "send", "key", 2_000_000_000)
+    got = parse_connection_string(f"Endpoint=sb://ns:5672/;SharedAccessSignature={token}")
+    assert got.namespace == "ns" and isinstance(got.credential, SasTokenCredential)
+    assert got.credential.token == token
+    assert parse_connection_string("Endpoint=sb://localhost:5672").credential is None
+    assert parse_connection_string("Endpoint=dev.example;").namespace == "dev"  # no scheme
+
+
+@pytest.mark.parametrize(
+    ("conn_str", "why"),
+    [
+        ("", "is blank"),
+        ("   ", "is blank"),
+        (None, "is blank"),
+        ("SharedAccessKeyName=a;SharedAccessKey=b", "has no Endpoint"),
+        ("Endpoint=sb://ns/;justtext", "'justtext' is not key=value"),
+        ("Endpoint=sb:///;SharedAccessKeyName=a;SharedAccessKey=b", "without a host name"),
+        ("Endpoint=sb://ns/;SharedAccessKeyName=a", "needs both"),
+        ("Endpoint=sb://ns/;SharedAccessKey=b", "needs both"),
+        (
+            "Endpoint=sb://ns/;SharedAccessKeyName=a;SharedAccessKey=b;SharedAccessSignature=s",
+            "both a SharedAccessKey and a SharedAccessSignature",
+        ),
+    ],
+)
+def test_a_malformed_string_is_a_typed_error_naming_it(conn_str: Any, why: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=why) as err:
+        parse_connection_string(conn_str)
+    assert err.value.argument == "conn_str"
+
+
+def test_a_malformed_signature_is_refused_as_a_token() -> None:
+    with pytest.raises(ServiceBusAuthenticationError, match="not a SharedAccessSignature"):
+        parse_connection_string("Endpoint=sb://ns/;SharedAccessSignature=nonsense")
