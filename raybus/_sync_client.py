@@ -43,6 +43,7 @@ class ServiceBusSender:
     def __init__(self, inner: aio.ServiceBusSender) -> None:
         self._aio = inner
         self.entity_path = inner.entity_path
+        self.client_identifier = inner.client_identifier
 
     def send_messages(
         self,
@@ -99,6 +100,7 @@ class ServiceBusReceiver:
     def __init__(self, inner: aio.ServiceBusReceiver) -> None:
         self._aio = inner
         self.entity_path = inner.entity_path
+        self.client_identifier = inner.client_identifier
         self.session = None if inner.session is None else ServiceBusSession(inner.session)
 
     def receive_messages(
@@ -498,8 +500,18 @@ class ServiceBusClient:
         client._aio._entity_path = info.entity_path
         return client
 
-    def get_queue_sender(self, queue_name: str) -> ServiceBusSender:
-        return ServiceBusSender(self._aio.get_queue_sender(queue_name))
+    def get_queue_sender(
+        self,
+        queue_name: str,
+        *,
+        client_identifier: str | None = None,
+        socket_timeout: float | None = None,
+    ) -> ServiceBusSender:
+        return ServiceBusSender(
+            self._aio.get_queue_sender(
+                queue_name, client_identifier=client_identifier, socket_timeout=socket_timeout
+            )
+        )
 
     def get_queue_receiver(
         self,
@@ -511,6 +523,8 @@ class ServiceBusClient:
         max_wait_time: float | None = None,
         auto_lock_renewer: AutoLockRenewer | None = None,
         prefetch_count: int = 0,
+        client_identifier: str | None = None,
+        socket_timeout: float | None = None,
     ) -> ServiceBusReceiver:
         return ServiceBusReceiver(
             self._aio.get_queue_receiver(
@@ -521,11 +535,23 @@ class ServiceBusClient:
                 max_wait_time=max_wait_time,
                 auto_lock_renewer=None if auto_lock_renewer is None else auto_lock_renewer._aio,
                 prefetch_count=prefetch_count,
+                client_identifier=client_identifier,
+                socket_timeout=socket_timeout,
             )
         )
 
-    def get_topic_sender(self, topic_name: str) -> ServiceBusSender:
-        return ServiceBusSender(self._aio.get_topic_sender(topic_name))
+    def get_topic_sender(
+        self,
+        topic_name: str,
+        *,
+        client_identifier: str | None = None,
+        socket_timeout: float | None = None,
+    ) -> ServiceBusSender:
+        return ServiceBusSender(
+            self._aio.get_topic_sender(
+                topic_name, client_identifier=client_identifier, socket_timeout=socket_timeout
+            )
+        )
 
     def get_subscription_receiver(
         self,
@@ -538,6 +564,8 @@ class ServiceBusClient:
         max_wait_time: float | None = None,
         auto_lock_renewer: AutoLockRenewer | None = None,
         prefetch_count: int = 0,
+        client_identifier: str | None = None,
+        socket_timeout: float | None = None,
     ) -> ServiceBusReceiver:
         return ServiceBusReceiver(
             self._aio.get_subscription_receiver(
@@ -549,6 +577,8 @@ class ServiceBusClient:
                 max_wait_time=max_wait_time,
                 auto_lock_renewer=None if auto_lock_renewer is None else auto_lock_renewer._aio,
                 prefetch_count=prefetch_count,
+                client_identifier=client_identifier,
+                socket_timeout=socket_timeout,
             )
         )
 
@@ -558,10 +588,14 @@ class ServiceBusClient:
         subscription_name: str,
         *,
         state_updated_after: datetime | None = None,
+        timeout: float | None = None,
     ) -> list[str]:
         return run(
             self._aio.list_subscription_sessions(
-                topic_name, subscription_name, state_updated_after=state_updated_after
+                topic_name,
+                subscription_name,
+                state_updated_after=state_updated_after,
+                timeout=timeout,
             )
         )
 
@@ -610,10 +644,16 @@ class ServiceBusClient:
         )
 
     def list_queue_sessions(
-        self, queue_name: str, *, state_updated_after: datetime | None = None
+        self,
+        queue_name: str,
+        *,
+        state_updated_after: datetime | None = None,
+        timeout: float | None = None,
     ) -> list[str]:
         return run(
-            self._aio.list_queue_sessions(queue_name, state_updated_after=state_updated_after)
+            self._aio.list_queue_sessions(
+                queue_name, state_updated_after=state_updated_after, timeout=timeout
+            )
         )
 
     def close(self) -> None:

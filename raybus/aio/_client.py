@@ -14,14 +14,43 @@ from .._retry import RetryMode, RetryPolicy
 from .._topic_models import subscription_path
 from ..auth import Credential, parse_connection_string
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
-from ..exceptions import InvalidArgumentError
+from ..exceptions import InvalidArgumentError, OperationTimeoutError
 from ._entity import EntityInfo, resolve_entity
 from ._processor import ErrorHandler, Handler, Seconds, ServiceBusProcessor
 from ._receiver import ServiceBusReceiver
-from ._sender import ServiceBusSender
+from ._sender import ServiceBusSender, _check_timeout
 from ._transaction import ServiceBusTransaction
 
 __all__ = ["ServiceBusClient"]
+
+
+def _handler_options(client_identifier: Any, socket_timeout: Any, entity: str) -> str | None:
+    """Check the SDK's per-handler options; return the ``client_identifier`` (None: the
+    handler makes one, as the SDK's: ``SBSender-<uuid>``, ``SBReceiver-<uuid>``).
+
+    ``socket_timeout`` is the SDK's timeout for its AMQP socket's reads and writes. A raybus
+    client has no such socket (it calls the actors through Ray, or a Unix socket on the same
+    node, whose broken connection is noticed at once): the option is checked, so a bad value
+    fails as in the SDK, and has no effect (README, Deviations)."""
+    if client_identifier is not None and (
+        not isinstance(client_identifier, str) or not client_identifier.strip()
+    ):
+        raise InvalidArgumentError(
+            f"client_identifier must be a non-empty str, not {client_identifier!r}",
+            entity,
+            "client_identifier",
+        )
+    if socket_timeout is not None and (
+        isinstance(socket_timeout, bool)
+        or not isinstance(socket_timeout, int | float)
+        or not socket_timeout > 0
+    ):
+        raise InvalidArgumentError(
+            f"socket_timeout must be a positive number of seconds or None, not {socket_timeout!r}",
+            entity,
+            "socket_timeout",
+        )
+    return client_identifier
 
 
 class ServiceBusClient:
@@ -83,10 +112,18 @@ class ServiceBusClient:
                 f"{kind}_name",
             )
 
-    def get_queue_sender(self, queue_name: str) -> ServiceBusSender:
-        """A sender for ``queue_name`` (existence is checked on first use)."""
+    def get_queue_sender(
+        self,
+        queue_name: str,
+        *,
+        client_identifier: str | None = None,
+        socket_timeout: float | None = None,
+    ) -> ServiceBusSender:
+        """A sender for ``queue_name`` (existence is checked on first use).
+        ``client_identifier`` and ``socket_timeout``: see ``_handler_options``."""
         self._check_entity(validate_entity_name(queue_name), "queue")
-        return ServiceBusSender(self._conn, queue_name)
+        ident = _handler_options(client_identifier, socket_timeout, queue_name)
+        return ServiceBusSender(self._conn, queue_name, ident)
 
     def get_queue_receiver(
         self,
@@ -98,12 +135,15 @@ class ServiceBusClient:
         max_wait_time: float | None = None,
         auto_lock_renewer: Any = None,
         prefetch_count: int = 0,
+        client_identifier: str | None = None,
+        socket_timeout: float | None = None,
     ) -> ServiceBusReceiver:
         """A receiver for ``queue_name`` or its ``sub_queue`` (DEAD_LETTER)."""
         self._check_entity(validate_entity_name(queue_name), "queue")
         return ServiceBusReceiver(
             self._conn,
             queue_name,
+            client_identifier=_handler_options(client_identifier, socket_timeout, queue_name),
             receive_mode=receive_mode,
             sub_queue=sub_queue,
             max_wait_time=max_wait_time,
@@ -112,10 +152,17 @@ class ServiceBusClient:
             auto_lock_renewer=auto_lock_renewer,
         )
 
-    def get_topic_sender(self, topic_name: str) -> ServiceBusSender:
+    def get_topic_sender(
+        self,
+        topic_name: str,
+        *,
+        client_identifier: str | None = None,
+        socket_timeout: float | None = None,
+    ) -> ServiceBusSender:
         """A sender for ``topic_name`` (existence is checked on first use)."""
         self._check_entity(validate_entity_name(topic_name, kind="topic"), "topic")
-        return ServiceBusSender(self._conn, topic_name)
+        ident = _handler_options(client_identifier, socket_timeout, topic_name)
+        return ServiceBusSender(self._conn, topic_name, ident)
 
     def get_subscription_receiver(
         self,
@@ -128,15 +175,19 @@ class ServiceBusClient:
         max_wait_time: float | None = None,
         auto_lock_renewer: Any = None,
         prefetch_count: int = 0,
+        client_identifier: str | None = None,
+        socket_timeout: float | None = None,
     ) -> ServiceBusReceiver:
         """A receiver for a subscription (or its ``sub_queue``); it works exactly as a
         queue receiver does."""
         validate_entity_name(topic_name, kind="topic")
         validate_entity_name(subscription_name, max_length=50, kind="subscription")
         self._check_entity(topic_name, "topic")
+        path = subscription_path(topic_name, subscription_name)
         return ServiceBusReceiver(
             self._conn,
-            subscription_path(topic_name, subscription_name),
+            path,
+            client_identifier=_handler_options(client_identifier, socket_timeout, path),
             receive_mode=receive_mode,
             sub_queue=sub_queue,
             max_wait_time=max_wait_time,
@@ -151,11 +202,13 @@ class ServiceBusClient:
         subscription_name: str,
         *,
         state_updated_after: datetime | None = None,
+        timeout: float | None = None,
     ) -> list[str]:
         """Ids of the subscription's sessions that hold messages or state."""
         return await self.list_queue_sessions(
             subscription_path(topic_name, subscription_name),
             state_updated_after=state_updated_after,
+            timeout=timeout,
         )
 
     async def resolve_entity(self, entity_path: str) -> EntityInfo:
@@ -171,11 +224,17 @@ class ServiceBusClient:
         return ServiceBusTransaction(self._conn)
 
     async def list_queue_sessions(
-        self, queue_name: str, *, state_updated_after: datetime | None = None
+        self,
+        queue_name: str,
+        *,
+        state_updated_after: datetime | None = None,
+        timeout: float | None = None,
     ) -> list[str]:
         """Ids of the queue's sessions that hold messages or state; with
-        ``state_updated_after``, only those whose state was set after that time."""
+        ``state_updated_after``, only those whose state was set after that time. Past
+        ``timeout`` seconds, ``OperationTimeoutError``."""
         name = validate_entity_name(queue_name)
+        seconds = _check_timeout(timeout, name)
         after = None
         if state_updated_after is not None:
             if not isinstance(state_updated_after, datetime):
@@ -183,13 +242,26 @@ class ServiceBusClient:
                     "state_updated_after must be a datetime", name, "state_updated_after"
                 )
             after = to_timestamp(state_updated_after)
-        route = await self._conn.route(name)
-        found = await asyncio.gather(
-            *(
-                _rpc.call(name, h.list_sessions, after, retries=_rpc.READ_RETRIES)
-                for _pid, h in route.existing()
+        policy = self._conn.retry
+
+        async def listed() -> list[list[str]]:
+            route = await self._conn.route(name)
+            found: list[list[str]] = await asyncio.gather(
+                *(
+                    _rpc.call(
+                        name, h.list_sessions, after, retries=policy.total, backoff=policy.delay
+                    )
+                    for _pid, h in route.existing()
+                )
             )
-        )
+            return found
+
+        try:
+            found = await asyncio.wait_for(listed(), seconds)
+        except asyncio.TimeoutError:
+            raise OperationTimeoutError(
+                f"listing the sessions did not finish within {seconds} s", name
+            ) from None
         return sorted({sid for ids in found for sid in ids})
 
     def get_processor(

@@ -186,9 +186,12 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
         prefetch_count: int = 0,
         session_id: Any = None,
         auto_lock_renewer: Any = None,
+        client_identifier: str | None = None,
     ) -> None:
         self._conn = connection
         self.entity_path = queue_name
+        # The SDK's identifier of a handler (it names it in its errors): for the caller's logs.
+        self.client_identifier = client_identifier or f"SBReceiver-{uuid.uuid4()}"
         try:
             self.receive_mode = ServiceBusReceiveMode(receive_mode)
         except ValueError:

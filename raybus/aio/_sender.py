@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -100,9 +101,12 @@ class ServiceBusSender:
     across event loops.
     """
 
-    def __init__(self, connection: Connection, queue_name: str) -> None:
+    def __init__(
+        self, connection: Connection, queue_name: str, client_identifier: str | None = None
+    ) -> None:
         self._conn = connection
         self.entity_path = queue_name
+        self.client_identifier = client_identifier or f"SBSender-{uuid.uuid4()}"
         self._closed = False
         self._turn = 0  # rotates the partition that unkeyed messages go to on ties
 
