@@ -28,7 +28,7 @@ from ._core.partition import SettleOp
 from ._core.record import MessageRecord
 from ._core.wire import send_args
 from ._retry import RetryPolicy
-from .auth import Credential, resource_path
+from .auth import CredentialLike, as_credential, resource_path
 from .exceptions import (
     InvalidArgumentError,
     MessagingEntityNotFoundError,
@@ -139,7 +139,7 @@ class Connection:
         namespace: str = "default",
         address: str | None = None,
         storage_path: str | None = None,
-        credential: Credential | None = None,
+        credential: CredentialLike | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
         if not isinstance(namespace, str) or not _NAMESPACE_RE.match(namespace):
@@ -152,7 +152,7 @@ class Connection:
         ensure_ray(address)
         self.namespace = namespace
         self.storage_path = resolve_storage_path(storage_path)
-        self.credential = credential
+        self.credential = as_credential(credential)
         self.retry = retry or RetryPolicy()  # the client's retry options (``raybus._retry``)
         self._registry = namespace_actor(namespace, self.storage_path)
         self.registry = self.authed(self._registry, None)

@@ -21,7 +21,7 @@ from .aio._fanout import _past
 from .aio._processor import DEFAULT_STOP_TIMEOUT_S, Handler, Seconds, in_thread
 from .aio._receiver import lock_token_of
 from .aio._sender import SendInput, _records
-from .auth import Credential, parse_connection_string
+from .auth import CredentialLike, parse_connection_string
 from .enums import ServiceBusDisposition, ServiceBusReceiveMode, ServiceBusSubQueue
 from .message import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
 
@@ -473,7 +473,7 @@ class ServiceBusClient:
         *,
         address: str | None = None,
         storage_path: str | None = None,
-        credential: Credential | None = None,
+        credential: CredentialLike | None = None,
         retry_total: int = 3,
         retry_backoff_factor: float = 0.8,
         retry_backoff_max: float = 120,
@@ -671,7 +671,7 @@ def connect(
     address: str | None = None,
     *,
     storage_path: str | None = None,
-    credential: Credential | None = None,
+    credential: CredentialLike | None = None,
 ) -> ServiceBusClient:
     """Join the Ray cluster at ``address`` (default: the local one, started if needed) and
     the raybus ``namespace`` (its registry actor is created if it does not exist yet; with

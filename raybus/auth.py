@@ -32,6 +32,7 @@ import time
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .exceptions import InvalidArgumentError, ServiceBusAuthenticationError
 
@@ -39,9 +40,14 @@ __all__ = [
     "AccessRights",
     "AuthorizationRule",
     "ConnectionString",
+    "Credential",
+    "CredentialLike",
+    "NamedKeyCredential",
     "SasToken",
     "SasTokenCredential",
     "SharedAccessKeyCredential",
+    "SignatureCredential",
+    "as_credential",
     "generate_key",
     "generate_sas_token",
     "parse_connection_string",
@@ -206,7 +212,84 @@ class SharedAccessKeyCredential:
         return token
 
 
-Credential = SasTokenCredential | SharedAccessKeyCredential
+class _NamedKey(Protocol):
+    """azure-core's ``AzureNamedKeyCredential``: ``named_key`` is (name, key)."""
+
+    @property
+    def named_key(self) -> tuple[str, str]: ...
+
+
+class _Signature(Protocol):
+    """azure-core's ``AzureSasCredential``: ``signature`` is a SAS token."""
+
+    @property
+    def signature(self) -> str: ...
+
+
+class NamedKeyCredential:
+    """An azure-core ``AzureNamedKeyCredential`` (anything with ``named_key``) as a raybus
+    credential: the key is read at each signing, so its ``update()`` (a rotated key) is used
+    from the next token on."""
+
+    def __init__(self, source: _NamedKey, *, ttl: float = DEFAULT_TOKEN_TTL_S) -> None:
+        self._source = source
+        self._ttl = ttl
+        self._signer: SharedAccessKeyCredential | None = None
+        self._signed_with: tuple[str, str] | None = None
+        self.token_for("/")  # fail early on an empty name or key
+
+    def token_for(self, path: str) -> str:
+        name, key = self._source.named_key
+        if self._signer is None or self._signed_with != (name, key):
+            self._signer = SharedAccessKeyCredential(name, key, ttl=self._ttl)
+            self._signed_with = (name, key)
+        return self._signer.token_for(path)
+
+
+class SignatureCredential:
+    """An azure-core ``AzureSasCredential`` (anything with ``signature``) as a raybus
+    credential: its token is presented as is, read at each call (``update()`` takes effect)."""
+
+    def __init__(self, source: _Signature) -> None:
+        parse_sas_token(source.signature)  # fail early on a malformed one
+        self._source = source
+
+    def token_for(self, path: str) -> str:
+        return self._source.signature
+
+
+Credential = (
+    SasTokenCredential | SharedAccessKeyCredential | NamedKeyCredential | SignatureCredential
+)
+_OURS = (SasTokenCredential, SharedAccessKeyCredential, NamedKeyCredential, SignatureCredential)
+# What the clients' ``credential=`` takes: raybus's credentials or azure-core's key and SAS ones.
+CredentialLike = Credential | _NamedKey | _Signature
+
+
+def as_credential(value: object) -> Credential | None:
+    """The raybus credential for a client's ``credential=``: raybus's own as they are,
+    azure-core's ``AzureNamedKeyCredential`` and ``AzureSasCredential`` wrapped. Anything
+    else is an ``InvalidArgumentError``; an Azure AD ``TokenCredential`` (``get_token``)
+    says that raybus authorizes with shared-access keys and SAS tokens only."""
+    if value is None or isinstance(value, _OURS):
+        return value
+    if hasattr(value, "named_key"):
+        return NamedKeyCredential(value)
+    if hasattr(value, "signature"):
+        return SignatureCredential(value)
+    if hasattr(value, "get_token"):
+        raise InvalidArgumentError(
+            "Azure AD credentials (get_token) are not supported: raybus authorizes with "
+            "shared-access keys and SAS tokens (AzureNamedKeyCredential, AzureSasCredential, "
+            "or raybus.auth's SharedAccessKeyCredential and SasTokenCredential)",
+            None,
+            "credential",
+        )
+    raise InvalidArgumentError(
+        f"credential must be a shared-access key or SAS credential, not {type(value).__name__}",
+        None,
+        "credential",
+    )
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from .._connection import Connection
 from .._models import validate_entity_name
 from .._retry import RetryMode, RetryPolicy
 from .._topic_models import subscription_path
-from ..auth import Credential, parse_connection_string
+from ..auth import CredentialLike, parse_connection_string
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError, OperationTimeoutError
 from ._entity import EntityInfo, resolve_entity
@@ -78,7 +78,7 @@ class ServiceBusClient:
         *,
         address: str | None = None,
         storage_path: str | None = None,
-        credential: Credential | None = None,
+        credential: CredentialLike | None = None,
         retry_total: int = 3,
         retry_backoff_factor: float = 0.8,
         retry_backoff_max: float = 120,

@@ -11,7 +11,7 @@ from .._clock import from_timestamp
 from .._connection import Connection
 from .._models import QueueProperties, QueueRuntimeProperties, validate_entity_name
 from .._topic_models import is_subscription
-from ..auth import AccessRights, AuthorizationRule, Credential, parse_connection_string
+from ..auth import AccessRights, AuthorizationRule, CredentialLike, parse_connection_string
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 from ._topic_management import TopicManagement
 
@@ -27,7 +27,7 @@ class ServiceBusAdministrationClient(TopicManagement):
         *,
         address: str | None = None,
         storage_path: str | None = None,
-        credential: Credential | None = None,
+        credential: CredentialLike | None = None,
     ) -> None:
         self._conn = Connection(namespace, address, storage_path, credential)
         self.namespace = namespace

@@ -15,7 +15,7 @@ from .._topic_models import (
     TopicRuntimeProperties,
 )
 from ..aio._management import ServiceBusAdministrationClient as _AsyncAdmin
-from ..auth import AccessRights, AuthorizationRule, Credential, parse_connection_string
+from ..auth import AccessRights, AuthorizationRule, CredentialLike, parse_connection_string
 
 __all__ = ["ServiceBusAdministrationClient"]
 
@@ -30,7 +30,7 @@ class ServiceBusAdministrationClient:
         *,
         address: str | None = None,
         storage_path: str | None = None,
-        credential: Credential | None = None,
+        credential: CredentialLike | None = None,
     ) -> None:
         self._aio = _AsyncAdmin(
             namespace, address=address, storage_path=storage_path, credential=credential

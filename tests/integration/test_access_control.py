@@ -439,3 +439,27 @@ def test_a_connection_strings_entity_path_is_the_only_entity_its_client_reaches(
             with pytest.raises(InvalidArgumentError, match="does not match the EntityPath 'q'"):
                 make()
     assert active(closed, "q") == 1 and active(closed, "other") == 0
+
+
+def test_azure_cores_named_key_credential_opens_a_closed_namespace_and_rotates(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    """Code written for azure-servicebus with ``AzureNamedKeyCredential`` works unchanged; a
+    regenerated key handed to the credential's ``update`` is used from the next token on."""
+    from azure.core.credentials import AzureNamedKeyCredential
+
+    rule = closed.create_authorization_rule("app", ["Send", "Listen"], entity="q")
+    named = AzureNamedKeyCredential("app", rule.primary_key)
+    with (
+        raybus.ServiceBusClient(namespace, credential=named) as client,
+        client.get_queue_sender("q") as sender,
+    ):
+        sender.send_messages(ServiceBusMessage("with the primary"))
+        rotated = closed.regenerate_authorization_key("app", which="primary", entity="q")
+        with pytest.raises(ServiceBusAuthenticationError):  # the replaced key stops at once
+            sender.send_messages(ServiceBusMessage("refused"))
+        named.update("app", rotated.primary_key)
+        sender.send_messages(ServiceBusMessage("with the new primary"))
+    assert active(closed) == 2
+    with pytest.raises(InvalidArgumentError, match="Azure AD"):
+        raybus.ServiceBusClient(namespace, credential=type("Ad", (), {"get_token": print})())

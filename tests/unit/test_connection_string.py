@@ -1,5 +1,6 @@
-"""Service Bus connection strings read by ``raybus.auth.parse_connection_string``: the forms the
-Azure SDKs and the portal write, and a typed error naming ``conn_str`` for the malformed."""
+"""Service Bus connection strings read by ``raybus.auth.parse_connection_string`` (the forms the
+Azure SDKs and the portal write; a typed error naming ``conn_str`` for the malformed), and the
+azure-core credentials ``raybus.auth.as_credential`` takes."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ from typing import Any
 import pytest
 
 from raybus.auth import (
+    NamedKeyCredential,
     SasTokenCredential,
     SharedAccessKeyCredential,
+    SignatureCredential,
+    as_credential,
     generate_sas_token,
     parse_connection_string,
+    parse_sas_token,
 )
 from raybus.exceptions import InvalidArgumentError, ServiceBusAuthenticationError
 
@@ -71,3 +76,45 @@ def test_a_malformed_string_is_a_typed_error_naming_it(conn_str: Any, why: str) 
 def test_a_malformed_signature_is_refused_as_a_token() -> None:
     with pytest.raises(ServiceBusAuthenticationError, match="not a SharedAccessSignature"):
         parse_connection_string("Endpoint=sb://ns/;SharedAccessSignature=nonsense")
+
+
+def test_azure_cores_key_and_sas_credentials_are_taken_and_their_updates_followed() -> None:
+    from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
+
+    named = AzureNamedKeyCredential("root", "key-1")
+    cred = as_credential(named)
+    assert isinstance(cred, NamedKeyCredential)
+    first = parse_sas_token(cred.token_for("/q"))
+    assert first.key_name == "root" and first.signed_by("key-1")
+    named.update("root", "key-2")  # a rotated key signs the next token
+    assert parse_sas_token(cred.token_for("/q")).signed_by("key-2")
+
+    token = generate_sas_token("sb://ns/q", "send", "k", 2_000_000_000)
+    sas = AzureSasCredential(token)
+    wrapped = as_credential(sas)
+    assert isinstance(wrapped, SignatureCredential) and wrapped.token_for("/q") == token
+    newer = generate_sas_token("sb://ns/q", "send", "k", 2_000_000_001)
+    sas.update(newer)
+    assert wrapped.token_for("/q") == newer
+
+    own = SharedAccessKeyCredential("a", "b")
+    assert as_credential(own) is own and as_credential(None) is None
+
+
+def test_credentials_raybus_cannot_use_are_typed_errors() -> None:
+    class AzureAd:
+        def get_token(self, *scopes: str) -> Any:
+            raise AssertionError("never asked")
+
+    with pytest.raises(InvalidArgumentError, match="Azure AD credentials") as err:
+        as_credential(AzureAd())
+    assert err.value.argument == "credential"
+    with pytest.raises(InvalidArgumentError, match="not str") as err:
+        as_credential("my-key")
+    assert err.value.argument == "credential"
+    from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
+
+    with pytest.raises(InvalidArgumentError):
+        as_credential(AzureNamedKeyCredential("", "key"))
+    with pytest.raises(ServiceBusAuthenticationError):
+        as_credential(AzureSasCredential("not a token"))
