@@ -8,6 +8,7 @@ client may be used from several threads; their calls are serialised through that
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from .aio._receiver import lock_token_of
 from .aio._sender import SendInput, _records
 from .auth import CredentialLike, parse_connection_string
 from .enums import ServiceBusDisposition, ServiceBusReceiveMode, ServiceBusSubQueue
+from .exceptions import InvalidArgumentError
 from .message import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
 
 __all__ = [
@@ -394,14 +396,52 @@ class ServiceBusTransaction:
 class AutoLockRenewer:
     """Renews locks of registered messages (see ``raybus.aio.AutoLockRenewer``).
 
-    ``on_lock_renew_failure`` runs on raybus's background loop thread: it must not call the
-    sync raybus API.
+    The renewals run on raybus's background loop. ``on_lock_renew_failure`` runs in
+    ``executor`` if one is given, else in a pool of ``max_workers`` threads if that is given
+    (shut down by ``close``): there it may call the sync raybus API (settle the message, say).
+    With neither it runs on the loop's thread and must not. (The SDK runs its renewals in that
+    executor too; here they need no thread.)
     """
 
     def __init__(
-        self, max_lock_renewal_duration: float = 300, on_lock_renew_failure: Any = None
+        self,
+        max_lock_renewal_duration: float = 300,
+        on_lock_renew_failure: Any = None,
+        executor: Executor | None = None,
+        max_workers: int | None = None,
     ) -> None:
-        self._aio = aio.AutoLockRenewer(max_lock_renewal_duration, on_lock_renew_failure)
+        if executor is not None and not callable(getattr(executor, "submit", None)):
+            raise InvalidArgumentError(
+                f"executor must be a concurrent.futures.Executor, not {type(executor).__name__}",
+                None,
+                "executor",
+            )
+        if max_workers is not None and (
+            isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1
+        ):
+            raise InvalidArgumentError(
+                f"max_workers must be a positive int or None, not {max_workers!r}",
+                None,
+                "max_workers",
+            )
+        self._own_pool: ThreadPoolExecutor | None = None
+        if executor is None and max_workers is not None:
+            self._own_pool = ThreadPoolExecutor(max_workers, "raybus-renew-failure")
+        self._executor = executor or self._own_pool
+        self._aio = aio.AutoLockRenewer(
+            max_lock_renewal_duration, self._in_executor(on_lock_renew_failure)
+        )
+
+    def _in_executor(self, callback: Any) -> Any:
+        """``callback``, handed to the executor when there is one (class docstring)."""
+        executor = self._executor
+        if callback is None or executor is None:
+            return callback
+
+        def hand_over(renewable: Any, error: BaseException | None) -> None:
+            executor.submit(callback, renewable, error)
+
+        return hand_over
 
     def register(
         self,
@@ -414,13 +454,20 @@ class AutoLockRenewer:
 
         async def _register() -> None:
             self._aio.register(
-                receiver._aio, inner, max_lock_renewal_duration, on_lock_renew_failure
+                receiver._aio,
+                inner,
+                max_lock_renewal_duration,
+                self._in_executor(on_lock_renew_failure),
             )
 
         run(_register())
 
     def close(self, wait: bool = True) -> None:
+        """Stop renewing; with ``wait``, also wait for callbacks running in the renewer's own
+        pool (``max_workers``). A given ``executor`` is the caller's to shut down."""
         run(self._aio.close())
+        if self._own_pool is not None:
+            self._own_pool.shutdown(wait=wait)
 
     def __enter__(self) -> AutoLockRenewer:
         return self

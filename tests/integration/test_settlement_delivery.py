@@ -9,8 +9,10 @@ schedules 1 s ahead) and generous waits; nothing asserts speed.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -466,3 +468,51 @@ async def test_aio_auto_lock_renewer_stops_after_max_duration_and_reports_lost_l
         # Only the failed renewal is reported through the callback.
         assert [m for m, _ in failures] == [lost]
         assert isinstance(failures[0][1], AutoLockRenewFailed)
+
+
+@pytest.mark.parametrize("pool", ["max_workers", "executor"])
+def test_a_renewal_failure_callback_runs_in_the_renewers_executor_and_may_call_the_sync_api(
+    admin: ServiceBusAdministrationClient,
+    client: raybus.ServiceBusClient,
+    eventually: Callable[..., None],
+    pool: str,
+) -> None:
+    """The SDK's ``executor`` / ``max_workers``: the callback runs in a pool thread, where the
+    sync API may be called (on raybus's loop thread it may not)."""
+    name = _name()
+    admin.create_queue(name, lock_duration=timedelta(seconds=2))
+    _send(client, name, "lost")
+    seen: list[tuple[str, int, BaseException | None]] = []
+
+    def on_failure(msg: Any, error: BaseException | None) -> None:
+        count = admin.get_queue_runtime_properties(name).active_message_count  # the sync API
+        seen.append((threading.current_thread().name, count, error))
+
+    mine = ThreadPoolExecutor(1, "mine")
+    options: dict[str, Any] = {"max_workers": 2} if pool == "max_workers" else {"executor": mine}
+    renewer = raybus.AutoLockRenewer(on_lock_renew_failure=on_failure, **options)
+    try:
+        with renewer, client.get_queue_receiver(name, max_wait_time=5) as receiver:
+            (lost,) = receiver.receive_messages()
+            run(_lose_lock(receiver._aio, lost))
+            renewer.register(receiver, lost)
+
+            def reported() -> None:
+                assert len(seen) == 1
+
+            eventually(reported)
+    finally:
+        mine.shutdown()
+    thread, count, error = seen[0]
+    assert thread.startswith("raybus-renew-failure" if pool == "max_workers" else "mine")
+    assert count == 1 and isinstance(error, AutoLockRenewFailed)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("max_workers", 0), ("max_workers", 1.5), ("max_workers", True), ("executor", "pool")],
+)
+def test_a_bad_renewer_pool_option_is_a_typed_error(option: str, value: Any) -> None:
+    with pytest.raises(InvalidArgumentError) as err:
+        raybus.AutoLockRenewer(**{option: value})
+    assert err.value.argument == option
