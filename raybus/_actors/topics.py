@@ -336,6 +336,24 @@ class TopicOps:
         await self._configure_router(topic)
         return rule
 
+    @guarded(_MANAGE, lambda topic, sub, _rule: subscription_path(topic, sub))
+    async def update_rule(self, topic: str, subscription: str, rule: RuleProperties) -> Any:
+        """Replace the filter and action of the rule named ``rule.name``, in one step: a
+        message published meanwhile meets the old rule or the new one, never neither."""
+        entry = self._subscription(topic, subscription)
+        sub, rules = entry.extra
+        at = next((i for i, r in enumerate(rules) if r.name.lower() == rule.name.lower()), None)
+        if at is None:
+            raise MessagingEntityNotFoundError(
+                f"subscription {subscription!r} has no rule named {rule.name!r}",
+                entry.properties.name,
+            )
+        old = rules[at]
+        updated = dataclasses.replace(rule, name=old.name, created_at_utc=old.created_at_utc)
+        await self._store_subscription(entry, sub, (*rules[:at], updated, *rules[at + 1 :]))
+        await self._configure_router(topic)
+        return updated
+
     @guarded(_MANAGE, subscription_path)
     async def list_rules(self, topic: str, subscription: str) -> list[Any]:
         return list(self._subscription(topic, subscription).extra[1])

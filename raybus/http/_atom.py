@@ -492,17 +492,12 @@ async def _put_rule(request: _Request) -> Response:
     # Compiled here, before anything changes: a bad filter is a 400 and the old rule stays.
     rule = models.rule_from_description(request.description(), name)
     admin = request.admin
-    old = await admin.get_rule(topic, sub, name) if request.is_update else None
-    if old is not None:
-        await admin.delete_rule(topic, sub, old.name)
-    try:
-        created = await admin.create_rule(topic, sub, name, filter=rule.filter, action=rule.action)
-    except ServiceBusError:
-        if old is not None:
-            await admin.create_rule(topic, sub, old.name, filter=old.filter, action=old.action)
-        raise
-    entry = _rule_entry(request, topic, sub, created)
-    return _xml_response(200 if request.is_update else 201, "entry", entry)
+    if request.is_update:  # in place, in one step: its position and creation time kept
+        await admin.update_rule(topic, sub, rule)
+        stored = await admin.get_rule(topic, sub, name)
+        return _xml_response(200, "entry", _rule_entry(request, topic, sub, stored))
+    created = await admin.create_rule(topic, sub, name, filter=rule.filter, action=rule.action)
+    return _xml_response(201, "entry", _rule_entry(request, topic, sub, created))
 
 
 async def _delete_rule(request: _Request) -> Response:

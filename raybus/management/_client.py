@@ -157,6 +157,19 @@ class ServiceBusAdministrationClient:
     def delete_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> None:
         run(self._aio.delete_rule(topic_name, subscription_name, rule_name))
 
+    def update_rule(
+        self, topic_name: str, subscription_name: str, rule: RuleProperties, **changes: Any
+    ) -> None:
+        run(self._aio.update_rule(topic_name, subscription_name, rule, **changes))
+
+    def list_topics_runtime_properties(self) -> list[TopicRuntimeProperties]:
+        return run(self._aio.list_topics_runtime_properties())
+
+    def list_subscriptions_runtime_properties(
+        self, topic_name: str
+    ) -> list[SubscriptionRuntimeProperties]:
+        return run(self._aio.list_subscriptions_runtime_properties(topic_name))
+
     def close(self) -> None:
         """Nothing to release."""
 

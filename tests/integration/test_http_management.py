@@ -345,6 +345,8 @@ def test_rules_made_over_http_filter_and_change_real_messages(
     big = sdk.get_rule(topic, sub, "big")
     sdk.update_rule(topic, sub, big, filter=SqlRuleFilter("amount > 1000"))
     assert sdk.get_rule(topic, sub, "big").filter.sql_expression == "amount > 1000"
+    # In place, in one step (raybus's update_rule): its position among the rules is kept.
+    assert [r.name for r in sdk.list_rules(topic, sub)] == ["big", "vip"]
     with pytest.raises(HttpResponseError) as info:
         sdk.update_rule(topic, sub, big, filter=SqlRuleFilter("amount >"))
     assert info.value.status_code == 400

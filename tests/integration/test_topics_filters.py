@@ -26,7 +26,11 @@ from topics_support import (
 
 import raybus
 from raybus import ServiceBusMessage, aio
-from raybus.exceptions import MessagingEntityNotFoundError
+from raybus.exceptions import (
+    FilterSyntaxError,
+    InvalidArgumentError,
+    MessagingEntityNotFoundError,
+)
 from raybus.management import (
     CorrelationRuleFilter,
     FalseRuleFilter,
@@ -338,3 +342,69 @@ def test_filter_evaluation_error_dead_letters_on_that_subscription_only(
     assert _props(dead) == {"a": 1, "b": 0}
     assert _bodies(_drain(client, t, "drop", 1)) == ["good"]
     assert _bodies(_drain(client, t, "healthy", 4)) == ["good", "zero", "unknown", "small"]
+
+
+# ------------------------------------------------------------------------------ update_rule
+
+
+def test_update_rule_replaces_a_rules_filter_and_action_in_place(
+    client: raybus.ServiceBusClient,
+    admin: ServiceBusAdministrationClient,
+    topic: str,
+) -> None:
+    t = topic
+    admin.create_subscription(t, "s")
+    admin.delete_rule(t, "s", "$Default")
+    admin.create_rule(t, "s", "first", filter=SqlRuleFilter("n > 5"))
+    admin.create_rule(t, "s", "big", filter=SqlRuleFilter("n > 100"))
+    before = admin.get_rule(t, "s", "big")
+    admin.update_rule(
+        t,
+        "s",
+        before,
+        filter=SqlRuleFilter("n < 5"),
+        action=SqlRuleAction("SET sys.Label = 'small'"),
+    )
+    after = admin.get_rule(t, "s", "BIG")  # names are case-insensitive
+    assert after.filter == SqlRuleFilter("n < 5") and after.created_at_utc == before.created_at_utc
+    assert _rule_names(admin, t, "s") == ["first", "big"]  # its place kept
+    with client.get_topic_sender(t) as sender:
+        sender.send_messages(
+            [ServiceBusMessage(f"n{n}", application_properties={"n": n}) for n in (3, 7, 200)]
+        )
+    # n3 matches only the updated rule (before it, no rule took it); n7 and n200 "first".
+    got = _drain(client, t, "s", 3)
+    assert {m.body: m.subject for m in got} == {"n3": "small", "n7": None, "n200": None}
+
+
+def test_update_rule_refuses_bad_input_and_changes_nothing(
+    admin: ServiceBusAdministrationClient, topic: str
+) -> None:
+    t = topic
+    admin.create_subscription(t, "s")
+    rule = admin.get_rule(t, "s", "$Default")
+    with pytest.raises(InvalidArgumentError, match="unknown option"):
+        admin.update_rule(t, "s", rule, name="renamed")
+    with pytest.raises(FilterSyntaxError):
+        admin.update_rule(t, "s", rule, filter=SqlRuleFilter("n >"))
+    with pytest.raises(InvalidArgumentError, match="RuleProperties"):
+        admin.update_rule(t, "s", "$Default")  # type: ignore[arg-type]
+    with pytest.raises(MessagingEntityNotFoundError, match="no rule named 'other'"):
+        admin.update_rule(t, "s", RuleProperties("other", TrueRuleFilter()))
+    assert admin.list_rules(t, "s") == [rule]
+
+
+async def test_aio_update_rule_and_the_runtime_property_lists(
+    aclient: aio.ServiceBusClient, aadmin: aio.ServiceBusAdministrationClient, topic: str
+) -> None:
+    t = topic
+    for sub in ("a", "b"):
+        await aadmin.create_subscription(t, sub)
+    rule = await aadmin.get_rule(t, "a", "$Default")
+    await aadmin.update_rule(t, "a", rule, filter=FalseRuleFilter())
+    async with aclient.get_topic_sender(t) as sender:
+        await sender.send_messages(ServiceBusMessage("only b"))
+    subs = await aadmin.list_subscriptions_runtime_properties(t)
+    assert [(s.name, s.active_message_count) for s in subs] == [("a", 0), ("b", 1)]
+    topics = {p.name: p for p in await aadmin.list_topics_runtime_properties()}
+    assert topics[t].subscription_count == 2

@@ -207,6 +207,10 @@ class _StubAdmin:
     async def delete_rule(self, topic: str, sub: str, name: str) -> None:
         self.rules[topic, sub].remove(await self.get_rule(topic, sub, name))
 
+    async def update_rule(self, topic: str, sub: str, rule: rb.RuleProperties) -> None:
+        rules = self.rules[topic, sub]
+        rules[rules.index(await self.get_rule(topic, sub, rule.name))] = rule
+
 
 class _InProcess(requests.adapters.BaseAdapter):
     """Answers the SDK's HTTPS requests by calling ``handle_management`` directly."""
@@ -455,6 +459,7 @@ def test_update_rule_replaces_it_and_a_bad_filter_keeps_the_old_one(
     rule = sdk.create_rule("t", "s", "r", filter=SqlRuleFilter("a = 1"))
     sdk.update_rule("t", "s", rule, filter=SqlRuleFilter("a = 2"))
     assert stub.rules["t", "s"][-1].filter == rb.SqlRuleFilter("a = 2")
+    assert [r.name for r in stub.rules["t", "s"]] == ["$Default", "r"]  # updated in place
     with pytest.raises(HttpResponseError) as info:
         sdk.update_rule("t", "s", rule, filter=SqlRuleFilter("a = = 2"))
     assert info.value.status_code == 400
