@@ -115,7 +115,7 @@ class RetryPolicy:
         elif self.mode is RetryMode.FIXED:
             wait = self.backoff_factor
         else:
-            wait = self.backoff_factor * 2.0 ** (retry - 1)
+            wait = self.backoff_factor * 2.0 ** min(retry - 1, 64)  # past 2**1023: OverflowError
         return min(wait, self.backoff_max)
 
     async def run(

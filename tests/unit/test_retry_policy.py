@@ -32,6 +32,7 @@ def test_defaults_are_the_sdks() -> None:
 def test_exponential_waits_double_up_to_the_maximum() -> None:
     policy = RetryPolicy.from_options(10, 0.5, 3)
     assert [policy.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert RetryPolicy.from_options(5000).delay(2000) == 120.0  # no float overflow
 
 
 @pytest.mark.parametrize("mode", ["fixed", "FIXED", RetryMode.FIXED, AzureRetryMode.Fixed])
