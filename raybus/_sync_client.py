@@ -516,11 +516,12 @@ class ServiceBusClient:
 
     def __init__(
         self,
-        namespace: str = "default",
+        namespace: str | None = None,
+        credential: CredentialLike | None = None,
         *,
+        fully_qualified_namespace: str | None = None,
         address: str | None = None,
         storage_path: str | None = None,
-        credential: CredentialLike | None = None,
         retry_total: int = 3,
         retry_backoff_factor: float = 0.8,
         retry_backoff_max: float = 120,
@@ -528,15 +529,16 @@ class ServiceBusClient:
     ) -> None:
         self._aio = aio.ServiceBusClient(
             namespace,
+            credential,
+            fully_qualified_namespace=fully_qualified_namespace,
             address=address,
             storage_path=storage_path,
-            credential=credential,
             retry_total=retry_total,
             retry_backoff_factor=retry_backoff_factor,
             retry_backoff_max=retry_backoff_max,
             retry_mode=retry_mode,
         )
-        self.namespace = namespace
+        self.namespace = self._aio.namespace
 
     @classmethod
     def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusClient:

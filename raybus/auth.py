@@ -48,6 +48,7 @@ __all__ = [
     "SharedAccessKeyCredential",
     "SignatureCredential",
     "as_credential",
+    "client_namespace",
     "generate_key",
     "generate_sas_token",
     "parse_connection_string",
@@ -326,8 +327,8 @@ def parse_connection_string(conn_str: str) -> ConnectionString:
     endpoint = fields.get("endpoint")
     if not endpoint:
         raise bad("has no Endpoint")
-    host = urllib.parse.urlsplit(endpoint if "//" in endpoint else f"sb://{endpoint}").hostname
-    if not host:
+    label = _host_label(endpoint)
+    if not label:
         raise bad(f"has an Endpoint without a host name: {endpoint!r}")
     name, key = fields.get("sharedaccesskeyname"), fields.get("sharedaccesskey")
     signature = fields.get("sharedaccesssignature")
@@ -340,4 +341,30 @@ def parse_connection_string(conn_str: str) -> ConnectionString:
         credential = SasTokenCredential(signature)
     elif name and key:
         credential = SharedAccessKeyCredential(name, key)
-    return ConnectionString(host.split(".")[0], credential, fields.get("entitypath") or None)
+    return ConnectionString(label, credential, fields.get("entitypath") or None)
+
+
+def _host_label(endpoint: str) -> str | None:
+    """The first label of an endpoint's host (``sb://orders.servicebus.windows.net/`` and
+    ``orders.servicebus.windows.net`` both give ``orders``), or None without a host."""
+    host = urllib.parse.urlsplit(endpoint if "//" in endpoint else f"sb://{endpoint}").hostname
+    return host.split(".")[0] if host else None
+
+
+def client_namespace(namespace: str | None, fully_qualified_namespace: str | None = None) -> str:
+    """The raybus namespace a client is made for: ``namespace`` (default ``"default"``), or the
+    SDK's ``fully_qualified_namespace=``. A host name (``orders.servicebus.windows.net``, as
+    code written for azure-servicebus passes it) names the namespace of its first label, as a
+    connection string's endpoint does. Anything else is left for the client to check."""
+    if namespace is not None and fully_qualified_namespace is not None:
+        raise InvalidArgumentError(
+            "give the namespace or fully_qualified_namespace, not both",
+            None,
+            "fully_qualified_namespace",
+        )
+    name = namespace if namespace is not None else fully_qualified_namespace
+    if name is None:
+        return "default"
+    if isinstance(name, str) and ("." in name or "://" in name):
+        return _host_label(name) or name
+    return name

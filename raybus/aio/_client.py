@@ -12,7 +12,7 @@ from .._connection import Connection
 from .._models import validate_entity_name
 from .._retry import RetryMode, RetryPolicy
 from .._topic_models import subscription_path
-from ..auth import CredentialLike, parse_connection_string
+from ..auth import CredentialLike, client_namespace, parse_connection_string
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError, OperationTimeoutError
 from ._entity import EntityInfo, resolve_entity
@@ -65,6 +65,10 @@ class ServiceBusClient:
     takes effect when the namespace's registry is first created. Construction joins Ray if this
     process has not yet (blocking, once).
 
+    The SDK's own form works too: ``ServiceBusClient("orders.servicebus.windows.net",
+    AzureNamedKeyCredential(name, key))`` (or ``fully_qualified_namespace=``) is the namespace
+    ``orders`` (``raybus.auth.client_namespace``).
+
     ``retry_total``, ``retry_backoff_factor``, ``retry_backoff_max`` and ``retry_mode`` are
     azure-servicebus's retry options, with its defaults: how often, and after how long, a call
     that failed for a transient reason is repeated. Which failures raybus repeats (receives
@@ -74,11 +78,12 @@ class ServiceBusClient:
 
     def __init__(
         self,
-        namespace: str = "default",
+        namespace: str | None = None,
+        credential: CredentialLike | None = None,
         *,
+        fully_qualified_namespace: str | None = None,
         address: str | None = None,
         storage_path: str | None = None,
-        credential: CredentialLike | None = None,
         retry_total: int = 3,
         retry_backoff_factor: float = 0.8,
         retry_backoff_max: float = 120,
@@ -87,8 +92,9 @@ class ServiceBusClient:
         retry = RetryPolicy.from_options(
             retry_total, retry_backoff_factor, retry_backoff_max, retry_mode
         )
-        self._conn = Connection(namespace, address, storage_path, credential, retry)
-        self.namespace = namespace
+        name = client_namespace(namespace, fully_qualified_namespace)
+        self._conn = Connection(name, address, storage_path, credential, retry)
+        self.namespace = name
         self._entity_path: str | None = None  # a connection string's EntityPath
 
     @classmethod

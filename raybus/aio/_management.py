@@ -11,7 +11,13 @@ from .._clock import from_timestamp
 from .._connection import Connection
 from .._models import QueueProperties, QueueRuntimeProperties, validate_entity_name
 from .._topic_models import is_subscription
-from ..auth import AccessRights, AuthorizationRule, CredentialLike, parse_connection_string
+from ..auth import (
+    AccessRights,
+    AuthorizationRule,
+    CredentialLike,
+    client_namespace,
+    parse_connection_string,
+)
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 from ._topic_management import TopicManagement
 
@@ -23,14 +29,16 @@ class ServiceBusAdministrationClient(TopicManagement):
 
     def __init__(
         self,
-        namespace: str = "default",
+        namespace: str | None = None,
+        credential: CredentialLike | None = None,
         *,
+        fully_qualified_namespace: str | None = None,
         address: str | None = None,
         storage_path: str | None = None,
-        credential: CredentialLike | None = None,
     ) -> None:
-        self._conn = Connection(namespace, address, storage_path, credential)
-        self.namespace = namespace
+        name = client_namespace(namespace, fully_qualified_namespace)
+        self._conn = Connection(name, address, storage_path, credential)
+        self.namespace = name
 
     @classmethod
     def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusAdministrationClient:

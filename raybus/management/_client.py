@@ -26,16 +26,21 @@ class ServiceBusAdministrationClient:
 
     def __init__(
         self,
-        namespace: str = "default",
+        namespace: str | None = None,
+        credential: CredentialLike | None = None,
         *,
+        fully_qualified_namespace: str | None = None,
         address: str | None = None,
         storage_path: str | None = None,
-        credential: CredentialLike | None = None,
     ) -> None:
         self._aio = _AsyncAdmin(
-            namespace, address=address, storage_path=storage_path, credential=credential
+            namespace,
+            credential,
+            fully_qualified_namespace=fully_qualified_namespace,
+            address=address,
+            storage_path=storage_path,
         )
-        self.namespace = namespace
+        self.namespace = self._aio.namespace
 
     @classmethod
     def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusAdministrationClient:

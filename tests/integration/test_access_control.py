@@ -463,3 +463,26 @@ def test_azure_cores_named_key_credential_opens_a_closed_namespace_and_rotates(
     assert active(closed) == 2
     with pytest.raises(InvalidArgumentError, match="Azure AD"):
         raybus.ServiceBusClient(namespace, credential=type("Ad", (), {"get_token": print})())
+
+
+def test_the_sdks_constructor_form_a_host_name_and_a_credential(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    """``ServiceBusClient("<ns>.servicebus.windows.net", AzureNamedKeyCredential(...))``, as
+    code written for azure-servicebus makes it, reaches the namespace of the host's first
+    label; the admin client takes ``fully_qualified_namespace=`` too."""
+    from azure.core.credentials import AzureNamedKeyCredential
+
+    host = f"{namespace}.servicebus.windows.net"
+    key = AzureNamedKeyCredential("root", ROOT_KEY)
+    admin = ServiceBusAdministrationClient(fully_qualified_namespace=host, credential=key)
+    assert admin.namespace == namespace
+    with (
+        raybus.ServiceBusClient(host, key) as client,
+        client.get_queue_sender("q") as sender,
+    ):
+        assert client.namespace == namespace
+        sender.send_messages(ServiceBusMessage("the SDK's form"))
+    assert active(admin) == 1
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        raybus.ServiceBusClient(namespace, fully_qualified_namespace=host)

@@ -14,6 +14,7 @@ from raybus.auth import (
     SharedAccessKeyCredential,
     SignatureCredential,
     as_credential,
+    client_namespace,
     generate_sas_token,
     parse_connection_string,
     parse_sas_token,
@@ -118,3 +119,26 @@ def test_credentials_raybus_cannot_use_are_typed_errors() -> None:
         as_credential(AzureNamedKeyCredential("", "key"))
     with pytest.raises(ServiceBusAuthenticationError):
         as_credential(AzureSasCredential("not a token"))
+
+
+@pytest.mark.parametrize(
+    ("namespace", "fqn", "expected"),
+    [
+        (None, None, "default"),
+        ("shop", None, "shop"),
+        ("orders.servicebus.windows.net", None, "orders"),
+        ("sb://orders.servicebus.windows.net/", None, "orders"),
+        (None, "billing.servicebus.windows.net", "billing"),
+        ("bad name!", None, "bad name!"),  # left for the client's own check
+    ],
+)
+def test_a_client_takes_a_namespace_or_the_sdks_host_name(
+    namespace: str | None, fqn: str | None, expected: str
+) -> None:
+    assert client_namespace(namespace, fqn) == expected
+
+
+def test_a_namespace_and_a_host_name_together_are_refused() -> None:
+    with pytest.raises(InvalidArgumentError) as err:
+        client_namespace("a", "b.servicebus.windows.net")
+    assert err.value.argument == "fully_qualified_namespace"
