@@ -544,7 +544,7 @@ class ServiceBusClient:
     def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusClient:
         """A client for a Service Bus connection string (see
         ``raybus.aio.ServiceBusClient.from_connection_string``)."""
-        info = parse_connection_string(conn_str)
+        info = parse_connection_string(conn_str, kwargs)
         client = cls(info.namespace, credential=info.credential, **kwargs)
         client._aio._entity_path = info.entity_path
         return client

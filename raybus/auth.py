@@ -304,12 +304,21 @@ class ConnectionString:
     entity_path: str | None
 
 
-def parse_connection_string(conn_str: str) -> ConnectionString:
+def parse_connection_string(conn_str: str, options: Iterable[str] = ()) -> ConnectionString:
     """Read ``Endpoint=sb://<host>/;SharedAccessKeyName=..;SharedAccessKey=..`` (or
     ``SharedAccessSignature=<token>``; ``EntityPath=..``), as the Azure SDKs do: keys in any
     case, unknown keys (``UseDevelopmentEmulator``) ignored. A blank or malformed string, a key
     name without its key (or the other way round), or a key and a signature together raise
-    ``InvalidArgumentError`` naming ``conn_str``; nothing is connected."""
+    ``InvalidArgumentError`` naming ``conn_str``; nothing is connected. ``options`` are the
+    names of the client options passed beside the string: one that the string sets (the
+    namespace, the credential) is an ``InvalidArgumentError`` naming it."""
+    for option in ("namespace", "fully_qualified_namespace", "credential"):
+        if option in options:
+            raise InvalidArgumentError(
+                f"{option} comes from the connection string; do not pass it as well",
+                None,
+                option,
+            )
 
     def bad(why: str) -> InvalidArgumentError:
         return InvalidArgumentError(f"the connection string {why}", None, "conn_str")

@@ -103,7 +103,7 @@ class ServiceBusClient:
         (``raybus.auth.parse_connection_string``: the namespace is the endpoint's first host
         label); ``kwargs`` are the constructor's (``address``, ``storage_path``, the retry
         options). With ``EntityPath`` the client works on that entity only, as the SDK's."""
-        info = parse_connection_string(conn_str)
+        info = parse_connection_string(conn_str, kwargs)
         client = cls(info.namespace, credential=info.credential, **kwargs)
         client._entity_path = info.entity_path
         return client

@@ -45,7 +45,7 @@ class ServiceBusAdministrationClient(TopicManagement):
         """An administration client for the namespace and key of a Service Bus connection
         string (``raybus.auth.parse_connection_string``; ``EntityPath`` is ignored, as by the
         SDK's); ``kwargs`` are the constructor's (``address``, ``storage_path``)."""
-        info = parse_connection_string(conn_str)
+        info = parse_connection_string(conn_str, kwargs)
         return cls(info.namespace, credential=info.credential, **kwargs)
 
     async def _call(self, entity: str | None, method: str, *args: Any) -> Any:

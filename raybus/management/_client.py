@@ -45,7 +45,7 @@ class ServiceBusAdministrationClient:
     @classmethod
     def from_connection_string(cls, conn_str: str, **kwargs: Any) -> ServiceBusAdministrationClient:
         """See ``raybus.aio.management.ServiceBusAdministrationClient.from_connection_string``."""
-        info = parse_connection_string(conn_str)
+        info = parse_connection_string(conn_str, kwargs)
         return cls(info.namespace, credential=info.credential, **kwargs)
 
     def create_queue(self, queue_name: str, **options: Any) -> QueueProperties:

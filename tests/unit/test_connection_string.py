@@ -142,3 +142,29 @@ def test_a_namespace_and_a_host_name_together_are_refused() -> None:
     with pytest.raises(InvalidArgumentError) as err:
         client_namespace("a", "b.servicebus.windows.net")
     assert err.value.argument == "fully_qualified_namespace"
+
+
+@pytest.mark.parametrize("option", ["credential", "namespace", "fully_qualified_namespace"])
+def test_an_option_the_string_already_sets_is_a_typed_error(option: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="comes from the connection string") as err:
+        parse_connection_string("Endpoint=sb://ns/", {option: None, "retry_total": 1})
+    assert err.value.argument == option
+    assert parse_connection_string("Endpoint=sb://ns/", {"retry_total": 1}).namespace == "ns"
+
+
+def test_every_client_refuses_a_credential_beside_its_connection_string() -> None:
+    """Checked before anything connects (no Ray here)."""
+    import raybus
+    import raybus.aio
+    import raybus.management
+
+    key = SharedAccessKeyCredential("a", "b")
+    for make in (
+        raybus.ServiceBusClient.from_connection_string,
+        raybus.aio.ServiceBusClient.from_connection_string,
+        raybus.management.ServiceBusAdministrationClient.from_connection_string,
+        raybus.aio.ServiceBusAdministrationClient.from_connection_string,
+    ):
+        with pytest.raises(InvalidArgumentError) as err:
+            make("Endpoint=sb://ns/;SharedAccessKeyName=a;SharedAccessKey=b", credential=key)
+        assert err.value.argument == "credential"
