@@ -102,6 +102,7 @@ class ReplicaConfig:
     handler_is_async: bool
     handler_takes_context: bool
     credential: Any = None  # the processor's client credential, if any
+    retry: Any = None  # the processor's client retry policy (``raybus._retry.RetryPolicy``)
 
 
 def _describe(exc: BaseException) -> str:
@@ -124,7 +125,7 @@ class ProcessorReplica:
     def __init__(self, config: ReplicaConfig, handler: Callable[..., Any]) -> None:
         self._cfg = config
         self._handler = handler
-        self._conn = Connection(config.namespace, credential=config.credential)
+        self._conn = Connection(config.namespace, credential=config.credential, retry=config.retry)
         self._threads = (
             None
             if config.handler_is_async

@@ -17,8 +17,8 @@ from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError, OperationTimeoutError
 from ._entity import EntityInfo, resolve_entity
 from ._processor import ErrorHandler, Handler, Seconds, ServiceBusProcessor
-from ._receiver import ServiceBusReceiver
-from ._sender import ServiceBusSender, _check_timeout
+from ._receiver import ServiceBusReceiver, _check_wait
+from ._sender import ServiceBusSender
 from ._transaction import ServiceBusTransaction
 
 __all__ = ["ServiceBusClient"]
@@ -40,16 +40,7 @@ def _handler_options(client_identifier: Any, socket_timeout: Any, entity: str) -
             entity,
             "client_identifier",
         )
-    if socket_timeout is not None and (
-        isinstance(socket_timeout, bool)
-        or not isinstance(socket_timeout, int | float)
-        or not socket_timeout > 0
-    ):
-        raise InvalidArgumentError(
-            f"socket_timeout must be a positive number of seconds or None, not {socket_timeout!r}",
-            entity,
-            "socket_timeout",
-        )
+    _check_wait(socket_timeout, "socket_timeout", entity)
     return client_identifier
 
 
@@ -240,7 +231,7 @@ class ServiceBusClient:
         ``state_updated_after``, only those whose state was set after that time. Past
         ``timeout`` seconds, ``OperationTimeoutError``."""
         name = validate_entity_name(queue_name)
-        seconds = _check_timeout(timeout, name)
+        seconds = _check_wait(timeout, "timeout", name)
         after = None
         if state_updated_after is not None:
             if not isinstance(state_updated_after, datetime):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Iterable
 from typing import Any
@@ -198,7 +199,10 @@ class ServiceBusAdministrationClient(TopicManagement):
         await self._call(entity, "delete_authorization_rule", key_name, entity)
 
     async def list_queues_runtime_properties(self) -> list[QueueRuntimeProperties]:
-        return [await self.get_queue_runtime_properties(q.name) for q in await self.list_queues()]
+        queues = await self.list_queues()
+        return list(
+            await asyncio.gather(*(self.get_queue_runtime_properties(q.name) for q in queues))
+        )
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -424,6 +424,7 @@ class ServiceBusProcessor:
             handler_is_async=self._is_async,
             handler_takes_context=self._takes_context,
             credential=self._conn.credential,
+            retry=self._conn.retry,
         )
         name = f"raybus/processor/{self._conn.namespace}/{self._id}/{rid}"
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
@@ -197,29 +198,37 @@ class TopicManagement:
         subscription_name: str,
         rule: RuleProperties,
         **changes: Any,
-    ) -> None:
+    ) -> RuleProperties:
         """Give the rule named ``rule.name`` the filter and action of ``rule``, with
         ``changes`` (``filter=``, ``action=``) applied, in one step (publishes meanwhile meet
-        the old rule or the new one). raybus's ``RuleProperties`` is immutable: pass the
-        changes here, or a ``dataclasses.replace`` of the rule (README, Deviations)."""
+        the old rule or the new one); returns the rule as stored (the SDK's returns None).
+        raybus's ``RuleProperties`` is immutable: pass the changes here, or a
+        ``dataclasses.replace`` of the rule (README, Deviations)."""
         if not isinstance(rule, RuleProperties):
             raise InvalidArgumentError(
                 "update_rule takes the RuleProperties that get_rule returned", None, "rule"
             )
         _check_options(changes, frozenset({"filter", "action"}), rule.name)
         updated = dataclasses.replace(rule, **changes)  # checked as a new rule is
-        await self._call(topic_name, "update_rule", topic_name, subscription_name, updated)
+        return await self._call(  # type: ignore[no-any-return]
+            topic_name, "update_rule", topic_name, subscription_name, updated
+        )
 
     async def list_topics_runtime_properties(self) -> list[TopicRuntimeProperties]:
-        return [await self.get_topic_runtime_properties(t.name) for t in await self.list_topics()]
+        topics = await self.list_topics()
+        return list(
+            await asyncio.gather(*(self.get_topic_runtime_properties(t.name) for t in topics))
+        )
 
     async def list_subscriptions_runtime_properties(
         self, topic_name: str
     ) -> list[SubscriptionRuntimeProperties]:
-        return [
-            await self.get_subscription_runtime_properties(topic_name, s.name)
-            for s in await self.list_subscriptions(topic_name)
-        ]
+        subs = await self.list_subscriptions(topic_name)
+        return list(
+            await asyncio.gather(
+                *(self.get_subscription_runtime_properties(topic_name, s.name) for s in subs)
+            )
+        )
 
     async def list_rules(self, topic_name: str, subscription_name: str) -> list[RuleProperties]:
         return await self._call(  # type: ignore[no-any-return]

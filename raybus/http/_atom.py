@@ -493,8 +493,7 @@ async def _put_rule(request: _Request) -> Response:
     rule = models.rule_from_description(request.description(), name)
     admin = request.admin
     if request.is_update:  # in place, in one step: its position and creation time kept
-        await admin.update_rule(topic, sub, rule)
-        stored = await admin.get_rule(topic, sub, name)
+        stored = await admin.update_rule(topic, sub, rule)
         return _xml_response(200, "entry", _rule_entry(request, topic, sub, stored))
     created = await admin.create_rule(topic, sub, name, filter=rule.filter, action=rule.action)
     return _xml_response(201, "entry", _rule_entry(request, topic, sub, created))

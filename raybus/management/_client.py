@@ -164,8 +164,8 @@ class ServiceBusAdministrationClient:
 
     def update_rule(
         self, topic_name: str, subscription_name: str, rule: RuleProperties, **changes: Any
-    ) -> None:
-        run(self._aio.update_rule(topic_name, subscription_name, rule, **changes))
+    ) -> RuleProperties:
+        return run(self._aio.update_rule(topic_name, subscription_name, rule, **changes))
 
     def list_topics_runtime_properties(self) -> list[TopicRuntimeProperties]:
         return run(self._aio.list_topics_runtime_properties())

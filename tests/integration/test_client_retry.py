@@ -17,6 +17,7 @@ import ray
 
 import raybus
 from raybus import RetryMode, ServiceBusMessage, _rpc, aio
+from raybus._storage.errors import StorageUnavailableError
 from raybus.exceptions import InvalidArgumentError, ServiceBusConnectionError
 from raybus.management import ServiceBusAdministrationClient
 
@@ -189,3 +190,33 @@ def test_a_receive_rides_out_a_partition_restart(
             (msg,) = receiver.receive_messages(max_wait_time=5)
             assert str(msg) == "kept"
             receiver.complete_message(msg)
+
+
+def test_only_the_failed_share_of_a_send_across_partitions_is_repeated(
+    namespace: str, admin: ServiceBusAdministrationClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A list spread over two partitions, one of which refuses its share once with a storage
+    failure (nothing stored): that share alone is sent again; each message is there once."""
+    admin.create_queue("split", partition_count=2)
+    calls: list[Any] = []
+    real = _rpc.call
+
+    async def one_share_fails_once(entity: Any, method: Any, *args: Any, **kw: Any) -> Any:
+        if _rpc._name(method) == "send_groups":
+            actor = getattr(method, "_method", method)._actor._actor_id
+            calls.append(actor)
+            if calls.count(calls[0]) == 1 and actor == calls[0]:
+                raise StorageUnavailableError("disk full (test)", None, 28, entity)
+        return await real(entity, method, *args, **kw)
+
+    bodies = [f"m{i:02d}" for i in range(20)]
+    with raybus.ServiceBusClient(namespace, retry_backoff_factor=0.01) as client:
+        monkeypatch.setattr(_rpc, "call", one_share_fails_once)
+        with client.get_queue_sender("split") as sender:
+            sender.send_messages(
+                [ServiceBusMessage(b, partition_key=f"k{i}") for i, b in enumerate(bodies)]
+            )
+        monkeypatch.setattr(_rpc, "call", real)
+        assert len(set(calls)) == 2, "the list did not span both partitions"
+        assert sorted(calls.count(a) for a in set(calls)) == [1, 2]  # the failed share again
+        assert _drain(client, "split") == bodies

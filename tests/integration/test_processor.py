@@ -153,6 +153,26 @@ async def test_every_message_handled_exactly_once_aio_with_explicit_settlement(
     assert processor.statistics.failed == 0
 
 
+async def test_replicas_use_the_clients_retry_policy(
+    namespace: str, aadmin: aio.ServiceBusAdministrationClient
+) -> None:
+    """A replica's own connection takes the retry options of the client that made the
+    processor (its receives ride out a partition restart as that client's would)."""
+    queue = f"p-{uuid.uuid4().hex[:8]}"
+    await aadmin.create_queue(queue)
+
+    async def handler(message: Any) -> None:
+        pass
+
+    client = aio.ServiceBusClient(namespace, retry_total=7, retry_backoff_factor=0.05)
+    async with client.get_processor(queue, handler) as processor:
+        policy = await processor._handles[0].__ray_call__.remote(
+            lambda replica: replica._conn.retry
+        )
+    assert policy == client._conn.retry
+    assert (policy.total, policy.backoff_factor) == (7, 0.05)
+
+
 # ---------------------------------------------------------------------- poison messages
 
 

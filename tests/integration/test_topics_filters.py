@@ -358,7 +358,7 @@ def test_update_rule_replaces_a_rules_filter_and_action_in_place(
     admin.create_rule(t, "s", "first", filter=SqlRuleFilter("n > 5"))
     admin.create_rule(t, "s", "big", filter=SqlRuleFilter("n > 100"))
     before = admin.get_rule(t, "s", "big")
-    admin.update_rule(
+    stored = admin.update_rule(
         t,
         "s",
         before,
@@ -366,6 +366,7 @@ def test_update_rule_replaces_a_rules_filter_and_action_in_place(
         action=SqlRuleAction("SET sys.Label = 'small'"),
     )
     after = admin.get_rule(t, "s", "BIG")  # names are case-insensitive
+    assert stored == after  # what update_rule returns is what is stored
     assert after.filter == SqlRuleFilter("n < 5") and after.created_at_utc == before.created_at_utc
     assert _rule_names(admin, t, "s") == ["first", "big"]  # its place kept
     with client.get_topic_sender(t) as sender:

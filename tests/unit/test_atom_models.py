@@ -207,9 +207,10 @@ class _StubAdmin:
     async def delete_rule(self, topic: str, sub: str, name: str) -> None:
         self.rules[topic, sub].remove(await self.get_rule(topic, sub, name))
 
-    async def update_rule(self, topic: str, sub: str, rule: rb.RuleProperties) -> None:
+    async def update_rule(self, topic: str, sub: str, rule: rb.RuleProperties) -> rb.RuleProperties:
         rules = self.rules[topic, sub]
         rules[rules.index(await self.get_rule(topic, sub, rule.name))] = rule
+        return rule
 
 
 class _InProcess(requests.adapters.BaseAdapter):
