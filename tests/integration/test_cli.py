@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
-import time
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -286,19 +286,42 @@ def test_stats_once_table_and_json(cli: Any) -> None:
     cli("stats", "--json", code=2)  # --json needs --once
 
 
-def test_stats_rates_follow_sends_and_receives(cli: Any, namespace: str) -> None:
+def test_stats_rates_follow_sends_and_receives(
+    cli: Any, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import raybus
+    from raybus.cli import stats as stats_command
 
     q = _name()
     cli("queue", "create", q)
     client = raybus.ServiceBusClient(namespace)
 
+    # stats takes a sample, sleeps --interval, takes another; the action must fall between
+    # them. A fixed head start raced the first sample on a loaded machine (CI saw both samples
+    # after the send), so the samples are gated: the action starts when the first sample is
+    # taken, and the second waits until the action is done.
+    first_taken, action_done = threading.Event(), threading.Event()
+    real_sample = stats_command.sample
+
+    def gated_sample(*args: Any, **kwargs: Any) -> Any:
+        if first_taken.is_set():
+            assert action_done.wait(60), "the action between the samples did not finish"
+        taken = real_sample(*args, **kwargs)
+        first_taken.set()
+        return taken
+
+    monkeypatch.setattr(stats_command, "sample", gated_sample)
+
     def during_stats(action: Any) -> dict[str, Any]:
-        # stats takes a sample, sleeps --interval, takes another; act in between.
+        first_taken.clear()
+        action_done.clear()
         with ThreadPoolExecutor(1) as pool:
             future = pool.submit(cli, "stats", q, "--once", "--interval", "1.5", "--json")
-            time.sleep(0.5)
-            action()
+            try:
+                assert first_taken.wait(60), "stats took no first sample"
+                action()
+            finally:
+                action_done.set()
             [row] = json_lines(future.result())
         return row
 
