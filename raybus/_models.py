@@ -26,6 +26,7 @@ from .exceptions import InvalidArgumentError
 
 __all__ = [
     "MAX_DURATION",
+    "NamespaceProperties",
     "QueueProperties",
     "QueueRuntimeProperties",
     "validate_entity_name",
@@ -237,6 +238,26 @@ def _check_int(props: Any, name: str, low: int, high: int) -> None:
         raise InvalidArgumentError(
             f"{name} must be an integer from {low} to {high}, not {value!r}", props.name, name
         )
+
+
+@dataclass(frozen=True)
+class NamespaceProperties:
+    """The namespace as ``get_namespace_properties`` shows it (azure-servicebus's fields).
+
+    ``created_at_utc`` is when the namespace's registry first started: kept across restarts
+    with a ``storage_path``, the actor's start without one. raybus has no namespace settings
+    to change, so ``modified_at_utc`` is the creation time; it has no messaging units (it
+    scales by partitions), so ``messaging_units`` is None. ``messaging_sku`` is "Standard",
+    the tier whose defaults raybus keeps (256 KiB messages unless a queue raises it).
+    """
+
+    name: str
+    alias: str | None = None
+    created_at_utc: datetime | None = None
+    messaging_sku: str = "Standard"
+    messaging_units: int | None = None
+    modified_at_utc: datetime | None = None
+    namespace_type: str = "Messaging"
 
 
 @dataclass(frozen=True)

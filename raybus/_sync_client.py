@@ -7,7 +7,7 @@ client may be used from several threads; their calls are serialised through that
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -314,17 +314,17 @@ class ServiceBusReceiver:
             )
         )
 
-    def __iter__(self) -> Iterator[ServiceBusReceivedMessage]:
-        it = self._aio._iterate()
+    def __iter__(self) -> ServiceBusReceiver:
+        """The receiver is its own iterator (see ``raybus.aio.ServiceBusReceiver.__aiter__``)."""
+        return self
 
-        async def step() -> ServiceBusReceivedMessage:
-            return await it.__anext__()
+    def __next__(self) -> ServiceBusReceivedMessage:
+        batch = self.receive_messages(1)  # the rest of a prefetch stays in the buffer
+        if not batch:
+            raise StopIteration
+        return batch[0]
 
-        while True:
-            try:
-                yield run(step())
-            except StopAsyncIteration:
-                return
+    next = __next__  # the SDK's alias
 
     def close(self) -> None:
         run(self._aio.close())

@@ -134,6 +134,9 @@ class NamespaceActor(TopicOps, AccessOps):
                 # Resume partition changes and rule pushes without waiting for a client.
                 actor = ray.get_runtime_context().current_actor
                 call_self_until_answered(actor.ping.remote, "namespace-resume")
+        # A new namespace (or one logged before creation times were kept) is born now; the
+        # change is logged by the first ping or namespace_created (``__init__`` has no loop).
+        self._birth_unlogged = self._registry.born() is not None and self._log is not None
         # The namespace holds the rules itself: its guard never fetches them.
         self._guard = Guard(internal_token(namespace), SystemClock())
         self._guard.load(*self._registry.access.snapshot())
@@ -176,7 +179,25 @@ class NamespaceActor(TopicOps, AccessOps):
     async def ping(self) -> str:
         self._scaler.start()  # (re)started lazily: the actor may have restarted
         self._push_after_restart()
+        if self._birth_unlogged and self._log is not None:
+            self._birth_unlogged = False
+            self._log.append_soon(("born", self._registry.created_at))
         return self._namespace
+
+    @guarded(MANAGE, lambda: None)
+    async def namespace_created(self) -> float:
+        """When the namespace was created (epoch seconds): its registry's first start, kept
+        with a ``storage_path`` (logged before it is answered)."""
+        created = self._registry.created_at
+        assert created is not None  # set in __init__
+        if self._birth_unlogged and self._log is not None:
+            self._birth_unlogged = False
+            try:
+                await self._persist(("born", created))
+            except BaseException:
+                self._birth_unlogged = True  # try again with the next call
+                raise
+        return created
 
     def _route(self, entry: EntityEntry) -> Route:
         handles = self._handles[entry.properties.name.lower()]

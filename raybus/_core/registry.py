@@ -125,6 +125,16 @@ class Registry:
         self._entities: dict[str, EntityEntry] = {}
         self._incarnations = 0
         self.access = AccessTable()  # the namespace's authorization rules
+        self.created_at: float | None = None  # set by ``born`` (or a logged "born" change)
+
+    def born(self) -> float | None:
+        """Give the namespace its creation time if it has none (a new namespace, or a log
+        written before creation times were kept); return it if it is new (to be logged),
+        else None."""
+        if self.created_at is not None:
+            return None
+        self.created_at = self._clock.now()
+        return self.created_at
 
     def create(self, properties: QueueProperties) -> EntityEntry:
         _check_supported(properties)
@@ -227,10 +237,14 @@ class Registry:
                 self._incarnations = max(self._incarnations, value)
             elif kind == "access":  # the whole rule table, as of that change
                 self.access.load(*value)
+            elif kind == "born":
+                self.created_at = value
 
     def snapshot(self) -> builtins.list[tuple[str, Any]]:
         """Changes that rebuild the current registry."""
         out: builtins.list[tuple[str, Any]] = [("put", e) for e in self._entities.values()]
         out.append(("next", self._incarnations))
         out.append(("access", self.access.snapshot()))
+        if self.created_at is not None:
+            out.append(("born", self.created_at))
         return out

@@ -56,13 +56,24 @@ class AutoLockRenewer:
     ``on_lock_renew_failure(message, error)``; reaching the maximum duration sets it to
     ``AutoLockRenewTimeout``. Pass the renewer to ``get_queue_receiver(auto_lock_renewer=...)``
     to register every received message, or call ``register`` yourself.
+
+    ``loop`` is accepted for code written for the SDK, which deprecated it; it must be None
+    or an event loop, and is not used: the renewer runs on the loop ``register`` is called
+    from.
     """
 
     def __init__(
         self,
         max_lock_renewal_duration: float = 300,
         on_lock_renew_failure: FailureCallback | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
+        if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
+            raise InvalidArgumentError(
+                f"loop must be an asyncio event loop or None, not {type(loop).__name__}",
+                None,
+                "loop",
+            )
         if (
             isinstance(max_lock_renewal_duration, bool)
             or not isinstance(max_lock_renewal_duration, int | float)

@@ -10,7 +10,12 @@ from typing import Any
 from .. import _rpc
 from .._clock import from_timestamp
 from .._connection import Connection
-from .._models import QueueProperties, QueueRuntimeProperties, validate_entity_name
+from .._models import (
+    NamespaceProperties,
+    QueueProperties,
+    QueueRuntimeProperties,
+    validate_entity_name,
+)
 from .._topic_models import is_subscription
 from ..auth import (
     AccessRights,
@@ -61,6 +66,7 @@ class ServiceBusAdministrationClient(TopicManagement):
             "get_subscription",
             "list_subscriptions",
             "list_rules",
+            "namespace_created",
         )
         retries = _rpc.READ_RETRIES if method in reads else 0
         return await _rpc.call(
@@ -197,6 +203,14 @@ class ServiceBusAdministrationClient(TopicManagement):
 
     async def delete_authorization_rule(self, key_name: str, *, entity: str | None = None) -> None:
         await self._call(entity, "delete_authorization_rule", key_name, entity)
+
+    async def get_namespace_properties(self) -> NamespaceProperties:
+        """The namespace's name, type, tier and creation time (see ``NamespaceProperties``).
+        Needs the Manage right, as ``list_queues`` does."""
+        created = from_timestamp(await self._call(None, "namespace_created"))
+        return NamespaceProperties(
+            name=self.namespace, created_at_utc=created, modified_at_utc=created
+        )
 
     async def list_queues_runtime_properties(self) -> list[QueueRuntimeProperties]:
         queues = await self.list_queues()

@@ -77,7 +77,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from itertools import chain
 from typing import Any
@@ -692,17 +692,20 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             return False
         return not _lane.open_from(_sync.loop(), route.partitions[0])
 
-    def __aiter__(self) -> AsyncIterator[ServiceBusReceivedMessage]:
-        return self._iterate()
+    def __aiter__(self) -> ServiceBusReceiver:
+        """The receiver is its own iterator, as the SDK's is: ``async for`` yields messages
+        until none arrives within ``max_wait_time`` (forever when None), and a later loop
+        goes on where an earlier one stopped."""
+        return self
 
-    async def _iterate(self) -> AsyncIterator[ServiceBusReceivedMessage]:
-        """Yield messages until none arrives within ``max_wait_time`` (forever when None)."""
-        while True:
-            batch = await self.receive_messages(max(1, self.prefetch_count))
-            if not batch:
-                return
-            for msg in batch:
-                yield msg
+    async def __anext__(self) -> ServiceBusReceivedMessage:
+        # One message per step: a fetch still brings up to ``prefetch_count``, and those not
+        # handed out yet wait in the prefetch buffer (released at close), not in a generator,
+        # so a loop left early loses none of them in RECEIVE_AND_DELETE mode.
+        batch = await self.receive_messages(1)
+        if not batch:
+            raise StopAsyncIteration
+        return batch[0]
 
     async def complete_message(
         self,

@@ -402,17 +402,20 @@ async def _list_topics(request: _Request) -> Response:
 
 
 async def _namespace_info(request: _Request) -> Response:
-    # Nothing here needs the broker, but listing the queues makes the broker check the
-    # caller's rights, so the namespace's name is not told to anyone who asks.
-    await request.admin.list_queues()
+    # The broker checks the caller's Manage right, so the namespace is not told to anyone.
+    props = await request.admin.get_namespace_properties()
+    created = format_datetime(props.created_at_utc) if props.created_at_utc else ""
+    modified = format_datetime(props.modified_at_utc) if props.modified_at_utc else ""
     info = el(
         "NamespaceInfo",
-        el("MessagingSKU", text="Standard"),
-        el("Name", text=request.admin.namespace),
-        el("NamespaceType", text="Messaging"),
+        el("CreatedTime", text=created) if created else "",
+        el("MessagingSKU", text=props.messaging_sku),
+        el("ModifiedTime", text=modified) if modified else "",
+        el("Name", text=props.name),
+        el("NamespaceType", text=props.namespace_type),
         attrs={"xmlns": SB_NS, "xmlns:i": XSI_NS},
     )
-    entry = request.entry("$namespaceinfo", request.admin.namespace, info)
+    entry = request.entry("$namespaceinfo", props.name, info, props.modified_at_utc)
     return _xml_response(200, "entry", entry)
 
 

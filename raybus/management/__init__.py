@@ -11,7 +11,7 @@ from .._core.filters import (
     SqlRuleFilter,
     TrueRuleFilter,
 )
-from .._models import MAX_DURATION, QueueProperties, QueueRuntimeProperties
+from .._models import MAX_DURATION, NamespaceProperties, QueueProperties, QueueRuntimeProperties
 from .._topic_models import (
     SubscriptionProperties,
     SubscriptionRuntimeProperties,
@@ -26,6 +26,7 @@ __all__ = [
     "CorrelationRuleFilter",
     "EntityStatus",
     "FalseRuleFilter",
+    "NamespaceProperties",
     "QueueProperties",
     "QueueRuntimeProperties",
     "RuleProperties",

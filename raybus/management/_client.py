@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._core.filters import RuleProperties, SqlRuleAction
-from .._models import QueueProperties, QueueRuntimeProperties
+from .._models import NamespaceProperties, QueueProperties, QueueRuntimeProperties
 from .._sync import run
 from .._topic_models import (
     SubscriptionProperties,
@@ -77,6 +77,9 @@ class ServiceBusAdministrationClient:
 
     def list_queues(self) -> list[QueueProperties]:
         return run(self._aio.list_queues())
+
+    def get_namespace_properties(self) -> NamespaceProperties:
+        return run(self._aio.get_namespace_properties())
 
     def get_queue_runtime_properties(self, queue_name: str) -> QueueRuntimeProperties:
         return run(self._aio.get_queue_runtime_properties(queue_name))

@@ -169,6 +169,34 @@ def test_killed_namespace_actor_finds_its_entities_again(
     assert admin.get_queue_runtime_properties("keep").active_message_count == 1
 
 
+def test_the_namespace_keeps_its_creation_time_on_a_fresh_registry(
+    namespace: str,
+    storage: str,
+    durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
+) -> None:
+    """The registry is stopped for good and a new one started on the same storage (as on a
+    fresh cluster): it reads the namespace's creation time back from its log."""
+    _, admin = durable
+    created = admin.get_namespace_properties()
+    assert created.name == namespace and created.namespace_type == "Messaging"
+    assert created.created_at_utc is not None
+    assert abs(time.time() - created.created_at_utc.timestamp()) < 120
+    assert created.modified_at_utc == created.created_at_utc
+    ray.kill(ray.get_actor(namespace_actor_name(namespace), "raybus"), no_restart=True)
+    _wait_until(lambda: _gone(namespace))
+    time.sleep(1.0)  # a second later: a new birth would show
+    fresh = ServiceBusAdministrationClient(namespace, storage_path=storage)
+    assert fresh.get_namespace_properties() == created
+
+
+def _gone(namespace: str) -> bool:
+    try:
+        ray.get_actor(namespace_actor_name(namespace), "raybus")
+    except ValueError:
+        return True
+    return False
+
+
 def test_deleting_a_durable_queue_deletes_its_storage(
     namespace: str,
     storage: str,

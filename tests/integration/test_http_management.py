@@ -418,8 +418,14 @@ def test_hostile_and_malformed_bodies_get_400_and_change_nothing(
 
 def test_namespace_properties(sdk: ServiceBusAdministrationClient, namespace: str) -> None:
     props = sdk.get_namespace_properties()
+    own = RaybusAdmin(namespace).get_namespace_properties()
     assert props.name == namespace
-    assert props.messaging_sku == "Standard"
+    assert props.messaging_sku == "Standard" and props.namespace_type == "Messaging"
+    assert props.messaging_units is None and props.alias is None
+    assert own.created_at_utc is not None and props.created_at_utc is not None
+    # The feed carries whole seconds or milliseconds; the times are raybus's own.
+    assert abs((props.created_at_utc - own.created_at_utc).total_seconds()) < 1
+    assert props.modified_at_utc == props.created_at_utc
 
 
 def test_sas_keys_from_the_connection_string_are_checked_by_the_broker(

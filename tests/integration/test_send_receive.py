@@ -750,6 +750,50 @@ async def test_aio_receiver_iteration_yields_every_message_then_stops(
     assert bodies == [f"m{i}" for i in range(5)]
 
 
+def test_leaving_an_iteration_early_loses_no_prefetched_message(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    """Receive-and-delete with prefetch: the broker has handed over (and deleted) up to
+    ``prefetch_count`` messages when the loop takes its first. Those the loop has not reached
+    stay in the receiver, for the next loop, ``next()`` or receive, as in the SDK (where the
+    receiver is its own iterator)."""
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(6)])
+    with client.get_queue_receiver(
+        queue, receive_mode="receiveanddelete", prefetch_count=10, max_wait_time=1
+    ) as receiver:
+        assert iter(receiver) is receiver
+        bodies = []
+        for msg in receiver:
+            bodies.append(msg.body)
+            break
+        bodies.append(next(receiver).body)
+        bodies.append(receiver.next().body)  # the SDK's alias
+        bodies += [m.body for m in receiver.receive_messages(1)]
+        bodies += [m.body for m in receiver]  # a new loop goes on where the last stopped
+        with pytest.raises(StopIteration):  # none within max_wait_time
+            next(receiver)
+    assert bodies == [f"m{i}" for i in range(6)]
+
+
+async def test_aio_leaving_an_iteration_early_loses_no_prefetched_message(
+    aclient: aio.ServiceBusClient, queue: str
+) -> None:
+    async with aclient.get_queue_sender(queue) as sender:
+        await sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(4)])
+    bodies = []
+    async with aclient.get_queue_receiver(
+        queue, receive_mode="receiveanddelete", prefetch_count=10, max_wait_time=1
+    ) as receiver:
+        async for msg in receiver:
+            bodies.append(msg.body)
+            break
+        bodies += [m.body for m in await receiver.receive_messages(1)]
+        async for msg in receiver:
+            bodies.append(msg.body)
+    assert bodies == [f"m{i}" for i in range(4)]
+
+
 def test_sync_empty_receive_leaves_no_wait_at_a_route_gone_stale(
     client: raybus.ServiceBusClient, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -451,8 +451,10 @@ async def test_aio_auto_lock_renewer_stops_after_max_duration_and_reports_lost_l
     async def on_failure(msg: Any, error: BaseException | None) -> None:
         failures.append((msg, error))
 
+    # ``loop``: the SDK's deprecated argument, accepted and unused.
+    loop = asyncio.get_running_loop()
     async with (
-        aio.AutoLockRenewer(on_lock_renew_failure=on_failure) as renewer,
+        aio.AutoLockRenewer(on_lock_renew_failure=on_failure, loop=loop) as renewer,
         aclient.get_queue_receiver(name, max_wait_time=5) as receiver,
     ):
         timed_out, lost = await _areceive_n(receiver, 2)
@@ -516,3 +518,9 @@ def test_a_bad_renewer_pool_option_is_a_typed_error(option: str, value: Any) -> 
     with pytest.raises(InvalidArgumentError) as err:
         raybus.AutoLockRenewer(**{option: value})
     assert err.value.argument == option
+
+
+def test_an_aio_renewers_loop_that_is_no_loop_is_a_typed_error() -> None:
+    with pytest.raises(InvalidArgumentError) as err:
+        aio.AutoLockRenewer(loop="the loop")  # type: ignore[arg-type]
+    assert err.value.argument == "loop"

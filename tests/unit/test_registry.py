@@ -93,3 +93,33 @@ def test_entries_are_snapshots(registry: Registry) -> None:
     entry = registry.create(QueueProperties("q"))
     with pytest.raises(dataclasses.FrozenInstanceError):
         entry.incarnation = 99  # type: ignore[misc]
+
+
+def test_a_namespace_is_born_once_and_its_birth_is_in_the_snapshot() -> None:
+    clock = FakeClock()
+    registry = Registry("ns", clock)
+    assert registry.created_at is None
+    born = registry.born()
+    assert born == clock.now() and registry.created_at == born
+    clock.advance(60)
+    assert registry.born() is None  # already born: nothing new to log
+    assert registry.created_at == born
+    assert ("born", born) in registry.snapshot()
+
+
+def test_a_restored_namespace_keeps_its_birth_and_a_log_without_one_gets_one() -> None:
+    clock = FakeClock()
+    first = Registry("ns", clock)
+    first.born()
+    first.create(QueueProperties("orders"))
+    clock.advance(3600)
+    restored = Registry("ns", clock)
+    restored.restore(first.snapshot())
+    assert restored.born() is None
+    assert restored.created_at == first.created_at
+    # A log written before creation times were kept has no "born": born now, to be logged.
+    old_log = [change for change in first.snapshot() if change[0] != "born"]
+    upgraded = Registry("ns", clock)
+    upgraded.restore(old_log)
+    assert upgraded.born() == clock.now()
+    assert [q.properties.name for q in upgraded.list()] == ["orders"]
