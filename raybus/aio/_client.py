@@ -282,6 +282,10 @@ class ServiceBusClient:
         given as ``(topic_name, subscription_name)``, in a pool of Ray actors (not started:
         ``await processor.start()`` or ``async with``). See ``raybus.aio.ServiceBusProcessor``
         for the options."""
+        if isinstance(queue_name, tuple) and queue_name and isinstance(queue_name[0], str):
+            self._check_entity(queue_name[0], "topic")
+        elif isinstance(queue_name, str):
+            self._check_entity(queue_name, "queue")
         return ServiceBusProcessor(
             self._conn,
             queue_name,

@@ -16,7 +16,7 @@ from .._topic_models import (
     TopicRuntimeProperties,
     subscription_path,
 )
-from ..exceptions import InvalidArgumentError
+from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 
 if TYPE_CHECKING:
     from .._connection import Connection
@@ -145,8 +145,14 @@ class TopicManagement:
     async def get_subscription_runtime_properties(
         self, topic_name: str, subscription_name: str
     ) -> SubscriptionRuntimeProperties:
-        path = subscription_path(topic_name, subscription_name)
         await self.get_subscription(topic_name, subscription_name)  # not-found as a subscription
+        return await self._subscription_runtime(topic_name, subscription_name)
+
+    async def _subscription_runtime(
+        self, topic_name: str, subscription_name: str
+    ) -> SubscriptionRuntimeProperties:
+        """The counts of a subscription known to exist (one call)."""
+        path = subscription_path(topic_name, subscription_name)
         route, counts = await self._call(path, "counts", path)
         active = sum(c.active for c in counts)
         dead = sum(c.dead_letter for c in counts)
@@ -185,8 +191,6 @@ class TopicManagement:
         for rule in await self.list_rules(topic_name, subscription_name):
             if rule.name.lower() == rule_name.lower():
                 return rule
-        from ..exceptions import MessagingEntityNotFoundError
-
         raise MessagingEntityNotFoundError(
             f"subscription {subscription_name!r} has no rule named {rule_name!r}",
             subscription_path(topic_name, subscription_name),
@@ -224,11 +228,15 @@ class TopicManagement:
         self, topic_name: str
     ) -> list[SubscriptionRuntimeProperties]:
         subs = await self.list_subscriptions(topic_name)
-        return list(
-            await asyncio.gather(
-                *(self.get_subscription_runtime_properties(topic_name, s.name) for s in subs)
-            )
-        )
+
+        async def runtime(name: str) -> SubscriptionRuntimeProperties | None:
+            try:
+                return await self._subscription_runtime(topic_name, name)
+            except MessagingEntityNotFoundError:
+                return None  # deleted since it was listed
+
+        found = await asyncio.gather(*(runtime(s.name) for s in subs))
+        return [r for r in found if r is not None]
 
     async def list_rules(self, topic_name: str, subscription_name: str) -> list[RuleProperties]:
         return await self._call(  # type: ignore[no-any-return]

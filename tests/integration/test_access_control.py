@@ -435,6 +435,8 @@ def test_a_connection_strings_entity_path_is_the_only_entity_its_client_reaches(
             lambda: client.get_queue_receiver("other"),
             lambda: client.get_topic_sender("t"),
             lambda: client.get_subscription_receiver("t", "s"),
+            lambda: client.get_processor("other", lambda message: None),
+            lambda: client.get_processor(("t", "s"), lambda message: None),
         ):
             with pytest.raises(InvalidArgumentError, match="does not match the EntityPath 'q'"):
                 make()

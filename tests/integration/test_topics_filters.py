@@ -9,6 +9,7 @@ subscription only (or drops it there). Fixtures: ``topics_support``.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import topics_support
@@ -409,3 +410,13 @@ async def test_aio_update_rule_and_the_runtime_property_lists(
     assert [(s.name, s.active_message_count) for s in subs] == [("a", 0), ("b", 1)]
     topics = {p.name: p for p in await aadmin.list_topics_runtime_properties()}
     assert topics[t].subscription_count == 2
+    # A subscription deleted between the list and its counts is left out, not an error.
+    listed = await aadmin.list_subscriptions(t)
+    await aadmin.delete_subscription(t, "a")
+
+    async def stale_list(topic_name: str) -> list[Any]:
+        return listed
+
+    aadmin.list_subscriptions = stale_list  # type: ignore[method-assign]
+    subs = await aadmin.list_subscriptions_runtime_properties(t)
+    assert [(s.name, s.active_message_count) for s in subs] == [("b", 1)]
