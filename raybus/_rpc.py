@@ -141,9 +141,16 @@ async def call(
     retry policy's): only for calls whose repetition is harmless (reads, receives).
     ``returns`` > 1 calls a method that returns that many values (``num_returns``) and gives
     them as a list.
+
+    ``timeout`` bounds the whole call, its repeats and the waits between them included, as
+    the SDK's operation timeout does: a repeat whose wait would end past it is not made, and
+    the last error is raised instead.
     """
     wait = backoff or _default_backoff
+    deadline = None if timeout is None else time.monotonic() + timeout
     for attempt in range(retries + 1):
+        if deadline is not None:
+            timeout = max(0.0, deadline - time.monotonic())
         lane = _over_lane(method, args)
         if lane is not None:
             try:
@@ -159,8 +166,7 @@ async def call(
                 raise _raised(exc, entity) from None
             if attempt == retries or not isinstance(error, ServiceBusConnectionError):
                 raise error from None
-            _log.info("retrying %s on %s after: %s", _name(method), entity, error)
-            await asyncio.sleep(wait(attempt + 1, error))
+            await _pause(method, entity, error, wait(attempt + 1, error), deadline)
             continue
         try:
             if returns > 1:
@@ -175,9 +181,19 @@ async def call(
             error = translate(exc, entity)
             if attempt == retries or not isinstance(error, ServiceBusConnectionError):
                 raise error from None
-            _log.info("retrying %s on %s after: %s", _name(method), entity, error)
-        await asyncio.sleep(wait(attempt + 1, error))
+        await _pause(method, entity, error, wait(attempt + 1, error), deadline)
     raise AssertionError("unreachable")
+
+
+async def _pause(
+    method: Any, entity: str | None, error: ServiceBusError, seconds: float, deadline: float | None
+) -> None:
+    """Wait before a repeat of ``call``; raise ``error`` instead if the wait would end past
+    the call's deadline."""
+    if deadline is not None and time.monotonic() + seconds >= deadline:
+        raise error from None
+    _log.info("retrying %s on %s after: %s", _name(method), entity, error)
+    await asyncio.sleep(seconds)
 
 
 def call_sync(

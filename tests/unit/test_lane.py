@@ -387,11 +387,15 @@ class _Method:
 
 
 def _lane_call(
-    monkeypatch: pytest.MonkeyPatch, lane: _BreakingLane, handle: _Asked, retries: int = 0
+    monkeypatch: pytest.MonkeyPatch,
+    lane: _BreakingLane,
+    handle: _Asked,
+    retries: int = 0,
+    **options: Any,
 ) -> Any:
     monkeypatch.setattr(_rpc, "_over_lane", lambda _method, _args: (lane, handle, {}))
     monkeypatch.setattr(_rpc.asyncio, "sleep", _no_sleep)
-    return _rpc.call("q", _Method(), retries=retries)
+    return _rpc.call("q", _Method(), retries=retries, **options)
 
 
 async def _no_sleep(_seconds: float) -> None:
@@ -423,3 +427,21 @@ async def test_a_call_with_retries_is_made_again_after_its_lane_broke(
     with pytest.raises(MessagingEntityNotFoundError):
         await _lane_call(monkeypatch, gone, _Asked(rex.ActorDiedError()), retries=3)
     assert gone.calls == 1
+
+
+async def test_a_calls_timeout_covers_its_repeats_and_the_waits_between_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the SDK's operation timeout: a repeat whose back-off would end past the timeout is
+    not made; the last error is raised instead."""
+    long_wait = _BreakingLane(1)
+    with pytest.raises(ServiceBusConnectionError):
+        await _lane_call(
+            monkeypatch, long_wait, _Asked(None), retries=3, timeout=5, backoff=lambda n, e: 10.0
+        )
+    assert long_wait.calls == 1
+    short_wait = _BreakingLane(2)
+    result = await _lane_call(
+        monkeypatch, short_wait, _Asked(None), retries=3, timeout=5, backoff=lambda n, e: 1.0
+    )
+    assert result == "ok" and short_wait.calls == 3
