@@ -249,12 +249,16 @@ class SqlRuleAction(_LazySql):
         self.compiled.apply(record)
 
 
-@dataclass(frozen=True)
+@dataclass(eq=True)
 class RuleProperties:
     """A named rule of a subscription: a filter and an optional action.
 
     ``name`` is 1 to 50 characters and not blank; names are unique per subscription (checked
-    by the subscription, not here).
+    by the subscription, not here). As in the SDK, ``filter`` and ``action`` may be assigned
+    (``rule.filter = SqlRuleFilter(...)``, then ``update_rule(topic, sub, rule)``); an
+    assignment is checked as the constructor checks it, and a bad value changes nothing. The
+    broker keeps its own copy: a change reaches it through ``update_rule``. ``name`` and
+    ``created_at_utc`` are fixed (the name is the rule's key; the time is the broker's).
     """
 
     name: str
@@ -271,26 +275,48 @@ class RuleProperties:
                 None,
                 "name",
             )
-        if not isinstance(self.filter, _FILTER_TYPES):
-            raise InvalidArgumentError(
-                f"rule {name!r}: filter must be a SqlRuleFilter, CorrelationRuleFilter, "
-                f"TrueRuleFilter or FalseRuleFilter, not {type(self.filter).__name__}",
-                None,
-                "filter",
-            )
-        if self.action is not None and not isinstance(self.action, SqlRuleAction):
-            raise InvalidArgumentError(
-                f"rule {name!r}: action must be a SqlRuleAction or None, "
-                f"not {type(self.action).__name__}",
-                None,
-                "action",
-            )
+        _check_rule_filter(name, self.filter)
+        _check_rule_action(name, self.action)
         if self.created_at_utc is not None and not isinstance(self.created_at_utc, datetime):
             raise InvalidArgumentError(
                 f"rule {name!r}: created_at_utc must be a datetime or None",
                 None,
                 "created_at_utc",
             )
+        object.__setattr__(self, "_built", True)
+
+    def __setattr__(self, field: str, value: Any) -> None:
+        if self.__dict__.get("_built"):
+            if field == "filter":
+                _check_rule_filter(self.name, value)
+            elif field == "action":
+                _check_rule_action(self.name, value)
+            else:
+                raise AttributeError(
+                    f"rule {self.name!r}: {field} cannot be changed (only filter and action)"
+                )
+        object.__setattr__(self, field, value)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, so unhashable
+
+
+def _check_rule_filter(name: str, value: Any) -> None:
+    if not isinstance(value, _FILTER_TYPES):
+        raise InvalidArgumentError(
+            f"rule {name!r}: filter must be a SqlRuleFilter, CorrelationRuleFilter, "
+            f"TrueRuleFilter or FalseRuleFilter, not {type(value).__name__}",
+            None,
+            "filter",
+        )
+
+
+def _check_rule_action(name: str, value: Any) -> None:
+    if value is not None and not isinstance(value, SqlRuleAction):
+        raise InvalidArgumentError(
+            f"rule {name!r}: action must be a SqlRuleAction or None, not {type(value).__name__}",
+            None,
+            "action",
+        )
 
 
 def matches(filter: RuleFilter, record: MessageRecord) -> bool | None:
