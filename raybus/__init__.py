@@ -17,9 +17,14 @@ from typing import TYPE_CHECKING, Any
 # Type checkers see the public names here (``X as X``: re-exported); at run time
 # ``__getattr__`` imports each from its home on first use.
 if TYPE_CHECKING:
+    from ._connection_string import (
+        ServiceBusConnectionStringProperties as ServiceBusConnectionStringProperties,
+    )
+    from ._connection_string import parse_connection_string as parse_connection_string
     from ._context import ProcessorContext as ProcessorContext
     from ._core.pool import ProcessorStatistics as ProcessorStatistics
     from ._retry import RetryMode as RetryMode
+    from ._sdk_options import TransportType as TransportType
     from ._sync_client import AutoLockRenewer as AutoLockRenewer
     from ._sync_client import ServiceBusClient as ServiceBusClient
     from ._sync_client import ServiceBusProcessor as ServiceBusProcessor
@@ -45,9 +50,11 @@ __version__ = "0.1.0"
 
 # Each module (relative to this package) and the public names it defines.
 _EXPORTS = {
+    "._connection_string": ("ServiceBusConnectionStringProperties", "parse_connection_string"),
     "._context": ("ProcessorContext",),
     "._core.pool": ("ProcessorStatistics",),
     "._retry": ("RetryMode",),
+    "._sdk_options": ("TransportType",),
     "._sync_client": (
         "AutoLockRenewer",
         "ServiceBusClient",

@@ -32,7 +32,7 @@ from .auth import CredentialLike, as_credential, resource_path
 from .exceptions import (
     InvalidArgumentError,
     MessagingEntityNotFoundError,
-    ServiceBusConnectionError,
+    ServiceBusCommunicationError,
     ServiceBusError,
 )
 
@@ -54,12 +54,13 @@ def ensure_ray(address: str | None = None) -> None:
     ``address`` (or ``RAYBUS_ADDRESS``/``RAY_ADDRESS``) joins that cluster. Without one, join
     the Ray cluster already running on this machine, or start an embedded single-machine one.
     An embedded cluster listens on 127.0.0.1 only (it serves this machine alone). Raises
-    ``ServiceBusConnectionError`` when Ray cannot be joined or started.
+    ``ServiceBusCommunicationError`` (a ``ServiceBusConnectionError``) when Ray cannot be
+    joined or started.
     """
     try:
         _ensure_ray(address)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
-        raise ServiceBusConnectionError(
+        raise ServiceBusCommunicationError(
             f"could not join or start Ray ({address or 'local'}): {exc}"
         ) from None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -55,8 +55,15 @@ def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:
     return asyncio.run_coroutine_threadsafe(coro, _get_loop())
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on the background loop and block until it finishes."""
+def run(coro: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
+    """Run ``coro`` (or another awaitable, such as an ``AsyncList``) on the background loop
+    and block until it finishes."""
     if threading.current_thread() is _thread:
         raise RuntimeError("the sync raybus API cannot be called from raybus's own loop")
-    return submit(coro).result()
+    work = coro if asyncio.iscoroutine(coro) else _awaited(coro)
+    result: T = submit(work).result()
+    return result
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable

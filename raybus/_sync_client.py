@@ -526,6 +526,7 @@ class ServiceBusClient:
         retry_backoff_factor: float = 0.8,
         retry_backoff_max: float = 120,
         retry_mode: RetryMode | str = RetryMode.EXPONENTIAL,
+        **transport_options: Any,
     ) -> None:
         self._aio = aio.ServiceBusClient(
             namespace,
@@ -537,6 +538,7 @@ class ServiceBusClient:
             retry_backoff_factor=retry_backoff_factor,
             retry_backoff_max=retry_backoff_max,
             retry_mode=retry_mode,
+            **transport_options,
         )
         self.namespace = self._aio.namespace
 

@@ -274,6 +274,13 @@ def as_credential(value: object) -> Credential | None:
     says that raybus authorizes with shared-access keys and SAS tokens only."""
     if value is None or isinstance(value, _OURS):
         return value
+    if isinstance(value, type):  # ``credential=AzureNamedKeyCredential``: the class itself
+        raise InvalidArgumentError(
+            f"credential must be a credential object, not the class {value.__name__} "
+            "(call it with the key's name and value)",
+            None,
+            "credential",
+        )
     if hasattr(value, "named_key"):
         return NamedKeyCredential(value)
     if hasattr(value, "signature"):
@@ -351,6 +358,41 @@ def parse_connection_string(conn_str: str, options: Iterable[str] = ()) -> Conne
     elif name and key:
         credential = SharedAccessKeyCredential(name, key)
     return ConnectionString(label, credential, fields.get("entitypath") or None)
+
+
+@dataclass(frozen=True)
+class ServiceBusConnectionStringProperties:
+    """A connection string's parts, as azure-servicebus's ``parse_connection_string`` gives
+    them (``raybus.parse_connection_string``)."""
+
+    fully_qualified_namespace: str
+    endpoint: str
+    entity_path: str | None = None
+    shared_access_key_name: str | None = None
+    shared_access_key: str | None = None
+    shared_access_signature: str | None = None
+
+
+def connection_string_properties(conn_str: str) -> ServiceBusConnectionStringProperties:
+    """The SDK's ``parse_connection_string``: the parts of ``conn_str``, checked as a client
+    checks them (``parse_connection_string``: a malformed string is an
+    ``InvalidArgumentError`` naming ``conn_str``)."""
+    parse_connection_string(conn_str)
+    fields = {}
+    for element in conn_str.strip().split(";"):
+        name, _sep, value = element.partition("=")
+        if name.strip():
+            fields[name.strip().lower()] = value.strip()
+    endpoint = fields["endpoint"]
+    host = urllib.parse.urlsplit(endpoint if "//" in endpoint else f"sb://{endpoint}").hostname
+    return ServiceBusConnectionStringProperties(
+        fully_qualified_namespace=host or "",
+        endpoint=endpoint,
+        entity_path=fields.get("entitypath") or None,
+        shared_access_key_name=fields.get("sharedaccesskeyname") or None,
+        shared_access_key=fields.get("sharedaccesskey") or None,
+        shared_access_signature=fields.get("sharedaccesssignature") or None,
+    )
 
 
 def _host_label(endpoint: str) -> str | None:

@@ -33,6 +33,7 @@ __all__ = [
     "PartitionMovedError",
     "ServiceBusAuthenticationError",
     "ServiceBusAuthorizationError",
+    "ServiceBusCommunicationError",
     "ServiceBusConnectionError",
     "ServiceBusError",
     "ServiceBusQuotaExceededError",
@@ -91,6 +92,12 @@ class ServiceBusConnectionError(ServiceBusError):
     """
 
     retryable = True
+
+
+class ServiceBusCommunicationError(ServiceBusConnectionError):
+    """The client could not reach the cluster at all: Ray could not be joined or started
+    (azure-servicebus raises it when the namespace's host cannot be reached). Nothing was
+    done. A ``ServiceBusConnectionError``, so code catching that catches this too."""
 
 
 class ServiceBusAuthenticationError(ServiceBusError):

@@ -11,11 +11,13 @@ from .._clock import to_timestamp
 from .._connection import Connection
 from .._models import validate_entity_name
 from .._retry import RetryMode, RetryPolicy
+from .._sdk_options import check_client_options
 from .._topic_models import subscription_path
 from ..auth import CredentialLike, client_namespace, parse_connection_string
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError, OperationTimeoutError
 from ._entity import EntityInfo, resolve_entity
+from ._paged import listing
 from ._processor import ErrorHandler, Handler, Seconds, ServiceBusProcessor
 from ._receiver import ServiceBusReceiver, _check_wait
 from ._sender import ServiceBusSender
@@ -65,6 +67,11 @@ class ServiceBusClient:
     that failed for a transient reason is repeated. Which failures raybus repeats (receives
     and peeks after a partition restart; sends only when nothing was stored, or when duplicate
     detection makes a repeat safe) is in ``raybus._retry``.
+
+    The SDK's transport options (``logging_enable``, ``transport_type``, ``http_proxy``,
+    ``user_agent``, ``try_timeout``, ``custom_endpoint_address``, ``connection_verify``,
+    ``ssl_context``, ``uamqp_transport``) are accepted, checked, and have no effect
+    (``raybus._sdk_options``).
     """
 
     def __init__(
@@ -79,7 +86,9 @@ class ServiceBusClient:
         retry_backoff_factor: float = 0.8,
         retry_backoff_max: float = 120,
         retry_mode: RetryMode | str = RetryMode.EXPONENTIAL,
+        **transport_options: Any,
     ) -> None:
+        check_client_options(transport_options)
         retry = RetryPolicy.from_options(
             retry_total, retry_backoff_factor, retry_backoff_max, retry_mode
         )
@@ -193,6 +202,7 @@ class ServiceBusClient:
             auto_lock_renewer=auto_lock_renewer,
         )
 
+    @listing
     async def list_subscription_sessions(
         self,
         topic_name: str,
@@ -220,6 +230,7 @@ class ServiceBusClient:
         ``raybus.aio.ServiceBusTransaction``)."""
         return ServiceBusTransaction(self._conn)
 
+    @listing
     async def list_queue_sessions(
         self,
         queue_name: str,

@@ -16,6 +16,7 @@ from .._models import (
     QueueRuntimeProperties,
     validate_entity_name,
 )
+from .._sdk_options import check_admin_options
 from .._topic_models import is_subscription
 from ..auth import (
     AccessRights,
@@ -25,13 +26,19 @@ from ..auth import (
     parse_connection_string,
 )
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
+from ._paged import listing
 from ._topic_management import TopicManagement
 
 __all__ = ["ServiceBusAdministrationClient"]
 
 
 class ServiceBusAdministrationClient(TopicManagement):
-    """Manages the entities of one namespace (see ``ServiceBusClient`` for the arguments)."""
+    """Manages the entities of one namespace (see ``ServiceBusClient`` for the arguments).
+
+    The SDK's HTTP options (``api_version``, ``logging_enable``, ``user_agent``, ``proxies``,
+    ``connection_verify``) are accepted, checked, and have no effect
+    (``raybus._sdk_options``).
+    """
 
     def __init__(
         self,
@@ -41,7 +48,9 @@ class ServiceBusAdministrationClient(TopicManagement):
         fully_qualified_namespace: str | None = None,
         address: str | None = None,
         storage_path: str | None = None,
+        **http_options: Any,
     ) -> None:
+        check_admin_options(http_options)
         name = client_namespace(namespace, fully_qualified_namespace)
         self._conn = Connection(name, address, storage_path, credential)
         self.namespace = name
@@ -123,6 +132,7 @@ class ServiceBusAdministrationClient(TopicManagement):
         await self._call(queue_name, "delete_queue", validate_entity_name(queue_name))
         self._conn.forget(queue_name)
 
+    @listing
     async def list_queues(self) -> list[QueueProperties]:
         routes = await self._call(None, "list_queues")
         return [dataclasses.replace(r.properties) for r in routes]
@@ -212,6 +222,7 @@ class ServiceBusAdministrationClient(TopicManagement):
             name=self.namespace, created_at_utc=created, modified_at_utc=created
         )
 
+    @listing
     async def list_queues_runtime_properties(self) -> list[QueueRuntimeProperties]:
         queues = await self.list_queues()
         return list(

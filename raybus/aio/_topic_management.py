@@ -17,6 +17,7 @@ from .._topic_models import (
     subscription_path,
 )
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
+from ._paged import listing
 
 if TYPE_CHECKING:
     from .._connection import Connection
@@ -54,6 +55,7 @@ class TopicManagement:
         entry, _router = await self._call(topic_name, "get_topic", topic_name)
         return dataclasses.replace(entry.properties)  # type: ignore[no-any-return]
 
+    @listing
     async def list_topics(self) -> list[TopicProperties]:
         entries = await self._call(None, "list_topics")
         return [dataclasses.replace(e.properties) for e in entries]
@@ -118,6 +120,7 @@ class TopicManagement:
         )
         return dataclasses.replace(props)  # type: ignore[no-any-return]
 
+    @listing
     async def list_subscriptions(self, topic_name: str) -> list[SubscriptionProperties]:
         found = await self._call(topic_name, "list_subscriptions", topic_name)
         return [dataclasses.replace(props) for props, _route in found]
@@ -206,8 +209,7 @@ class TopicManagement:
         """Give the rule named ``rule.name`` the filter and action of ``rule``, with
         ``changes`` (``filter=``, ``action=``) applied, in one step (publishes meanwhile meet
         the old rule or the new one); returns the rule as stored (the SDK's returns None).
-        raybus's ``RuleProperties`` is immutable: pass the changes here, or a
-        ``dataclasses.replace`` of the rule (README, Deviations)."""
+        Assign ``rule.filter`` / ``rule.action`` first (as in the SDK), or pass them here."""
         if not isinstance(rule, RuleProperties):
             raise InvalidArgumentError(
                 "update_rule takes the RuleProperties that get_rule returned", None, "rule"
@@ -218,12 +220,14 @@ class TopicManagement:
             topic_name, "update_rule", topic_name, subscription_name, updated
         )
 
+    @listing
     async def list_topics_runtime_properties(self) -> list[TopicRuntimeProperties]:
         topics = await self.list_topics()
         return list(
             await asyncio.gather(*(self.get_topic_runtime_properties(t.name) for t in topics))
         )
 
+    @listing
     async def list_subscriptions_runtime_properties(
         self, topic_name: str
     ) -> list[SubscriptionRuntimeProperties]:
@@ -238,6 +242,7 @@ class TopicManagement:
         found = await asyncio.gather(*(runtime(s.name) for s in subs))
         return [r for r in found if r is not None]
 
+    @listing
     async def list_rules(self, topic_name: str, subscription_name: str) -> list[RuleProperties]:
         return await self._call(  # type: ignore[no-any-return]
             topic_name, "list_rules", topic_name, subscription_name

@@ -12,6 +12,7 @@ from .._core.filters import (
     TrueRuleFilter,
 )
 from .._models import MAX_DURATION, NamespaceProperties, QueueProperties, QueueRuntimeProperties
+from .._sdk_options import ApiVersion
 from .._topic_models import (
     SubscriptionProperties,
     SubscriptionRuntimeProperties,
@@ -23,6 +24,7 @@ from ._client import ServiceBusAdministrationClient
 
 __all__ = [
     "MAX_DURATION",
+    "ApiVersion",
     "CorrelationRuleFilter",
     "EntityStatus",
     "FalseRuleFilter",

@@ -32,6 +32,7 @@ class ServiceBusAdministrationClient:
         fully_qualified_namespace: str | None = None,
         address: str | None = None,
         storage_path: str | None = None,
+        **http_options: Any,
     ) -> None:
         self._aio = _AsyncAdmin(
             namespace,
@@ -39,6 +40,7 @@ class ServiceBusAdministrationClient:
             fully_qualified_namespace=fully_qualified_namespace,
             address=address,
             storage_path=storage_path,
+            **http_options,
         )
         self.namespace = self._aio.namespace
 

@@ -119,6 +119,12 @@ def test_credentials_raybus_cannot_use_are_typed_errors() -> None:
         as_credential(AzureNamedKeyCredential("", "key"))
     with pytest.raises(ServiceBusAuthenticationError):
         as_credential(AzureSasCredential("not a token"))
+    # The class instead of an instance (``credential = AzureNamedKeyCredential``) is refused
+    # here, not at the first call.
+    for cls in (AzureNamedKeyCredential, AzureSasCredential, SharedAccessKeyCredential):
+        with pytest.raises(InvalidArgumentError, match="not the class") as err:
+            as_credential(cls)
+        assert err.value.argument == "credential"
 
 
 @pytest.mark.parametrize(

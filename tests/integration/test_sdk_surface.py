@@ -1,0 +1,104 @@
+"""Code written for azure-servicebus, run against raybus: the SDK's client options, its
+asyncio ``list_*`` methods iterated with ``async for``, ``get_namespace_properties``.
+(Found by running the SDK's own samples against raybus with only the imports changed.)"""
+
+from __future__ import annotations
+
+import ssl
+
+import pytest
+
+import raybus
+from raybus import ServiceBusMessage, TransportType, aio
+from raybus.exceptions import InvalidArgumentError
+from raybus.management import (
+    ApiVersion,
+    ServiceBusAdministrationClient,
+    SqlRuleAction,
+    SqlRuleFilter,
+)
+
+
+def test_the_sdks_client_options_are_accepted_and_the_client_works(namespace: str) -> None:
+    conn = (
+        f"Endpoint=sb://{namespace}.servicebus.windows.net/;SharedAccessKeyName=r;SharedAccessKey=k"
+    )
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        conn, api_version=ApiVersion.V2021_05, logging_enable=True
+    )
+    admin.create_queue("q")
+    with raybus.ServiceBusClient.from_connection_string(
+        conn,
+        logging_enable=True,
+        transport_type=TransportType.AmqpOverWebsocket,
+        user_agent="orders",
+        try_timeout=10,
+        ssl_context=ssl.create_default_context(),
+        uamqp_transport=False,
+    ) as client:
+        with client.get_queue_sender("q") as sender:
+            sender.send_messages(ServiceBusMessage("through"))
+        with client.get_queue_receiver("q", max_wait_time=5) as receiver:
+            (msg,) = receiver.receive_messages()
+            receiver.complete_message(msg)
+    assert str(msg) == "through"
+
+
+async def test_aio_lists_are_iterated_with_async_for_as_the_sdks_and_still_awaited(
+    namespace: str,
+) -> None:
+    aadmin = aio.ServiceBusAdministrationClient(namespace)
+    await aadmin.create_queue("sq", requires_session=True)
+    await aadmin.create_topic("t")
+    await aadmin.create_subscription("t", "s", requires_session=True)
+    async with aio.ServiceBusClient(namespace) as client:
+        async with client.get_queue_sender("sq") as sender:
+            await sender.send_messages(ServiceBusMessage("m", session_id="s1"))
+        assert [s async for s in client.list_queue_sessions("sq")] == ["s1"]
+        assert await client.list_queue_sessions("sq") == ["s1"]
+        assert [s async for s in client.list_subscription_sessions("t", "s")] == []
+    assert [q.name async for q in aadmin.list_queues()] == ["sq"]
+    assert [q.name for q in await aadmin.list_queues()] == ["sq"]
+    runtime = [r async for r in aadmin.list_queues_runtime_properties()]
+    assert [(r.name, r.active_message_count) for r in runtime] == [("sq", 1)]
+    assert [t.name async for t in aadmin.list_topics()] == ["t"]
+    assert [t.name async for t in aadmin.list_topics_runtime_properties()] == ["t"]
+    assert [s.name async for s in aadmin.list_subscriptions("t")] == ["s"]
+    assert [s.name async for s in aadmin.list_subscriptions_runtime_properties("t")] == ["s"]
+    assert [r.name async for r in aadmin.list_rules("t", "s")] == ["$Default"]
+    props = await aadmin.get_namespace_properties()
+    assert props.name == namespace
+
+
+def test_a_rule_changed_in_place_and_passed_to_update_rule_as_in_the_sdk(namespace: str) -> None:
+    admin = ServiceBusAdministrationClient(namespace)
+    admin.create_topic("t")
+    admin.create_subscription("t", "s")
+    admin.delete_rule("t", "s", "$Default")
+    admin.create_rule("t", "s", "r", filter=SqlRuleFilter("color = 'red'"))
+    rule = admin.get_rule("t", "s", "r")
+    rule.filter = SqlRuleFilter("color = @c", parameters={"@c": "blue"})
+    rule.action = SqlRuleAction("SET priority = 'high'")
+    admin.update_rule("t", "s", rule)
+    stored = admin.get_rule("t", "s", "r")
+    assert (stored.filter, stored.action) == (rule.filter, rule.action)
+    with raybus.ServiceBusClient(namespace) as client:
+        with client.get_topic_sender("t") as sender:
+            sender.send_messages(
+                [
+                    ServiceBusMessage("red", application_properties={"color": "red"}),
+                    ServiceBusMessage("blue", application_properties={"color": "blue"}),
+                ]
+            )
+        with client.get_subscription_receiver("t", "s", max_wait_time=3) as receiver:
+            got = receiver.receive_messages(10, max_wait_time=3)
+            receiver.complete_messages(got)
+    assert [(str(m), m.application_properties["priority"]) for m in got] == [("blue", "high")]
+    # An assignment is checked as the constructor checks it; a bad one changes nothing.
+    with pytest.raises(InvalidArgumentError) as err:
+        rule.filter = "color = 'red'"  # type: ignore[assignment]
+    assert err.value.argument == "filter" and rule.filter == stored.filter
+    with pytest.raises(InvalidArgumentError):
+        rule.action = "SET x = 1"  # type: ignore[assignment]
+    with pytest.raises(AttributeError, match="only filter and action"):
+        rule.name = "other"
