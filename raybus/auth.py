@@ -311,6 +311,26 @@ class ConnectionString:
     entity_path: str | None
 
 
+def _bad_connection_string(why: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"the connection string {why}", None, "conn_str")
+
+
+def _connection_fields(conn_str: str) -> dict[str, str]:
+    """A connection string's ``key=value`` fields, keys in lower case (a blank or malformed
+    string is an ``InvalidArgumentError`` naming ``conn_str``)."""
+    if not isinstance(conn_str, str) or not conn_str.strip():
+        raise _bad_connection_string("is blank")
+    fields: dict[str, str] = {}
+    for element in conn_str.strip().split(";"):
+        if not element.strip():
+            continue
+        field_name, sep, value = element.partition("=")
+        if not sep or not field_name.strip():
+            raise _bad_connection_string(f"is malformed: {element.strip()!r} is not key=value")
+        fields[field_name.strip().lower()] = value.strip()
+    return fields
+
+
 def parse_connection_string(conn_str: str, options: Iterable[str] = ()) -> ConnectionString:
     """Read ``Endpoint=sb://<host>/;SharedAccessKeyName=..;SharedAccessKey=..`` (or
     ``SharedAccessSignature=<token>``; ``EntityPath=..``), as the Azure SDKs do: keys in any
@@ -327,31 +347,23 @@ def parse_connection_string(conn_str: str, options: Iterable[str] = ()) -> Conne
                 option,
             )
 
-    def bad(why: str) -> InvalidArgumentError:
-        return InvalidArgumentError(f"the connection string {why}", None, "conn_str")
-
-    if not isinstance(conn_str, str) or not conn_str.strip():
-        raise bad("is blank")
-    fields: dict[str, str] = {}
-    for element in conn_str.strip().split(";"):
-        if not element.strip():
-            continue
-        field_name, sep, value = element.partition("=")
-        if not sep or not field_name.strip():
-            raise bad(f"is malformed: {element.strip()!r} is not key=value")
-        fields[field_name.strip().lower()] = value.strip()
+    fields = _connection_fields(conn_str)
     endpoint = fields.get("endpoint")
     if not endpoint:
-        raise bad("has no Endpoint")
+        raise _bad_connection_string("has no Endpoint")
     label = _host_label(endpoint)
     if not label:
-        raise bad(f"has an Endpoint without a host name: {endpoint!r}")
+        raise _bad_connection_string(f"has an Endpoint without a host name: {endpoint!r}")
     name, key = fields.get("sharedaccesskeyname"), fields.get("sharedaccesskey")
     signature = fields.get("sharedaccesssignature")
     if signature and (name or key):
-        raise bad("has both a SharedAccessKey and a SharedAccessSignature: give one")
+        raise _bad_connection_string(
+            "has both a SharedAccessKey and a SharedAccessSignature: give one"
+        )
     if bool(name) != bool(key):
-        raise bad("needs both SharedAccessKeyName and SharedAccessKey, or neither")
+        raise _bad_connection_string(
+            "needs both SharedAccessKeyName and SharedAccessKey, or neither"
+        )
     credential: Credential | None = None
     if signature:
         credential = SasTokenCredential(signature)
@@ -378,11 +390,7 @@ def connection_string_properties(conn_str: str) -> ServiceBusConnectionStringPro
     checks them (``parse_connection_string``: a malformed string is an
     ``InvalidArgumentError`` naming ``conn_str``)."""
     parse_connection_string(conn_str)
-    fields = {}
-    for element in conn_str.strip().split(";"):
-        name, _sep, value = element.partition("=")
-        if name.strip():
-            fields[name.strip().lower()] = value.strip()
+    fields = _connection_fields(conn_str)
     endpoint = fields["endpoint"]
     host = urllib.parse.urlsplit(endpoint if "//" in endpoint else f"sb://{endpoint}").hostname
     return ServiceBusConnectionStringProperties(
