@@ -26,6 +26,28 @@ def _partition(client: raybus.ServiceBusClient, queue: str) -> Any:
     return ray.get(client._aio._conn.registry.route.remote(queue)).partitions[0]
 
 
+def _lane_address(handle: Any) -> str | None:
+    """The actor's lane address (it names the actor's process), or None while it restarts."""
+    try:
+        return ray.get(handle.lane_address.remote(), timeout=5)[1]  # type: ignore[no-any-return]
+    except ray.exceptions.RayError:
+        return None
+
+
+def _restart(client: raybus.ServiceBusClient, queue: str) -> None:
+    """Kill ``queue``'s partition actor and wait until its successor answers: ``ray.kill``
+    returns before the old process has died, and until it has, the old actor still answers
+    (a receive it answered, then a complete that reached the successor, was refused: CI saw
+    that once)."""
+    handle = _partition(client, queue)
+    before = _lane_address(handle)
+    ray.kill(handle, no_restart=False)
+    deadline = time.monotonic() + 60
+    while _lane_address(handle) in (None, before):
+        assert time.monotonic() < deadline, "the partition actor did not come back"
+        time.sleep(0.2)
+
+
 def _drain(client: raybus.ServiceBusClient, queue: str) -> list[str]:
     got: list[str] = []
     with client.get_queue_receiver(queue, max_wait_time=2) as receiver:
@@ -186,7 +208,9 @@ def test_a_receive_rides_out_a_partition_restart(
             sender.send_messages(ServiceBusMessage("kept"))
         with client.get_queue_receiver("q", max_wait_time=5) as receiver:
             receiver.peek_messages()  # the route and the lane are set up
-            ray.kill(_partition(client, "q"), no_restart=False)
+            _restart(client, "q")
+            # The receiver's lane leads to the process that died; the receive reaches the
+            # successor (through the lane's re-open, so it passes with retry_total=0 too).
             (msg,) = receiver.receive_messages(max_wait_time=5)
             assert str(msg) == "kept"
             receiver.complete_message(msg)
