@@ -346,30 +346,9 @@ def parse_connection_string(conn_str: str, options: Iterable[str] = ()) -> Conne
                 None,
                 option,
             )
-
-    fields = _connection_fields(conn_str)
-    endpoint = fields.get("endpoint")
-    if not endpoint:
-        raise _bad_connection_string("has no Endpoint")
-    label = _host_label(endpoint)
-    if not label:
-        raise _bad_connection_string(f"has an Endpoint without a host name: {endpoint!r}")
-    name, key = fields.get("sharedaccesskeyname"), fields.get("sharedaccesskey")
-    signature = fields.get("sharedaccesssignature")
-    if signature and (name or key):
-        raise _bad_connection_string(
-            "has both a SharedAccessKey and a SharedAccessSignature: give one"
-        )
-    if bool(name) != bool(key):
-        raise _bad_connection_string(
-            "needs both SharedAccessKeyName and SharedAccessKey, or neither"
-        )
-    credential: Credential | None = None
-    if signature:
-        credential = SasTokenCredential(signature)
-    elif name and key:
-        credential = SharedAccessKeyCredential(name, key)
-    return ConnectionString(label, credential, fields.get("entitypath") or None)
+    props, credential = _read_connection_string(conn_str)
+    label = props.fully_qualified_namespace.split(".")[0]
+    return ConnectionString(label, credential, props.entity_path)
 
 
 @dataclass(frozen=True)
@@ -389,24 +368,57 @@ def connection_string_properties(conn_str: str) -> ServiceBusConnectionStringPro
     """The SDK's ``parse_connection_string``: the parts of ``conn_str``, checked as a client
     checks them (``parse_connection_string``: a malformed string is an
     ``InvalidArgumentError`` naming ``conn_str``)."""
-    parse_connection_string(conn_str)
+    return _read_connection_string(conn_str)[0]
+
+
+def _read_connection_string(
+    conn_str: str,
+) -> tuple[ServiceBusConnectionStringProperties, Credential | None]:
+    """The checked parts of a connection string, and the credential its key or signature
+    makes (None without either)."""
     fields = _connection_fields(conn_str)
-    endpoint = fields["endpoint"]
-    host = urllib.parse.urlsplit(endpoint if "//" in endpoint else f"sb://{endpoint}").hostname
-    return ServiceBusConnectionStringProperties(
-        fully_qualified_namespace=host or "",
+    endpoint = fields.get("endpoint")
+    if not endpoint:
+        raise _bad_connection_string("has no Endpoint")
+    host = _endpoint_host(endpoint)
+    if not host or not host.split(".")[0]:
+        raise _bad_connection_string(f"has an Endpoint without a host name: {endpoint!r}")
+    name, key = fields.get("sharedaccesskeyname"), fields.get("sharedaccesskey")
+    signature = fields.get("sharedaccesssignature")
+    if signature and (name or key):
+        raise _bad_connection_string(
+            "has both a SharedAccessKey and a SharedAccessSignature: give one"
+        )
+    if bool(name) != bool(key):
+        raise _bad_connection_string(
+            "needs both SharedAccessKeyName and SharedAccessKey, or neither"
+        )
+    credential: Credential | None = None
+    if signature:
+        credential = SasTokenCredential(signature)
+    elif name and key:
+        credential = SharedAccessKeyCredential(name, key)
+    props = ServiceBusConnectionStringProperties(
+        fully_qualified_namespace=host,
         endpoint=endpoint,
         entity_path=fields.get("entitypath") or None,
-        shared_access_key_name=fields.get("sharedaccesskeyname") or None,
-        shared_access_key=fields.get("sharedaccesskey") or None,
-        shared_access_signature=fields.get("sharedaccesssignature") or None,
+        shared_access_key_name=name or None,
+        shared_access_key=key or None,
+        shared_access_signature=signature or None,
     )
+    return props, credential
+
+
+def _endpoint_host(endpoint: str) -> str | None:
+    """An endpoint's host name (``sb://orders.servicebus.windows.net/`` and
+    ``orders.servicebus.windows.net`` both give ``orders.servicebus.windows.net``)."""
+    return urllib.parse.urlsplit(endpoint if "//" in endpoint else f"sb://{endpoint}").hostname
 
 
 def _host_label(endpoint: str) -> str | None:
-    """The first label of an endpoint's host (``sb://orders.servicebus.windows.net/`` and
-    ``orders.servicebus.windows.net`` both give ``orders``), or None without a host."""
-    host = urllib.parse.urlsplit(endpoint if "//" in endpoint else f"sb://{endpoint}").hostname
+    """The first label of an endpoint's host (``orders`` for both forms above), or None
+    without a host."""
+    host = _endpoint_host(endpoint)
     return host.split(".")[0] if host else None
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from typing import Any
 
 import pytest
 import ray
+from restarts import lane_address, restart, wait_for_successor
 
 import raybus
 from raybus import RetryMode, ServiceBusMessage, _rpc, aio
@@ -24,28 +24,6 @@ from raybus.management import ServiceBusAdministrationClient
 
 def _partition(client: raybus.ServiceBusClient, queue: str) -> Any:
     return ray.get(client._aio._conn.registry.route.remote(queue)).partitions[0]
-
-
-def _lane_address(handle: Any) -> str | None:
-    """The actor's lane address (it names the actor's process), or None while it restarts."""
-    try:
-        return ray.get(handle.lane_address.remote(), timeout=5)[1]  # type: ignore[no-any-return]
-    except ray.exceptions.RayError:
-        return None
-
-
-def _restart(client: raybus.ServiceBusClient, queue: str) -> None:
-    """Kill ``queue``'s partition actor and wait until its successor answers: ``ray.kill``
-    returns before the old process has died, and until it has, the old actor still answers
-    (a receive it answered, then a complete that reached the successor, was refused: CI saw
-    that once)."""
-    handle = _partition(client, queue)
-    before = _lane_address(handle)
-    ray.kill(handle, no_restart=False)
-    deadline = time.monotonic() + 60
-    while _lane_address(handle) in (None, before):
-        assert time.monotonic() < deadline, "the partition actor did not come back"
-        time.sleep(0.2)
 
 
 def _drain(client: raybus.ServiceBusClient, queue: str) -> list[str]:
@@ -83,15 +61,6 @@ def test_a_bad_retry_option_is_refused_when_the_client_is_made(namespace: str, a
         make(namespace, retry_mode="linear")
 
 
-def _address(handle: Any) -> str | None:
-    """The partition's lane address (it names its process), or None while it restarts."""
-    try:
-        address: str = ray.get(handle.lane_address.remote(), timeout=5)[1]
-    except ray.exceptions.RayError:
-        return None
-    return address
-
-
 def test_sends_with_ids_to_a_deduplicating_queue_ride_out_a_partition_restart(
     namespace: str, admin: ServiceBusAdministrationClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -118,11 +87,9 @@ def test_sends_with_ids_to_a_deduplicating_queue_ride_out_a_partition_restart(
         tasks = [asyncio.ensure_future(keep_sending()) for _ in range(8)]
         while len(sent) < 200:  # the lane is up and the senders are in full flow
             await asyncio.sleep(0.01)
-        before = await asyncio.to_thread(_address, handle)
+        before = await asyncio.to_thread(lane_address, handle)
         ray.kill(handle, no_restart=False)
-        deadline = time.monotonic() + 60
-        while await asyncio.to_thread(_address, handle) in (None, before):
-            assert time.monotonic() < deadline, "the partition did not restart"
+        await asyncio.to_thread(wait_for_successor, handle, before)
         await asyncio.sleep(0.2)  # sends to the new process too
         stop.set()
         await asyncio.gather(*tasks)  # raises what a send raised
@@ -208,7 +175,7 @@ def test_a_receive_rides_out_a_partition_restart(
             sender.send_messages(ServiceBusMessage("kept"))
         with client.get_queue_receiver("q", max_wait_time=5) as receiver:
             receiver.peek_messages()  # the route and the lane are set up
-            _restart(client, "q")
+            restart(_partition(client, "q"))
             # The receiver's lane leads to the process that died; the receive reaches the
             # successor (through the lane's re-open, so it passes with retry_total=0 too).
             (msg,) = receiver.receive_messages(max_wait_time=5)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from restarts import restart
 from segment_files import record_starts, tear_last_record
 from settlement_support import _receive_n
 
@@ -54,22 +55,10 @@ def _wait_until(check: object, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
-def _lane_address(handle: object) -> str | None:
-    """The actor's lane address (it names the actor's process), or None while it restarts."""
-    try:
-        return ray.get(handle.lane_address.remote(), timeout=5)[1]  # type: ignore[attr-defined]
-    except ray.exceptions.RayError:
-        return None
-
-
 def _restart(client: raybus.ServiceBusClient, queue: str) -> None:
-    """Kill ``queue``'s partition actor and wait until its successor answers. ``ray.kill``
-    returns before the old process has died, and until it has, the old actor still answers
-    (with the counts a test would wait for)."""
-    handle = _partition(client, queue)
-    before = _lane_address(handle)
-    ray.kill(handle, no_restart=False)
-    _wait_until(lambda: _lane_address(handle) not in (None, before), 60)
+    """Kill ``queue``'s partition actor and wait until its successor answers (the old actor
+    still answers until its process has died: ``restarts``)."""
+    restart(_partition(client, queue))
 
 
 def test_killed_partition_actor_recovers_every_acknowledged_message(
