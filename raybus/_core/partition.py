@@ -82,6 +82,7 @@ _SETTLE_KINDS = frozenset((COMPLETE, ABANDON, DEAD_LETTER, DEFER, RELEASE))
 MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
 TTL_EXPIRED = "TTLExpiredException"
 SEQUENCE_BITS = 48  # the partition id lives above these
+HEAP_SLACK = 1024  # entries a deadline heap may hold beyond twice its last compaction's
 
 
 class Partition(SessionOps, SnapshotOps, DeliveryOps):
@@ -111,6 +112,9 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         self._lock_heap: list[tuple[float, str]] = []
         self._schedule_heap: list[tuple[float, int]] = []
         self._ttl_heap: list[tuple[float, int]] = []
+        # Lengths past which the two heaps are rid of the entries of settled locks and gone
+        # messages (``_compact_heaps``).
+        self._heap_limits = (HEAP_SLACK, HEAP_SLACK)
         self._dedup: dict[str, tuple[float, int]] = {}  # message id -> (accepted at, seq)
         self._scheduled_count = 0
         self._size = 0
@@ -659,7 +663,31 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
                 break
             del dedup[first]
             self._dedup_slots.pop(first, None)
+        lock_limit, ttl_limit = self._heap_limits
+        if len(heap2) > lock_limit or len(heap3) > ttl_limit:
+            self._compact_heaps()
         return woke
+
+    def _compact_heaps(self) -> None:
+        """Drop the lock heap's entries of locks that ended and the expiry heap's of messages
+        gone; ``tick`` would skip them when their time came.
+
+        Why: a lock settled leaves its entry until its lock duration passes (60 s by default),
+        a message completed its expiry entry until it would have expired (days). A busy queue
+        (30,000 messages a second) held millions of them, and its receives got slower as the
+        heap grew: 100 messages received, locked and completed took 2.4-5.0 us a message
+        against 1.2 with the heap compacted (``Partition`` alone, 20,000-100,000 stale
+        entries). A heap is rebuilt once it holds more than twice what its last rebuild
+        kept, plus ``HEAP_SLACK``: at most one rebuild per that many entries pushed."""
+        locks = self._locks
+        live_locks = [e for e in self._lock_heap if e[1] in locks]
+        heapq.heapify(live_locks)
+        self._lock_heap[:] = live_locks
+        messages = self._main.messages
+        live_ttls = [e for e in self._ttl_heap if e[1] in messages]
+        heapq.heapify(live_ttls)
+        self._ttl_heap[:] = live_ttls
+        self._heap_limits = (2 * len(live_locks) + HEAP_SLACK, 2 * len(live_ttls) + HEAP_SLACK)
 
     def next_deadline(self) -> float | None:
         """When the next scheduled activation or lock expiry is due (epoch seconds)."""
