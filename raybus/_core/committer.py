@@ -186,8 +186,10 @@ class Committer:
         self._linger_end: asyncio.Future[None] | None = None  # ends the flush loop's wait early
         self.inline_flushes = 0  # statistics
         self.broken: BaseException | None = None
-        self._waiting: asyncio.Future[None] | None = None  # for changes not yet taken
-        self._inflight: asyncio.Future[None] | None = None  # for the flush being written
+        # The callers waiting for the changes not yet taken, and for the flush being written:
+        # a future each (``_wait``).
+        self._waiting: list[asyncio.Future[None]] | None = None
+        self._inflight: list[asyncio.Future[None]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._checkpointing: asyncio.Task[None] | None = None  # being written, if any
         self.flush_times: list[float] = []  # seconds per flush, since the last metrics export
@@ -264,20 +266,20 @@ class Committer:
             # An express partition acknowledges before writing, so only a forced answer
             # (whose caller relies on the record being on disk) waits for the flush in flight.
             if after_inflight and self._inflight is not None and (self._express is None or force):
-                await asyncio.shield(self._inflight)
+                await _wait(self._inflight)
             return
         if self._express is not None and not force:
             if self._task is None:
                 self._task = asyncio.ensure_future(self._flush_loop(self._express))
             return
         if self._waiting is None:
-            self._waiting = asyncio.get_running_loop().create_future()
+            self._waiting = []
         waiting = self._waiting
         if not lazy:
             self.hurry()
         if self._task is None:
             self._task = asyncio.ensure_future(self._flush_loop())
-        await asyncio.shield(waiting)
+        await _wait(waiting)
 
     async def durable_since(self, mark: int) -> None:
         """Return once the changes recorded since ``mark`` are durable; at once if there are
@@ -338,7 +340,7 @@ class Committer:
                 waiting, self._waiting = self._waiting, None
                 self._eager = False
                 if waiting is None:
-                    waiting = asyncio.get_running_loop().create_future()
+                    waiting = []
                 self._inflight = waiting
                 started = time.perf_counter()
                 try:
@@ -373,14 +375,22 @@ class Committer:
                 core = self.core
                 if self._express is None:
                     core.visible_seq = max(core.visible_seq or 0, last_seq)
-                if waiting is not None and not waiting.done():
-                    waiting.set_result(None)
+                woken = 0  # first: they answer before the receivers woken below (``_wait``)
+                for fut in waiting:
+                    if not fut.done():
+                        fut.set_result(None)
+                        woken += 1
                 self._on_visible()
                 if not core.has_journal() and self._checkpoint_due():
                     try:
                         self._start_checkpoint()
                     except ServiceBusError:  # its waiters are answered: go on flushing
                         _log.exception("checkpoint of %s not captured", core.entity)
+                elif woken and core.has_journal():
+                    # Let the callers just woken answer before the next flush, which may be
+                    # written inline (traced: a send's answer waited 0.26-0.36 ms, p50, for
+                    # the completions that came in during its flush to be written).
+                    await asyncio.sleep(0)
             self._watch_quiet()
         finally:
             self._task = None
@@ -405,10 +415,10 @@ class Committer:
             timer.cancel()
             self._linger_end = None
 
-    def _failed(self, exc: ServiceBusError, waiting: asyncio.Future[None] | None) -> None:
+    def _failed(self, exc: ServiceBusError, waiting: list[asyncio.Future[None]]) -> None:
         later, self._waiting = self._waiting, None
-        for fut in (waiting, later):
-            if fut is not None and not fut.done():
+        for fut in [*waiting, *(later or ())]:
+            if not fut.done():
                 fut.set_exception(exc)
                 fut.add_done_callback(lambda f: f.exception())  # retrieved: no warning
         entity = self.core.entity
@@ -573,6 +583,18 @@ class Committer:
         if not self.core.has_journal():
             self._start_checkpoint()
         await self._checkpoint_written()
+
+
+async def _wait(waiters: list[asyncio.Future[None]]) -> None:
+    """Join ``waiters`` (of one flush) with a future of one's own, and wait for it.
+
+    Why one per caller, not one shared future behind ``asyncio.shield``: a caller cancelled
+    cancels only its own, and the flush wakes each caller in one step where the shield took
+    two, during which the receivers the flush woke built their answers first (traced: a
+    send's answer came 0.36 ms after its flush, p50)."""
+    fut = asyncio.get_running_loop().create_future()
+    waiters.append(fut)
+    await fut
 
 
 def _set_once(fut: asyncio.Future[None]) -> None:
