@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Iterable
 from typing import Any
@@ -26,7 +25,7 @@ from ..auth import (
     parse_connection_string,
 )
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
-from ._paged import listing
+from ._paged import listing, still_present
 from ._topic_management import TopicManagement
 
 __all__ = ["ServiceBusAdministrationClient"]
@@ -225,9 +224,7 @@ class ServiceBusAdministrationClient(TopicManagement):
     @listing
     async def list_queues_runtime_properties(self) -> list[QueueRuntimeProperties]:
         queues = await self.list_queues()
-        return list(
-            await asyncio.gather(*(self.get_queue_runtime_properties(q.name) for q in queues))
-        )
+        return await still_present(self.get_queue_runtime_properties(q.name) for q in queues)
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,7 @@ from .._topic_models import (
     subscription_path,
 )
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
-from ._paged import listing
+from ._paged import listing, still_present
 
 if TYPE_CHECKING:
     from .._connection import Connection
@@ -223,24 +222,14 @@ class TopicManagement:
     @listing
     async def list_topics_runtime_properties(self) -> list[TopicRuntimeProperties]:
         topics = await self.list_topics()
-        return list(
-            await asyncio.gather(*(self.get_topic_runtime_properties(t.name) for t in topics))
-        )
+        return await still_present(self.get_topic_runtime_properties(t.name) for t in topics)
 
     @listing
     async def list_subscriptions_runtime_properties(
         self, topic_name: str
     ) -> list[SubscriptionRuntimeProperties]:
         subs = await self.list_subscriptions(topic_name)
-
-        async def runtime(name: str) -> SubscriptionRuntimeProperties | None:
-            try:
-                return await self._subscription_runtime(topic_name, name)
-            except MessagingEntityNotFoundError:
-                return None  # deleted since it was listed
-
-        found = await asyncio.gather(*(runtime(s.name) for s in subs))
-        return [r for r in found if r is not None]
+        return await still_present(self._subscription_runtime(topic_name, s.name) for s in subs)
 
     @listing
     async def list_rules(self, topic_name: str, subscription_name: str) -> list[RuleProperties]:

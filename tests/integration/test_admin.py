@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -434,6 +435,32 @@ async def test_aio_list_queues_and_runtime_properties_count_messages(
         assert _near_now(runtime.accessed_at_utc)
         listed = {r.name: r for r in await aadmin.list_queues_runtime_properties()}
         assert listed[name].active_message_count == 1
+
+
+async def test_aio_runtime_property_lists_leave_out_entities_deleted_since_they_were_listed(
+    namespace: str,
+) -> None:
+    """The list is taken first, then each entity's counts: one deleted in between is left out
+    of the answer, not an error for the whole listing (queues and topics; subscriptions in
+    ``test_topics_filters``)."""
+    kept, gone, topic = _name(), _name(), _name("t")
+    async with aio.ServiceBusAdministrationClient(namespace) as aadmin:
+        for q in (kept, gone):
+            await aadmin.create_queue(q)
+        await aadmin.create_topic(topic)
+        queues, topics = await aadmin.list_queues(), await aadmin.list_topics()
+        await aadmin.delete_queue(gone)
+        await aadmin.delete_topic(topic)
+
+        async def listed_before(items: list[Any]) -> list[Any]:
+            return items
+
+        aadmin.list_queues = lambda: listed_before(queues)  # type: ignore[method-assign]
+        aadmin.list_topics = lambda: listed_before(topics)  # type: ignore[method-assign]
+        names = {r.name for r in await aadmin.list_queues_runtime_properties()}
+        assert kept in names and gone not in names
+        assert topic not in {r.name for r in await aadmin.list_topics_runtime_properties()}
+        await aadmin.delete_queue(kept)
 
 
 @pytest.mark.parametrize("operation", ["get", "update", "delete", "runtime"])

@@ -4,6 +4,7 @@ the transport options raybus accepts and ignores, ``TransportType``, ``ApiVersio
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from typing import Any
 
@@ -13,10 +14,11 @@ import raybus
 from raybus import _connection
 from raybus._sdk_options import check_admin_options, check_client_options
 from raybus._sync import run
-from raybus.aio._paged import AsyncList, listing
+from raybus.aio._paged import AsyncList, listing, still_present
 from raybus.auth import generate_sas_token
 from raybus.exceptions import (
     InvalidArgumentError,
+    MessagingEntityNotFoundError,
     ServiceBusCommunicationError,
     ServiceBusConnectionError,
 )
@@ -59,6 +61,8 @@ def test_raybus_has_the_sdks_api_versions_and_transport_types() -> None:
     from azure.servicebus.management import ApiVersion as SdkApiVersion
 
     assert {v.value for v in ApiVersion} == {v.value for v in SdkApiVersion}
+    for version in SdkApiVersion:  # code written for the SDK passes the SDK's own members
+        check_admin_options({"api_version": version})
     assert {t.name: t.value for t in raybus.TransportType} == {
         t.name: t.value for t in SdkTransportType
     }
@@ -156,3 +160,36 @@ def test_the_sync_api_runs_an_async_list_to_its_list() -> None:
         return ["a"]
 
     assert run(AsyncList(fetch)) == ["a"]
+
+
+async def test_an_async_list_whose_listing_fails_raises_it_when_awaited_or_iterated() -> None:
+    calls = []
+
+    async def fetch() -> list[int]:
+        calls.append(1)
+        raise MessagingEntityNotFoundError("no such topic", "t")
+
+    listed = AsyncList(fetch)
+    with pytest.raises(MessagingEntityNotFoundError, match="no such topic"):
+        await listed
+    with pytest.raises(MessagingEntityNotFoundError, match="no such topic"):
+        [i async for i in listed]
+    assert len(calls) == 2  # nothing kept from a failed listing: the next use asks again
+
+
+async def test_a_listing_leaves_out_entities_deleted_since_they_were_listed() -> None:
+    async def lookup(name: str) -> str:
+        await asyncio.sleep(0)
+        if name.startswith("gone"):
+            raise MessagingEntityNotFoundError(f"{name} was deleted", name)
+        return name.upper()
+
+    names = ["a", "gone1", "b", "gone2", "c"]
+    assert await still_present(lookup(n) for n in names) == ["A", "B", "C"]
+    assert await still_present([]) == []
+
+    async def broken(name: str) -> str:
+        raise ServiceBusConnectionError("the registry did not answer")
+
+    with pytest.raises(ServiceBusConnectionError):
+        await still_present([lookup("a"), broken("b")])
