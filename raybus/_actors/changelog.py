@@ -46,7 +46,7 @@ import pyarrow as pa
 from .._core import journal
 from .._storage import DurableLog
 
-__all__ = ["ChangeLog", "message_log"]
+__all__ = ["ChangeLog", "LoggedOnce", "message_log"]
 
 _log = logging.getLogger("raybus.changelog")
 
@@ -163,6 +163,44 @@ class ChangeLog:
             self._bytes_since_checkpoint = 0
         except Exception as exc:  # the changes are durable already: see the module docstring
             _log.warning("checkpoint of the %s failed: %r", self._what, exc)
+
+
+class LoggedOnce:
+    """One change that must reach ``log`` once, whichever caller gets there first (the
+    namespace's birth: its ``__init__`` has no event loop to write from).
+
+    ``start()`` begins the write unless it is written or under way, and returns it without
+    waiting (a failure is logged as a warning); ``written()`` waits for it and raises the
+    storage error of a failed write. After a failed write the next ``start`` or ``written``
+    begins another. With no ``log`` there is nothing to write.
+    """
+
+    def __init__(self, log: ChangeLog | None, change: Any) -> None:
+        self._log = log
+        self._change = change
+        self._write: asyncio.Future[None] | None = None
+
+    def start(self) -> asyncio.Future[None] | None:
+        if self._log is None:
+            return None
+        write = self._write
+        if write is not None and write.done() and (write.cancelled() or write.exception()):
+            write = None  # it failed: begin again
+        if write is None:
+            write = self._write = self._log.append(self._change)
+            write.add_done_callback(self._report)
+        return write
+
+    def _report(self, write: asyncio.Future[None]) -> None:
+        if not write.cancelled() and write.exception() is not None:
+            _log.warning(
+                "%r not logged (tried again at the next call): %s", self._change, write.exception()
+            )
+
+    async def written(self) -> None:
+        write = self.start()
+        if write is not None:
+            await asyncio.shield(write)
 
 
 def message_log(

@@ -30,7 +30,7 @@ from ..auth import AccessRights
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 from .access import BROKER_ACTOR_OPTIONS, guarded, internal_token
 from .access_admin import AccessOps
-from .changelog import ChangeLog
+from .changelog import ChangeLog, LoggedOnce
 from .partition import partition_actor
 from .router import router_actor
 from .scaling import Scaler
@@ -136,7 +136,8 @@ class NamespaceActor(TopicOps, AccessOps):
                 call_self_until_answered(actor.ping.remote, "namespace-resume")
         # A new namespace (or one logged before creation times were kept) is born now; the
         # change is logged by the first ping or namespace_created (``__init__`` has no loop).
-        self._birth_unlogged = self._registry.born() is not None and self._log is not None
+        born = self._registry.born() is not None
+        self._birth = LoggedOnce(self._log if born else None, ("born", self._registry.created_at))
         # The namespace holds the rules itself: its guard never fetches them.
         self._guard = Guard(internal_token(namespace), SystemClock())
         self._guard.load(*self._registry.access.snapshot())
@@ -179,9 +180,7 @@ class NamespaceActor(TopicOps, AccessOps):
     async def ping(self) -> str:
         self._scaler.start()  # (re)started lazily: the actor may have restarted
         self._push_after_restart()
-        if self._birth_unlogged and self._log is not None:
-            self._birth_unlogged = False
-            self._log.append_soon(("born", self._registry.created_at))
+        self._birth.start()
         return self._namespace
 
     @guarded(MANAGE, lambda: None)
@@ -190,13 +189,7 @@ class NamespaceActor(TopicOps, AccessOps):
         with a ``storage_path`` (logged before it is answered)."""
         created = self._registry.created_at
         assert created is not None  # set in __init__
-        if self._birth_unlogged and self._log is not None:
-            self._birth_unlogged = False
-            try:
-                await self._persist(("born", created))
-            except BaseException:
-                self._birth_unlogged = True  # try again with the next call
-                raise
+        await self._birth.written()
         return created
 
     def _route(self, entry: EntityEntry) -> Route:

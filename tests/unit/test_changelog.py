@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from raybus._actors.changelog import ChangeLog
+from raybus._actors.changelog import ChangeLog, LoggedOnce
+from raybus._storage import StorageUnavailableError
 from raybus._storage import fs as storage_fs
 
 
@@ -129,3 +130,45 @@ def test_append_queues_its_change_in_the_callers_step(tmp_path: Path) -> None:
 
     asyncio.run(run())
     assert list(open_log(tmp_path, []).replay()) == ["a", "b"]
+
+
+def test_a_change_logged_once_is_written_once_and_begun_again_after_a_failed_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The namespace's birth: the first call not waiting for it (a ping) begins the write; a
+    failed one is begun again by the next call; callers waiting meanwhile share one write."""
+    writes: list[str] = []
+
+    async def run() -> None:
+        log = open_log(tmp_path, [])
+        assert list(log.replay()) == []
+        durable_append = log._log.append
+        failures = [2]
+
+        def flaky(data: Any) -> int:
+            if failures[0]:
+                failures[0] -= 1
+                writes.append("failed")
+                raise StorageUnavailableError("the disk is away")
+            writes.append("written")
+            return durable_append(data)
+
+        log._log.append = flaky  # type: ignore[method-assign]
+        birth = LoggedOnce(log, ("born", 1.5))
+        first = birth.start()
+        assert first is not None and birth.start() is first  # under way: not begun twice
+        await asyncio.wait([first])
+        assert writes == ["failed"] and "not logged" in caplog.text
+        with pytest.raises(StorageUnavailableError):
+            await birth.written()  # begun again, and failed again
+        await asyncio.gather(birth.written(), birth.written())
+        await birth.written()
+        birth.start()
+        await drain(log)
+        assert writes == ["failed", "failed", "written"]
+
+        assert LoggedOnce(None, ("born", 2.0)).start() is None
+        await LoggedOnce(None, ("born", 2.0)).written()
+
+    asyncio.run(run())
+    assert list(open_log(tmp_path, []).replay()) == [("born", 1.5)]
