@@ -375,22 +375,15 @@ class Committer:
                 core = self.core
                 if self._express is None:
                     core.visible_seq = max(core.visible_seq or 0, last_seq)
-                woken = 0  # first: they answer before the receivers woken below (``_wait``)
-                for fut in waiting:
+                for fut in waiting:  # first: they answer before the receivers woken below
                     if not fut.done():
                         fut.set_result(None)
-                        woken += 1
                 self._on_visible()
                 if not core.has_journal() and self._checkpoint_due():
                     try:
                         self._start_checkpoint()
                     except ServiceBusError:  # its waiters are answered: go on flushing
                         _log.exception("checkpoint of %s not captured", core.entity)
-                elif woken and core.has_journal():
-                    # Let the callers just woken answer before the next flush, which may be
-                    # written inline (traced: a send's answer waited 0.26-0.36 ms, p50, for
-                    # the completions that came in during its flush to be written).
-                    await asyncio.sleep(0)
             self._watch_quiet()
         finally:
             self._task = None
@@ -588,10 +581,11 @@ class Committer:
 async def _wait(waiters: list[asyncio.Future[None]]) -> None:
     """Join ``waiters`` (of one flush) with a future of one's own, and wait for it.
 
-    Why one per caller, not one shared future behind ``asyncio.shield``: a caller cancelled
-    cancels only its own, and the flush wakes each caller in one step where the shield took
-    two, during which the receivers the flush woke built their answers first (traced: a
-    send's answer came 0.36 ms after its flush, p50)."""
+    Why one per caller, not one shared future behind an ``asyncio.shield`` per caller: a
+    caller cancelled cancels only its own future all the same, and the flush wakes each caller
+    in one loop step (one callback) where the shield took two, for every caller of the flush
+    (100 concurrent senders share a few). It also wakes them before the receivers it makes
+    messages visible to. End to end neither was measurable (``benchmarks/RESULTS.md``)."""
     fut = asyncio.get_running_loop().create_future()
     waiters.append(fut)
     await fut

@@ -48,7 +48,6 @@ from raybus._core.partition import (
 from raybus._core.record import ACTIVE, DEFERRED
 from raybus._models import QueueProperties
 from raybus._storage import DurableLog, StorageUnavailableError
-from raybus._storage import fs as _fs
 from raybus.exceptions import MessageLockLostError, ServiceBusError
 from raybus.testing import FakeClock
 
@@ -290,41 +289,6 @@ async def test_a_flush_wakes_its_callers_before_the_receivers_it_makes_messages_
 
     await asyncio.wait_for(asyncio.gather(receiver(), sender()), 5)
     assert resumed == ["sender", "receiver"]
-
-
-async def test_callers_answered_by_a_flush_resume_before_the_next_flush_is_written(tmp_path, clock):
-    """Changes recorded while a flush is written go in the next one, which may be written on
-    the event loop's own thread (inline): the callers of the first resume before it starts."""
-    order: list[str] = []
-    log = GatedLog(*_fs.open_storage(str(tmp_path), "p0"))
-    c = Committer(core_factory(clock), log, inline_bytes=64 * 1024)
-
-    def append(data: Any) -> int:
-        order.append("a flush written")
-        return GatedLog.append(log, data)
-
-    log.append = append  # type: ignore[method-assign]
-    log.hold()
-    big = [record(b"x" * 100_000, message_id="big")]  # past the inline limit: the thread
-
-    async def first() -> None:
-        c.core.send(big)
-        await c.durable()
-        order.append("first answered")
-
-    async def second() -> None:
-        await asyncio.to_thread(log.entered.wait, 5)
-        c.core.send(records("a", "b"))  # small: written inline
-        await c.durable()
-        order.append("second answered")
-
-    task = asyncio.gather(first(), second())
-    await eventually(lambda: c.core.journal_size() > 0 and log.entered.is_set())
-    await asyncio.sleep(0.01)
-    log.release()
-    await asyncio.wait_for(task, 5)
-    assert c.inline_flushes == 1
-    assert order == ["a flush written", "first answered", "a flush written", "second answered"]
 
 
 async def test_a_caller_that_stops_waiting_leaves_the_others_waiting_for_the_flush(faulty, clock):
