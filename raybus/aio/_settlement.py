@@ -90,7 +90,8 @@ class Settlement:
                 self.entity_path,
                 "message",
             )
-        if message._entity.lower() != self.entity_path.lower():
+        entity = message._entity
+        if entity is not self.entity_path and entity.lower() != self.entity_path.lower():
             raise InvalidArgumentError(
                 f"the message came from {message._entity!r}, not from this receiver's queue",
                 self.entity_path,
@@ -107,9 +108,10 @@ class Settlement:
         self._no_transfer_locks()
         if op.properties is not None:
             check_application_properties(op.properties)
-        for value, name in ((op.reason, "reason"), (op.description, "error_description")):
-            if value is not None and not isinstance(value, str):
-                raise InvalidArgumentError(f"{name} must be a str", self.entity_path, name)
+        if op.reason is not None or op.description is not None:
+            for value, name in ((op.reason, "reason"), (op.description, "error_description")):
+                if value is not None and not isinstance(value, str):
+                    raise InvalidArgumentError(f"{name} must be a str", self.entity_path, name)
         if self.session is not None:
             self.session.check_held()
         elif message._record.locked_until <= time.time():
