@@ -241,15 +241,24 @@ async def test_new_messages_are_invisible_until_durable(tmp_path, clock):
     assert [r.message_id for r in c.core.receive(1)] == ["a"]
 
 
-async def test_messages_sent_during_a_flush_wait_for_the_next_one(faulty, clock):
-    fs, _ = faulty
+async def flush_held(
+    fs: pafs.FileSystem, clock: FakeClock, message_id: str
+) -> tuple[Committer, GatedLog, asyncio.Future[None]]:
+    """A committer whose flush of a send of ``message_id`` is being written, held there until
+    ``log.release()``: the committer, its log, and the send's ``durable()``."""
     c = committer_on(fs, DIR, clock, log_class=GatedLog)
     log = c.durable_log
     assert isinstance(log, GatedLog)
     log.hold()
-    c.core.send(records("first"))
-    first = asyncio.ensure_future(c.durable())
+    c.core.send(records(message_id))
+    waiting = asyncio.ensure_future(c.durable())
     await asyncio.to_thread(log.entered.wait, 5)
+    return c, log, waiting
+
+
+async def test_messages_sent_during_a_flush_wait_for_the_next_one(faulty, clock):
+    fs, _ = faulty
+    c, log, first = await flush_held(fs, clock, "first")
     c.core.send(records("second"))  # recorded while "first" is being written
     second = asyncio.ensure_future(c.durable())
     await asyncio.sleep(0.01)
@@ -295,13 +304,7 @@ async def test_a_caller_that_stops_waiting_leaves_the_others_waiting_for_the_flu
     """A caller cancelled (its client timed out) cancels nothing of the flush it waited for:
     the others sharing it are answered, and its changes are written all the same."""
     fs, _ = faulty
-    c = committer_on(fs, DIR, clock, log_class=GatedLog)
-    log = c.durable_log
-    assert isinstance(log, GatedLog)
-    log.hold()
-    c.core.send(records("a"))
-    gone = asyncio.ensure_future(c.durable())
-    await asyncio.to_thread(log.entered.wait, 5)
+    c, log, gone = await flush_held(fs, clock, "a")
     c.core.send(records("b"))
     c.core.send(records("c"))
     stays, leaves = asyncio.ensure_future(c.durable()), asyncio.ensure_future(c.durable())
