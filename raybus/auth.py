@@ -347,8 +347,9 @@ def parse_connection_string(conn_str: str, options: Iterable[str] = ()) -> Conne
                 option,
             )
     props, credential = _read_connection_string(conn_str)
-    label = props.fully_qualified_namespace.split(".")[0]
-    return ConnectionString(label, credential, props.entity_path)
+    return ConnectionString(
+        _first_label(props.fully_qualified_namespace), credential, props.entity_path
+    )
 
 
 @dataclass(frozen=True)
@@ -381,7 +382,7 @@ def _read_connection_string(
     if not endpoint:
         raise _bad_connection_string("has no Endpoint")
     host = _endpoint_host(endpoint)
-    if not host or not host.split(".")[0]:
+    if not host or not _first_label(host):
         raise _bad_connection_string(f"has an Endpoint without a host name: {endpoint!r}")
     name, key = fields.get("sharedaccesskeyname"), fields.get("sharedaccesskey")
     signature = fields.get("sharedaccesssignature")
@@ -415,11 +416,10 @@ def _endpoint_host(endpoint: str) -> str | None:
     return urllib.parse.urlsplit(endpoint if "//" in endpoint else f"sb://{endpoint}").hostname
 
 
-def _host_label(endpoint: str) -> str | None:
-    """The first label of an endpoint's host (``orders`` for both forms above), or None
-    without a host."""
-    host = _endpoint_host(endpoint)
-    return host.split(".")[0] if host else None
+def _first_label(host: str) -> str:
+    """A host name's first label (``orders`` of ``orders.servicebus.windows.net``): the
+    namespace a host names."""
+    return host.split(".")[0]
 
 
 def client_namespace(namespace: str | None, fully_qualified_namespace: str | None = None) -> str:
@@ -437,5 +437,6 @@ def client_namespace(namespace: str | None, fully_qualified_namespace: str | Non
     if name is None:
         return "default"
     if isinstance(name, str) and ("." in name or "://" in name):
-        return _host_label(name) or name
+        host = _endpoint_host(name)
+        return (host and _first_label(host)) or name
     return name

@@ -54,7 +54,9 @@ def _time_to_live(seconds: float | None) -> timedelta | None:
 
 class _Field(Generic[T]):
     """A received message's field: its record's ``source`` (through ``convert``), read when
-    first asked for and kept in the message; assigned, it changes as a sent message's does."""
+    first asked for and kept in the message's ``__dict__``. Having no ``__set__``, it is
+    asked only once: the kept value, or one assigned (as to a sent message's field), is
+    found in ``__dict__`` first."""
 
     __slots__ = ("convert", "name", "source")
 
@@ -67,21 +69,14 @@ class _Field(Generic[T]):
         self.name = name
 
     def __get__(self, message: Any, owner: Any = None) -> T:
+        # Reached only while the message's __dict__ has no such field yet.
         if message is None:  # on the class: the descriptor itself
             return cast(T, self)
-        state = message.__dict__
-        try:
-            return cast(T, state[self.name])
-        except KeyError:
-            pass
-        value = getattr(state["_record"], self.source)
+        value = getattr(message.__dict__["_record"], self.source)
         if self.convert is not None:
             value = self.convert(value)
-        state[self.name] = value
-        return cast(T, value)
-
-    def __set__(self, message: Any, value: T) -> None:
         message.__dict__[self.name] = value
+        return cast(T, value)
 
 
 class ServiceBusMessage:

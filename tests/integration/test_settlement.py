@@ -57,6 +57,34 @@ def test_complete_removes_the_message(
     assert _runtime(admin, queue) == (0, 0, 0)
 
 
+def test_a_message_is_settled_only_through_a_receiver_of_its_own_queue(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
+) -> None:
+    """A receiver of another queue refuses the message before sending anything, and it stays
+    locked; a receiver of the same queue named in other letter cases settles it."""
+    other = _name()
+    admin.create_queue(other)
+    try:
+        _send(client, queue, "mine")
+        with (
+            client.get_queue_receiver(queue, max_wait_time=5) as receiver,
+            client.get_queue_receiver(other) as stranger,
+            client.get_queue_receiver(queue.upper()) as same_queue,
+        ):
+            (msg,) = receiver.receive_messages()
+            for settle in (stranger.complete_message, stranger.abandon_message):
+                with pytest.raises(InvalidArgumentError, match="came from") as err:
+                    settle(msg)
+                assert err.value.argument == "message"
+            with pytest.raises(InvalidArgumentError, match="came from"):
+                stranger.complete_messages([msg])
+            assert receiver.receive_messages(max_wait_time=0.5) == []  # still locked
+            same_queue.complete_message(msg)
+        assert _runtime(admin, queue) == (0, 0, 0)
+    finally:
+        admin.delete_queue(other)
+
+
 def test_abandon_redelivers_the_message_with_delivery_count_incremented(
     client: raybus.ServiceBusClient, queue: str
 ) -> None:

@@ -83,3 +83,10 @@ def test_the_fields_are_the_sent_messages_fields() -> None:
         if not name.startswith("_"):
             assert name in type(msg).__dict__, name
             getattr(msg, name)
+
+
+def test_a_field_read_on_the_class_is_its_descriptor_and_reads_nothing() -> None:
+    """``help()`` and ``inspect`` read the fields on the class, where there is no record."""
+    field = ServiceBusReceivedMessage.body
+    assert type(field).__name__ == "_Field"
+    assert field is ServiceBusReceivedMessage.__dict__["body"]
