@@ -1,7 +1,7 @@
 """Durable storage for partitions: an append-only log of Arrow record batches with checkpoints.
 
 Works on any ``pyarrow.fs`` filesystem (a local directory, ``file://``, ``s3://``, ``gs://``,
-``hdfs://``): on the local disk appends go to segment files (one fsync per append), elsewhere
+``hdfs://``): on the local disk appends go to segment files (one fdatasync per append), elsewhere
 each append is an object of its own, since object stores cannot append. Modules:
 
 * ``framing``: the file format (magic, length, CRC-32, Arrow IPC stream);

@@ -16,8 +16,9 @@ records by ``raybus._storage.segments`` (LSN + length + CRC-32 + Arrow IPC strea
 Guarantees:
 
 * **Durability**: ``append`` and ``checkpoint`` return only once their data is durable. Local
-  disk: fsync of the segment (and of the directory when the append created the segment) or of
-  the file and its directory; elsewhere a completed object write.
+  disk: fdatasync of the segment (fsync where the platform has no fdatasync; and fsync of the
+  directory when the append created the segment) or fsync of the file and its directory;
+  elsewhere a completed object write.
 * **Order**: LSNs increase by one per successful ``append``; recovery returns log entries in LSN
   order. A failed append consumes no LSN: the next append reuses it (and replaces any remnant).
 * **Recovery** returns the newest valid checkpoint and every log entry after it: exactly the

@@ -477,6 +477,7 @@ async def test_failed_fsync_on_local_disk_fails_the_send(tmp_path, clock, monkey
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", no_space)
+    monkeypatch.setattr(os, "fdatasync", no_space, raising=False)  # a segment's sync
     c.core.send(records("b"))
     with pytest.raises(StorageUnavailableError) as info:
         await c.durable()
