@@ -112,9 +112,9 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         self._lock_heap: list[tuple[float, str]] = []
         self._schedule_heap: list[tuple[float, int]] = []
         self._ttl_heap: list[tuple[float, int]] = []
-        # Lengths past which the two heaps are rid of the entries of settled locks and gone
-        # messages (``_compact_heaps``).
-        self._heap_limits = (HEAP_SLACK, HEAP_SLACK)
+        # Lengths past which the lock, expiry and session-lock heaps are rid of the entries
+        # of settled locks, gone messages and released sessions (``_compact_heaps``).
+        self._heap_limits = (HEAP_SLACK, HEAP_SLACK, HEAP_SLACK)
         self._dedup: dict[str, tuple[float, int]] = {}  # message id -> (accepted at, seq)
         self._scheduled_count = 0
         self._size = 0
@@ -663,14 +663,19 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
                 break
             del dedup[first]
             self._dedup_slots.pop(first, None)
-        lock_limit, ttl_limit = self._heap_limits
-        if len(heap2) > lock_limit or len(heap3) > ttl_limit:
+        lock_limit, ttl_limit, session_limit = self._heap_limits
+        if (
+            len(heap2) > lock_limit
+            or len(heap3) > ttl_limit
+            or (sessions is not None and len(sessions.lock_heap) > session_limit)
+        ):
             self._compact_heaps()
         return woke
 
     def _compact_heaps(self) -> None:
-        """Drop the lock heap's entries of locks that ended and the expiry heap's of messages
-        gone; ``tick`` would skip them when their time came.
+        """Drop the lock heap's entries of locks that ended, the expiry heap's of messages
+        gone and the session-lock heap's of session locks released (or taken over by another
+        accept); ``tick`` would skip them when their time came.
 
         Why: a lock settled leaves its entry until its lock duration passes (60 s by default),
         a message completed its expiry entry until it would have expired (days). A busy queue
@@ -678,7 +683,10 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         heap grew: 100 messages received, locked and completed took 2.4-5.0 us a message
         against 1.2 with the heap compacted (``Partition`` alone, 20,000-100,000 stale
         entries). A heap is rebuilt once it holds more than twice what its last rebuild
-        kept, plus ``HEAP_SLACK``: at most one rebuild per that many entries pushed."""
+        kept, plus ``HEAP_SLACK``: at most one rebuild per that many entries pushed. The same
+        holds for session locks: each accept and renewal pushes an entry, and one session
+        accepted, released and accepted again many times within a lock duration (a receiver
+        per session, short-lived) left all of them."""
         locks = self._locks
         live_locks = [e for e in self._lock_heap if e[1] in locks]
         heapq.heapify(live_locks)
@@ -687,7 +695,21 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         live_ttls = [e for e in self._ttl_heap if e[1] in messages]
         heapq.heapify(live_ttls)
         self._ttl_heap[:] = live_ttls
-        self._heap_limits = (2 * len(live_locks) + HEAP_SLACK, 2 * len(live_ttls) + HEAP_SLACK)
+        live_sessions: list[tuple[float, str, str]] = []
+        if self._sessions is not None:
+            by_id = self._sessions.by_id
+            heap = self._sessions.lock_heap
+            for entry in heap:
+                s = by_id.get(entry[1])
+                if s is not None and s.holder == entry[2]:
+                    live_sessions.append(entry)
+            heapq.heapify(live_sessions)
+            heap[:] = live_sessions
+        self._heap_limits = (
+            2 * len(live_locks) + HEAP_SLACK,
+            2 * len(live_ttls) + HEAP_SLACK,
+            2 * len(live_sessions) + HEAP_SLACK,
+        )
 
     def next_deadline(self) -> float | None:
         """When the next scheduled activation or lock expiry is due (epoch seconds)."""

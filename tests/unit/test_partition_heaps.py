@@ -1,5 +1,6 @@
 """The partition's deadline heaps stay as long as what is still pending (lock expiries of held
-locks, expiries of stored messages), and the deadlines they keep still fall due on time.
+locks, expiries of stored messages, session locks held), and the deadlines they keep still
+fall due on time.
 
 A settled lock or a completed message used to leave its heap entry until its time came (60 s
 of lock duration, days of time to live): a busy queue held millions of them. Each test runs
@@ -15,6 +16,7 @@ import pytest
 
 from raybus._core import partition as partition_module
 from raybus._core.partition import COMPLETE, SettleOp
+from raybus.exceptions import SessionCannotBeLockedError
 
 LOCK = 30.0
 SLACK = 16
@@ -101,3 +103,57 @@ def test_an_expiry_heap_of_stored_messages_is_kept_whole(make_partition, msg, cl
     assert p.counts().active == 5 * SLACK
     clock.advance(5 * SLACK)
     assert p.counts().active == 0
+
+
+def test_released_sessions_leave_the_session_lock_heap_and_a_held_one_still_expires(
+    make_partition, msg, clock
+):
+    """A session accepted and released again and again (a short-lived receiver per session)
+    pushed a heap entry per accept that stayed for the lock duration. Beside them one session
+    stays held, renewed once: its lock still ends exactly at its latest expiry, and its
+    message is then available again with a delivery counted."""
+    p = make_partition(lock_duration=LOCK, requires_session=True)
+    p.send([msg(message_id="held", session_id="keep")])
+    keep_token, _ = p.accept_session("keep")
+    [held] = p.receive(1, session=("keep", keep_token))
+    longest = 0
+    rounds = 4 * ROUNDS
+    for r in range(rounds):
+        token, _ = p.accept_session(f"s{r % 7}")
+        assert p.release_session(f"s{r % 7}", token)
+        if r == rounds // 2:
+            clock.advance(LOCK / 2)
+            until = p.renew_session_lock("keep", keep_token)
+        p.tick()
+        longest = max(longest, len(p._sessions.lock_heap))
+    assert 10 * longest < rounds
+    # Live at a compaction: the held session's two entries and the one being released.
+    assert longest <= 2 * 3 + SLACK
+    clock.advance(until - clock.now() - 0.001)
+    assert p.accept_next_session() is None  # "keep" is still locked
+    clock.advance(0.001)
+    session_id, token, _ = p.accept_next_session()
+    assert session_id == "keep"
+    [again] = p.receive(1, session=("keep", token))
+    assert (again.message_id, again.delivery_count) == ("held", held.delivery_count + 1)
+
+
+def test_a_session_accepted_again_keeps_only_its_new_holders_entries(make_partition, clock):
+    """A session released and accepted again by another receiver within one lock duration:
+    the first holder's entry goes at the next compaction, and the new holder's lock ends on
+    time."""
+    p = make_partition(lock_duration=LOCK, requires_session=True)
+    first, _ = p.accept_session("a")
+    clock.advance(1.0)
+    assert p.release_session("a", first)
+    token, until = p.accept_session("a")
+    for r in range(3 * SLACK):
+        t, _ = p.accept_session(f"other{r}")
+        p.release_session(f"other{r}", t)
+        p.tick()
+    assert [e[2] for e in p._sessions.lock_heap if e[1] == "a"] == [token]
+    clock.advance(until - clock.now() - 0.001)
+    with pytest.raises(SessionCannotBeLockedError):  # still held by the new holder
+        p.accept_session("a")
+    clock.advance(0.001)
+    p.accept_session("a")  # the lock ended on time
