@@ -17,10 +17,6 @@ from typing import TYPE_CHECKING, Any
 # Type checkers see the public names here (``X as X``: re-exported); at run time
 # ``__getattr__`` imports each from its home on first use.
 if TYPE_CHECKING:
-    from ._connection_string import (
-        ServiceBusConnectionStringProperties as ServiceBusConnectionStringProperties,
-    )
-    from ._connection_string import parse_connection_string as parse_connection_string
     from ._context import ProcessorContext as ProcessorContext
     from ._core.pool import ProcessorStatistics as ProcessorStatistics
     from ._retry import RetryMode as RetryMode
@@ -34,6 +30,10 @@ if TYPE_CHECKING:
     from ._sync_client import ServiceBusTransaction as ServiceBusTransaction
     from ._sync_client import connect as connect
     from .aio import EntityInfo as EntityInfo
+    from .auth import (
+        ServiceBusConnectionStringProperties as ServiceBusConnectionStringProperties,
+    )
+    from .auth import connection_string_properties as _connection_string_properties
     from .enums import NEXT_AVAILABLE_SESSION as NEXT_AVAILABLE_SESSION
     from .enums import EntityStatus as EntityStatus
     from .enums import ServiceBusDisposition as ServiceBusDisposition
@@ -46,11 +46,12 @@ if TYPE_CHECKING:
     from .message import ServiceBusMessageBatch as ServiceBusMessageBatch
     from .message import ServiceBusReceivedMessage as ServiceBusReceivedMessage
 
+    parse_connection_string = _connection_string_properties  # the SDK's name (``_RENAMED``)
+
 __version__ = "0.1.0"
 
 # Each module (relative to this package) and the public names it defines.
 _EXPORTS = {
-    "._connection_string": ("ServiceBusConnectionStringProperties", "parse_connection_string"),
     "._context": ("ProcessorContext",),
     "._core.pool": ("ProcessorStatistics",),
     "._retry": ("RetryMode",),
@@ -77,8 +78,14 @@ _EXPORTS = {
     ),
     ".management": ("ServiceBusAdministrationClient",),
     ".message": ("ServiceBusMessage", "ServiceBusMessageBatch", "ServiceBusReceivedMessage"),
+    ".auth": ("ServiceBusConnectionStringProperties",),
 }
-_HOMES = {name: home for home, names in _EXPORTS.items() for name in names}
+# Public names whose home calls them something else: (module, its name). The SDK's top-level
+# ``parse_connection_string`` gives a string's parts; ``raybus.auth.parse_connection_string``
+# is the clients' own reader (a namespace and a credential), so the home uses another name.
+_RENAMED = {"parse_connection_string": (".auth", "connection_string_properties")}
+_HOMES = {name: (home, name) for home, names in _EXPORTS.items() for name in names}
+_HOMES.update(_RENAMED)
 
 # The public subpackages, reached as attributes of ``raybus`` once anything imported them
 # before; now on first use too.
@@ -90,10 +97,11 @@ __all__ = sorted(_HOMES)
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)  # sets the attribute itself
-    home = _HOMES.get(name)
-    if home is None:
+    found = _HOMES.get(name)
+    if found is None:
         raise AttributeError(f"module 'raybus' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
+    home, attr = found
+    value = getattr(importlib.import_module(home, __name__), attr)
     globals()[name] = value  # found directly from now on
     return value
 
