@@ -19,7 +19,13 @@ from .exceptions import InvalidArgumentError, MessageSizeExceededError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["ServiceBusMessage", "ServiceBusMessageBatch", "ServiceBusReceivedMessage"]
+__all__ = [
+    "DataBody",
+    "ServiceBusMessage",
+    "ServiceBusMessageBatch",
+    "ServiceBusReceivedMessage",
+    "TextBody",
+]
 
 _IMMUTABLE_BODIES = (bytes, str, int, float, type(None))
 T = TypeVar("T")
@@ -50,6 +56,68 @@ def _time_to_live(seconds: float | None) -> timedelta | None:
         if len(_TTLS) < 1024:
             _TTLS[seconds] = ttl
     return ttl
+
+
+class DataBody(bytes):
+    """A received message's ``bytes`` body, readable as the Azure SDK's body too.
+
+    It is the bytes sent (``==``, ``len``, ``decode``, slicing and the buffer protocol as for
+    ``bytes``), and, like the SDK's body of a data message (an iterator of its data sections),
+    it iterates as one section: ``b"".join(msg.body)``, ``next(msg.body)``,
+    ``list(msg.body)[0]`` and ``for section in msg.body`` give the bytes sent, so code written
+    for the SDK reads it unchanged. Iterating it therefore does not give ints, as iterating
+    ``bytes`` does: index it (``body[i]``) or take ``bytes(body)`` for that. A message sent
+    with it as its body sends plain ``bytes``."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[bytes]:  # type: ignore[override]
+        return iter((bytes(self),))
+
+    def __next__(self) -> bytes:
+        return bytes(self)
+
+
+class TextBody(str):
+    """A received message's ``str`` body, readable as the Azure SDK's body too.
+
+    It is the string sent; like the SDK's body of a string message (sent as one UTF-8 data
+    section), it iterates as that one section: ``b"".join(msg.body)`` and ``next(msg.body)``
+    give the UTF-8 bytes. Iterating it therefore does not give characters: take
+    ``str(body)`` for that. A message sent with it as its body sends a plain ``str``."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[bytes]:  # type: ignore[override]
+        return iter((self.encode("utf-8"),))
+
+    def __next__(self) -> bytes:
+        return self.encode("utf-8")
+
+
+def _received_body(body: Any) -> Any:
+    """The body a received message shows: bytes and str as ``DataBody`` and ``TextBody``,
+    any other AMQP value as it is (the SDK's body of a value message is the value)."""
+    cls = body.__class__
+    if cls is bytes:
+        return DataBody(body)
+    if cls is str:
+        return TextBody(body)
+    return body
+
+
+def _sendable_body(body: Any) -> Any:
+    """A body as the broker keeps it: plain ``bytes`` for any bytes-like value (a received
+    ``DataBody`` resent, a ``bytearray``, a ``memoryview``) and plain ``str`` for a ``str``
+    subclass, so no class of raybus's or the application's crosses to the broker."""
+    cls = body.__class__
+    if cls is bytes or cls is str:
+        return body
+    if isinstance(body, bytes | bytearray | memoryview):
+        return bytes(body)
+    if isinstance(body, str):
+        return str.__str__(body)
+    return body
 
 
 class _Field(Generic[T]):
@@ -181,9 +249,7 @@ class ServiceBusMessage:
         props = self.application_properties
         if props is not None and isinstance(props, dict):
             props = dict(props)  # the broker must not share the caller's dict
-        body = self.body
-        if body.__class__ is not bytes and isinstance(body, bytearray | memoryview):
-            body = bytes(body)
+        body = _sendable_body(self.body)
         # Positional, in MessageRecord's field order (_FIELDS are its fields 2-10): a call
         # with 13 keywords took twice as long, and this runs for every message built.
         rec = MessageRecord(  # type: ignore[call-arg]  # mypy cannot count the 9 in *
@@ -213,7 +279,9 @@ class ServiceBusMessage:
 
 class ServiceBusReceivedMessage(ServiceBusMessage):
     """A message as received (or peeked), with the broker's properties. Settle it through the
-    receiver that received it."""
+    receiver that received it. A ``bytes`` or ``str`` body comes as a ``DataBody`` or
+    ``TextBody``: the value sent, which also reads as the Azure SDK's body does
+    (``b"".join(msg.body)``)."""
 
     _record: MessageRecord
     _entity: str
@@ -234,7 +302,7 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
             auto_renew_error=None,
         )
 
-    body: _Field[Any] = _Field("body")
+    body: _Field[Any] = _Field("body", _received_body)
     application_properties: _Field[dict[str, Any] | None] = _Field("application_properties")
     message_id: _Field[str | None] = _Field("message_id")
     correlation_id: _Field[str | None] = _Field("correlation_id")
