@@ -358,6 +358,31 @@ class NamespaceActor(TopicOps, AccessOps):
     async def counts(self, name: str) -> tuple[Route, list[PartitionCounts]]:
         return await self._counts(name)
 
+    @guarded(MANAGE, lambda names: None)
+    async def queue_counts(
+        self, names: list[str]
+    ) -> list[tuple[Route, list[PartitionCounts]] | None]:
+        """``counts`` of each queue in ``names``, in one call (``list_queues_runtime_properties``:
+        one call per queue took 5.4 ms a queue for 40 queues, most of it the calls' own cost);
+        None for a name that is no queue any more (deleted since it was listed). Needs the
+        namespace's Manage right, as ``list_queues`` does."""
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise InvalidArgumentError("names must be a list of queue names", None, "names")
+
+        async def one(name: str) -> tuple[Route, list[PartitionCounts]] | None:
+            try:
+                entry = self._registry.get(name)
+            except MessagingEntityNotFoundError:
+                return None
+            if entry.kind != "queue":
+                return None
+            try:
+                return await self._counts(name)
+            except MessagingEntityNotFoundError:  # deleted while its partitions were asked
+                return None
+
+        return list(await asyncio.gather(*(one(n) for n in names)))
+
     async def _counts(self, name: str) -> tuple[Route, list[PartitionCounts]]:
         self._scaler.start()  # (re)started lazily: the actor may have restarted
         entry = self._registry.get(name)

@@ -120,6 +120,9 @@ def test_send_and_listen_rights_are_enforced(
         )
         with pytest.raises(ServiceBusAuthorizationError, match="not Manage"):
             listen_admin.create_queue("nope")
+        # Every queue's counts in one call need the namespace's Manage right, as the listing.
+        with pytest.raises(ServiceBusAuthorizationError, match="not Manage"):
+            raybus._sync.run(listen_admin._aio._call(None, "queue_counts", ["q"]))
     assert active(closed) == 0
     assert "nope" not in [q.name for q in closed.list_queues()]
 

@@ -437,6 +437,38 @@ async def test_aio_list_queues_and_runtime_properties_count_messages(
         assert listed[name].active_message_count == 1
 
 
+async def test_aio_queue_runtime_property_list_asks_the_registry_once_and_matches_each_queue(
+    namespace: str, aclient: aio.ServiceBusClient
+) -> None:
+    """One registry call answers every queue's counts (``queue_counts``), and each answer is
+    what ``get_queue_runtime_properties`` says of that queue."""
+    names = [_name() for _ in range(3)]
+    async with aio.ServiceBusAdministrationClient(namespace) as aadmin:
+        for k, q in enumerate(names):
+            await aadmin.create_queue(q)
+            async with aclient.get_queue_sender(q) as sender:
+                await sender.send_messages([ServiceBusMessage(b"x") for _ in range(k + 1)])
+        calls: list[str] = []
+        real = aadmin._call
+
+        async def spy(entity: Any, method: str, *args: Any) -> Any:
+            calls.append(method)
+            return await real(entity, method, *args)
+
+        aadmin._call = spy  # type: ignore[method-assign]
+        listed = {r.name: r for r in await aadmin.list_queues_runtime_properties()}
+        assert calls == ["list_queues", "queue_counts"]
+        aadmin._call = real  # type: ignore[method-assign]
+        for k, q in enumerate(names):
+            one = await aadmin.get_queue_runtime_properties(q)
+            assert listed[q].active_message_count == one.active_message_count == k + 1
+            assert listed[q].size_in_bytes == one.size_in_bytes > 0
+            assert listed[q].partition_count == one.partition_count
+            assert listed[q].created_at_utc == one.created_at_utc
+        for q in names:
+            await aadmin.delete_queue(q)
+
+
 async def test_aio_runtime_property_lists_leave_out_entities_deleted_since_they_were_listed(
     namespace: str,
 ) -> None:
