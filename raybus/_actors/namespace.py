@@ -362,8 +362,9 @@ class NamespaceActor(TopicOps, AccessOps):
     async def queue_counts(
         self, names: list[str]
     ) -> list[tuple[Route, list[PartitionCounts]] | None]:
-        """``counts`` of each queue in ``names``, in one call (``list_queues_runtime_properties``:
-        one call per queue took 5.4 ms a queue for 40 queues, most of it the calls' own cost);
+        """``counts`` of each queue in ``names``, in one call, for
+        ``list_queues_runtime_properties``: 40 queues took 170-184 ms with one call each and
+        124-141 ms so (the calls this actor makes to the partitions are most of the rest).
         None for a name that is no queue any more (deleted since it was listed). Needs the
         namespace's Manage right, as ``list_queues`` does."""
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
