@@ -371,15 +371,11 @@ class NamespaceActor(TopicOps, AccessOps):
             raise InvalidArgumentError("names must be a list of queue names", None, "names")
 
         async def one(name: str) -> tuple[Route, list[PartitionCounts]] | None:
-            try:
-                entry = self._registry.get(name)
-            except MessagingEntityNotFoundError:
-                return None
-            if entry.kind != "queue":
+            if is_subscription(name):  # ``_counts`` serves subscriptions too: not here
                 return None
             try:
-                return await self._counts(name)
-            except MessagingEntityNotFoundError:  # deleted while its partitions were asked
+                return await self._counts(name)  # raises for a topic or no entity
+            except MessagingEntityNotFoundError:  # deleted since it was listed
                 return None
 
         return list(await asyncio.gather(*(one(n) for n in names)))

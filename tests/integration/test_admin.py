@@ -459,6 +459,15 @@ async def test_aio_queue_runtime_property_list_asks_the_registry_once_and_matche
         listed = {r.name: r for r in await aadmin.list_queues_runtime_properties()}
         assert calls == ["list_queues", "queue_counts"]
         aadmin._call = real  # type: ignore[method-assign]
+        with pytest.raises(InvalidArgumentError, match="names"):
+            await aadmin._call(None, "queue_counts", names[0])  # one name, not a list
+        # Only queues are answered: a subscription, a topic or a missing name gives None.
+        topic = _name("t")
+        await aadmin.create_topic(topic)
+        await aadmin.create_subscription(topic, "s")
+        others = [f"{topic}/Subscriptions/s", topic, _name()]
+        assert await aadmin._call(None, "queue_counts", others) == [None, None, None]
+        await aadmin.delete_topic(topic)
         for k, q in enumerate(names):
             one = await aadmin.get_queue_runtime_properties(q)
             assert listed[q].active_message_count == one.active_message_count == k + 1
