@@ -361,7 +361,7 @@ class Run:
         if route is None:
             return {}
         stats = ray.get(route.partitions[0].stats.remote())
-        return {"flushes": stats.get("flushes", 0)}
+        return {key: stats.get(key, 0) for key in ("flushes", "inline_flushes")}
 
     def bare(self, n: int, b: int, size: int) -> float:
         actor = ray.remote(BareQueue).options(num_cpus=0, max_concurrency=1000).remote()
@@ -428,6 +428,7 @@ class Run:
             "mean_ms": 1000 * statistics.mean(lat),
         }
         out.update(cpu_per_1000(prof.cpu, n))
+        out.update(self.partition_stats(q))
         return out
 
 

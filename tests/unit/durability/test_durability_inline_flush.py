@@ -1,6 +1,6 @@
 """Where a flush is written (``raybus._core.committer``'s docstring): a small one to a local
 segment on the event loop's thread, a large one or one to an object store in a worker thread,
-and, after an inline write that was slow, every write in the thread for a while. Whichever
+and, while the small writes are slow on average, those in the thread too. Whichever
 thread wrote it, an acknowledged change is durable and a failed write (or a flush whose entries
 cannot be encoded) undoes what it carried.
 
@@ -20,7 +20,7 @@ import pytest
 from durability_helpers import by_id, core_factory, record
 
 from raybus._core import committer as committer_module
-from raybus._core.committer import SLOW_INLINE_S, THREADED_AFTER_SLOW_S, Committer
+from raybus._core.committer import SLOW_INLINE_S, WRITE_TIME_WEIGHT, Committer
 from raybus._storage import DurableLog, StorageUnavailableError
 from raybus._storage.framing import Batches
 from raybus.exceptions import ServiceBusError
@@ -110,32 +110,79 @@ async def test_a_log_without_segments_is_written_in_a_worker_thread(
     assert set(by_id(c.core)) == {"a"}
 
 
-async def test_after_a_slow_inline_write_the_writes_go_to_the_thread_for_a_while(
+def inline_pattern(log: WatchedLog, since: int = 0) -> list[bool]:
+    """For each append since the ``since``-th: whether it ran on this (the loop's) thread."""
+    me = threading.get_ident()
+    return [t == me for t in log.threads[since:]]
+
+
+async def test_one_slow_write_among_quick_ones_keeps_the_writes_inline(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    me = threading.get_ident()
+    """A virtual machine's disk has outliers: one write of twice the threshold (the old rule
+    sent the next second's writes to the thread for it) is not a slow disk."""
+    log, c = on_disk(tmp_path, clock)
+    log.slow_s = 0.0003
+    await send(c, "quick")
+    log.slow_s = SLOW_INLINE_S * 2
+    await send(c, "outlier")
+    log.slow_s = 0.0003
+    for i in range(5):
+        await send(c, f"after-{i}")
+    assert inline_pattern(log) == [True] * 7
+    assert c.inline_flushes == 7
+
+
+async def test_a_streak_of_slow_writes_sends_the_next_to_the_thread_until_they_are_quick(
+    tmp_path: Path, clock: FakeClock
+) -> None:
     log, c = on_disk(tmp_path, clock)
     log.slow_s = SLOW_INLINE_S * 2
-    await send(c, "slow")  # inline, and too slow
-    log.slow_s = 0.0
-    await send(c, "next")  # in the thread
-    clock.advance(THREADED_AFTER_SLOW_S - SLOW_INLINE_S * 2 - 0.01)
-    await send(c, "still")  # in the thread: the while has not passed
-    clock.advance(0.02)
-    await send(c, "again")  # inline again
-    assert [t == me for t in log.threads] == [True, False, False, True]
-    assert c.inline_flushes == 2
-    assert stored(tmp_path, clock) == {"slow", "next", "still", "again"}
+    for i in range(12):
+        await send(c, f"slow-{i}")
+    slow = inline_pattern(log)
+    # A few slow writes inline, then every one in the thread while the disk stays slow.
+    first_threaded = slow.index(False)
+    assert 3 <= first_threaded <= 10
+    assert slow == [True] * first_threaded + [False] * (12 - first_threaded)
+    # The disk is quick again: the thread's writes are timed too, so they come back inline.
+    log.slow_s = 0.0003
+    for i in range(40):
+        await send(c, f"quick-{i}")
+    quick = inline_pattern(log, since=12)
+    back = quick.index(True)
+    assert 1 <= back <= 30
+    assert quick == [False] * back + [True] * (40 - back)
+    assert stored(tmp_path, clock) == {f"slow-{i}" for i in range(12)} | {
+        f"quick-{i}" for i in range(40)
+    }
 
 
-async def test_a_fast_inline_write_keeps_the_next_ones_inline(
+async def test_one_write_stalled_for_ten_times_the_threshold_sends_the_next_to_the_thread(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     log, c = on_disk(tmp_path, clock)
-    log.slow_s = SLOW_INLINE_S / 2
-    await send(c, "a")
-    await send(c, "b")
-    assert log.threads == [threading.get_ident()] * 2
+    log.slow_s = 0.0003
+    await send(c, "quick")
+    log.slow_s = SLOW_INLINE_S / WRITE_TIME_WEIGHT * 1.1
+    await send(c, "stalled")
+    log.slow_s = 0.0003
+    await send(c, "next")
+    assert inline_pattern(log) == [True, True, False]
+
+
+async def test_large_flushes_written_in_the_thread_do_not_count_as_a_slow_disk(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A large flush takes long because it is large: its time is not averaged with the small
+    writes', which stay inline."""
+    log, c = on_disk(tmp_path, clock, inline_bytes=4096)
+    log.slow_s = SLOW_INLINE_S * 20
+    for i in range(3):
+        await send(c, f"large-{i}", size=8192)
+    log.slow_s = 0.0003
+    await send(c, "small")
+    assert inline_pattern(log) == [False, False, False, True]
 
 
 async def test_a_failed_inline_write_undoes_what_it_carried(
