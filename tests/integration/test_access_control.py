@@ -82,6 +82,7 @@ async def test_a_client_with_a_token_for_one_entity_keeps_its_route_current(
     assert conn.cached_route("q") is None
     assert await conn.route("q") is cached  # the stale one serves while it is fetched
     await conn._refreshing["q"]
+    monkeypatch.setattr(_connection, "ROUTE_TTL_S", 60.0)  # fresh now, whatever pauses come
     assert conn._checking is None  # no namespace-wide check
     fresh = conn.cached_route("q")
     assert fresh is not None and fresh is not cached

@@ -327,18 +327,18 @@ def test_unlock_makes_the_message_available_again_with_a_higher_delivery_count(
 
 def test_renew_extends_the_lock(http: httpx.Client, admin: ServiceBusAdministrationClient) -> None:
     name = f"h-{uuid.uuid4().hex[:8]}"
-    admin.create_queue(name, lock_duration=timedelta(seconds=2))
+    admin.create_queue(name, lock_duration=timedelta(seconds=3))
     try:
         resp = _lock(http, name)
         before = _props(resp)["LockedUntilUtc"]
-        time.sleep(1.1)
+        time.sleep(1.6)
         renewed = http.post(resp.headers["Location"])
         assert renewed.status_code == 200, renewed.text
         after = _props(renewed)["LockedUntilUtc"]
         from email.utils import parsedate_to_datetime
 
         assert parsedate_to_datetime(str(after)) > parsedate_to_datetime(str(before))
-        time.sleep(1.5)  # past the first lock's end, within the renewed one
+        time.sleep(1.6)  # past the first lock's end, 1.4 s within the renewed one
         assert http.delete(resp.headers["Location"]).status_code == 200
     finally:
         admin.delete_queue(name)

@@ -9,7 +9,7 @@ import contextlib
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -841,7 +841,8 @@ def test_sync_empty_receive_leaves_no_wait_at_a_route_gone_stale(
     assert not inner._standing_waits.out_at(0)  # one empty receive leaves none
     monkeypatch.setattr(_connection, "ROUTE_TTL_S", 0.0)  # every route is stale
     assert _sync.run(leave()) is False
-    monkeypatch.undo()
+    # Fresh again (not ROUTE_TTL_S, which a pause of 0.8 s since the fetch would pass).
+    monkeypatch.setattr(_connection, "ROUTE_TTL_S", 60.0)
     assert _sync.run(leave()) is True
     receiver.close()
     assert not inner._standing_waits.out_at(0)  # close gave it up
@@ -854,6 +855,7 @@ async def test_idle_receives_without_prefetch_make_no_partition_calls_and_a_send
     queue: str,
     api: str,
     monkeypatch: pytest.MonkeyPatch,
+    aeventually: Callable[..., Awaitable[None]],
 ) -> None:
     """The second receive in a row that found nothing by its deadline leaves a wait at the
     partition (it locks nothing); the next short receives wait on it and make no call,
@@ -884,8 +886,11 @@ async def test_idle_receives_without_prefetch_make_no_partition_calls_and_a_send
     assert await receive(0.2) == []
     assert not inner._standing_waits.out_at(0)  # one empty receive leaves none
     assert await receive(0.2) == []
-    await asyncio.sleep(0.2)  # the sync API leaves its wait through the loop
-    assert inner._standing_waits.out_at(0)
+
+    async def left() -> None:  # the sync API leaves its wait through the loop
+        assert inner._standing_waits.out_at(0)
+
+    await aeventually(left)
     monkeypatch.setattr(_rpc, "call", counting)
     monkeypatch.setattr(_rpc, "call_sync", counting_sync)
     started = time.monotonic()

@@ -240,15 +240,15 @@ def test_expired_lock_is_lock_lost_and_the_message_comes_again(
 def test_renew_by_lock_token_extends_the_lock(
     admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
 ) -> None:
-    name = _queue(admin, lock_duration=timedelta(seconds=1))
+    name = _queue(admin, lock_duration=timedelta(seconds=2))
     token, seq = _lock_one(client, name)
     with client.get_queue_receiver(name) as receiver:
         before = time.time()
         until = receiver.renew_message_lock_by_lock_token(token, sequence_number=seq)
-        assert until.timestamp() >= before + 0.9
-        time.sleep(0.6)
+        assert until.timestamp() >= before + 1.9
+        time.sleep(1.2)
         receiver.renew_message_lock_by_lock_token(token)
-        time.sleep(0.6)  # past the first lock's end, within the renewed ones
+        time.sleep(1.2)  # past the first lock's end, 0.8 s within the renewed ones
         receiver.settle_message_by_lock_token(token, ServiceBusDisposition.COMPLETED)
 
 

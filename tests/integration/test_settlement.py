@@ -415,7 +415,7 @@ def test_renew_message_lock_extends_the_lock_past_its_original_expiry(
     admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
 ) -> None:
     name = _name()
-    admin.create_queue(name, lock_duration=timedelta(seconds=1))
+    admin.create_queue(name, lock_duration=timedelta(seconds=2))
     _send(client, name, "long job")
     with (
         client.get_queue_receiver(name, max_wait_time=5) as receiver,
@@ -425,8 +425,8 @@ def test_renew_message_lock_extends_the_lock_past_its_original_expiry(
         original = msg.locked_until_utc
         assert original is not None
         previous = original
-        for _ in range(4):  # 1.6 s in all, well past the original 1 s lock
-            time.sleep(0.4)
+        for _ in range(3):  # 2.4 s in all, past the original 2 s lock; 1.2 s left at each
+            time.sleep(0.8)
             renewed = receiver.renew_message_lock(msg)
             assert renewed > previous
             assert msg.locked_until_utc == renewed
@@ -442,14 +442,14 @@ async def test_aio_renew_message_lock_extends_the_lock_past_its_original_expiry(
     aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient
 ) -> None:
     name = _name()
-    await aadmin.create_queue(name, lock_duration=timedelta(seconds=1))
+    await aadmin.create_queue(name, lock_duration=timedelta(seconds=2))
     await _asend(aclient, name, "long job")
     async with aclient.get_queue_receiver(name, max_wait_time=5) as receiver:
         (msg,) = await receiver.receive_messages()
         original = msg.locked_until_utc
         assert original is not None
-        for _ in range(4):
-            await asyncio.sleep(0.4)
+        for _ in range(3):  # as above
+            await asyncio.sleep(0.8)
             renewed = await receiver.renew_message_lock(msg)
             assert renewed > original
         async with aclient.get_queue_receiver(name) as other:

@@ -394,7 +394,7 @@ def test_auto_lock_renewer_keeps_registered_and_auto_registered_messages_locked(
     admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
 ) -> None:
     name = _name()
-    admin.create_queue(name, lock_duration=timedelta(seconds=1))
+    admin.create_queue(name, lock_duration=timedelta(seconds=2))
     _send(client, name, "registered", "auto-registered")
     renewer = raybus.AutoLockRenewer(max_lock_renewal_duration=30)
     with (
@@ -406,7 +406,9 @@ def test_auto_lock_renewer_keeps_registered_and_auto_registered_messages_locked(
         renewer.register(manual, registered)
         (auto_registered,) = auto.receive_messages()  # registered by the receiver
         with client.get_queue_receiver(name) as other:
-            assert other.receive_messages(max_wait_time=3) == []  # 3 s, three locks' worth
+            # 4 s, two locks' worth. The renewer renews with half a lock left: a 1 s lock left
+            # it 0.5 s per renewal, which a loaded machine can overrun.
+            assert other.receive_messages(max_wait_time=4) == []
         assert registered.auto_renew_error is None
         assert auto_registered.auto_renew_error is None
         manual.complete_message(registered)
@@ -418,7 +420,7 @@ async def test_aio_auto_lock_renewer_keeps_registered_and_auto_registered_messag
     aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient
 ) -> None:
     name = _name()
-    await aadmin.create_queue(name, lock_duration=timedelta(seconds=1))
+    await aadmin.create_queue(name, lock_duration=timedelta(seconds=2))
     await _asend(aclient, name, "registered", "auto-registered")
     renewer = aio.AutoLockRenewer(max_lock_renewal_duration=30)
     async with (
@@ -430,7 +432,7 @@ async def test_aio_auto_lock_renewer_keeps_registered_and_auto_registered_messag
         renewer.register(manual, registered)
         (auto_registered,) = await auto.receive_messages()  # registered by the receiver
         async with aclient.get_queue_receiver(name) as other:
-            assert await other.receive_messages(max_wait_time=3) == []
+            assert await other.receive_messages(max_wait_time=4) == []  # as above
         assert registered.auto_renew_error is None
         assert auto_registered.auto_renew_error is None
         await manual.complete_message(registered)

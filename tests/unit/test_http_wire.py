@@ -386,8 +386,13 @@ async def test_client_cache_creates_off_the_event_loop_once_for_concurrent_reque
     token = generate_sas_token("sb://raybus/", "r", "a2V5", ttl=60)
     first = asyncio.ensure_future(cache.get(token))
     second = asyncio.ensure_future(cache.get(token))
-    # The loop keeps running while the factory blocks: this sleep returns.
-    await asyncio.sleep(0.05)
+    # The loop keeps running while the factory blocks: these sleeps return. (Polled: the
+    # factory's thread may take a while to start on a busy machine.)
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if made:
+            break
+    await asyncio.sleep(0.05)  # time for a second factory call, if there were one
     assert not first.done() and len(made) == 1
     release.set()
     a, b = await asyncio.gather(first, second)

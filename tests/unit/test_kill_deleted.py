@@ -13,7 +13,7 @@ import pytest
 from raybus._actors import namespace as namespace_module
 from raybus._actors.namespace import NamespaceActor
 
-TIMEOUT_S = 0.2
+TIMEOUT_S = 1.0  # not 0.2: a pause of a loaded machine failed "no waiting when all answer"
 
 
 class Method:

@@ -830,12 +830,12 @@ async def fill_and_drain(c: Committer, n: int, body: int = 2000, start: int = 0)
 
 
 async def test_a_drained_queue_gives_its_disk_back_once_quiet(tmp_path, clock):
-    c = quiet_committer(tmp_path, clock, quiet_checkpoint=0.2)
+    c = quiet_committer(tmp_path, clock, quiet_checkpoint=1.0)
     await fill_and_drain(c, 500)
     log = c.durable_log
     full = log.size_bytes()
     assert full > 1_000_000 and log.checkpoint_lsn is None  # no threshold was reached
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.2)
     assert log.checkpoint_lsn is None  # not quiet for long enough yet
     await eventually(lambda: log.size_bytes() < 20_000 and c._checkpointing is None)
     again = quiet_committer(tmp_path, clock)
