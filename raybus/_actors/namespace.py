@@ -35,7 +35,7 @@ from .partition import partition_actor
 from .router import router_actor
 from .scaling import Scaler
 from .self_call import call_self_until_answered
-from .topics import TopicOps
+from .topics import TopicOps, check_names
 
 __all__ = ["NamespaceActor", "Route", "namespace_actor", "namespace_actor_name", "route_stamp"]
 
@@ -367,8 +367,7 @@ class NamespaceActor(TopicOps, AccessOps):
         124-141 ms so (the calls this actor makes to the partitions are most of the rest).
         None for a name that is no queue any more (deleted since it was listed). Needs the
         namespace's Manage right, as ``list_queues`` does."""
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise InvalidArgumentError("names must be a list of queue names", None, "names")
+        check_names(names, "queue")
 
         async def one(name: str) -> tuple[Route, list[PartitionCounts]] | None:
             if is_subscription(name):  # ``_counts`` serves subscriptions too: not here

@@ -88,6 +88,8 @@ class ServiceBusAdministrationClient(TopicManagement):
             "get_topic",
             "list_topics",
             "topic_counts",
+            "topics_counts",
+            "subscription_counts",
             "get_subscription",
             "list_subscriptions",
             "list_rules",

@@ -9,14 +9,11 @@ for item in admin.list_queues()`` and ``await admin.list_queues()``. The listing
 
 from __future__ import annotations
 
-import asyncio
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from ..exceptions import MessagingEntityNotFoundError
-
-__all__ = ["AsyncList", "listing", "still_present"]
+__all__ = ["AsyncList", "listing"]
 
 T = TypeVar("T")
 
@@ -56,19 +53,3 @@ def listing(method: Callable[P, Awaitable[list[T]]]) -> Callable[P, AsyncList[T]
         return AsyncList(lambda: method(*args, **kwargs))
 
     return listed
-
-
-async def still_present(lookups: Iterable[Awaitable[T]]) -> list[T]:
-    """The answers of ``lookups`` (one per listed entity, run concurrently), in order, without
-    those of entities deleted since they were listed: a listing shows what is there, and one
-    entity deleted meanwhile does not fail it (``MessagingEntityNotFoundError`` is left out;
-    any other error is raised)."""
-
-    async def one(lookup: Awaitable[T]) -> tuple[bool, Any]:
-        try:
-            return True, await lookup
-        except MessagingEntityNotFoundError:
-            return False, None
-
-    found = await asyncio.gather(*(one(lookup) for lookup in lookups))
-    return [item for present, item in found if present]

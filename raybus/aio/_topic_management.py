@@ -16,7 +16,7 @@ from .._topic_models import (
     subscription_path,
 )
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
-from ._paged import listing, still_present
+from ._paged import listing
 
 if TYPE_CHECKING:
     from .._connection import Connection
@@ -77,18 +77,7 @@ class TopicManagement:
         self._conn.forget(topic_name)
 
     async def get_topic_runtime_properties(self, topic_name: str) -> TopicRuntimeProperties:
-        entry, subs, counts, held = await self._call(topic_name, "topic_counts", topic_name)
-        accessed = max((c.accessed_at for c in counts), default=entry.created_at)
-        return TopicRuntimeProperties(
-            name=entry.properties.name,
-            subscription_count=subs,
-            # held by the router (schedule_messages) and in the subscriptions (scheduled sends)
-            scheduled_message_count=held + sum(c.scheduled for c in counts),
-            size_in_bytes=sum(c.size_in_bytes for c in counts),
-            created_at_utc=from_timestamp(entry.created_at),
-            updated_at_utc=from_timestamp(entry.updated_at),
-            accessed_at_utc=from_timestamp(accessed),
-        )
+        return _topic_runtime(*await self._call(topic_name, "topic_counts", topic_name))
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -147,27 +136,9 @@ class TopicManagement:
     async def get_subscription_runtime_properties(
         self, topic_name: str, subscription_name: str
     ) -> SubscriptionRuntimeProperties:
-        await self.get_subscription(topic_name, subscription_name)  # not-found as a subscription
-        return await self._subscription_runtime(topic_name, subscription_name)
-
-    async def _subscription_runtime(
-        self, topic_name: str, subscription_name: str
-    ) -> SubscriptionRuntimeProperties:
-        """The counts of a subscription known to exist (one call)."""
+        sub = await self.get_subscription(topic_name, subscription_name)  # not-found as one
         path = subscription_path(topic_name, subscription_name)
-        route, counts = await self._call(path, "counts", path)
-        active = sum(c.active for c in counts)
-        dead = sum(c.dead_letter for c in counts)
-        return SubscriptionRuntimeProperties(
-            topic_name=topic_name,
-            name=subscription_name,
-            active_message_count=active,
-            dead_letter_message_count=dead,
-            total_message_count=active + dead + sum(c.scheduled for c in counts),
-            created_at_utc=from_timestamp(route.created_at),
-            updated_at_utc=from_timestamp(route.updated_at),
-            accessed_at_utc=from_timestamp(max(c.accessed_at for c in counts)),
-        )
+        return _subscription_runtime(sub, *await self._call(path, "counts", path))
 
     # ------------------------------------------------------------------ rules
 
@@ -221,15 +192,27 @@ class TopicManagement:
 
     @listing
     async def list_topics_runtime_properties(self) -> list[TopicRuntimeProperties]:
+        """Every topic's counts, asked in one call to the registry (``topics_counts``); a
+        topic deleted since the listing is left out."""
         topics = await self.list_topics()
-        return await still_present(self.get_topic_runtime_properties(t.name) for t in topics)
+        found = await self._call(None, "topics_counts", [t.name for t in topics])
+        return [_topic_runtime(*answer) for answer in found if answer is not None]
 
     @listing
     async def list_subscriptions_runtime_properties(
         self, topic_name: str
     ) -> list[SubscriptionRuntimeProperties]:
+        """Every subscription's counts, asked in one call to the registry
+        (``subscription_counts``); a subscription deleted since the listing is left out."""
         subs = await self.list_subscriptions(topic_name)
-        return await still_present(self._subscription_runtime(topic_name, s.name) for s in subs)
+        found = await self._call(
+            topic_name, "subscription_counts", topic_name, [s.name for s in subs]
+        )
+        return [
+            _subscription_runtime(sub, *answer)
+            for sub, answer in zip(subs, found, strict=True)
+            if answer is not None
+        ]
 
     @listing
     async def list_rules(self, topic_name: str, subscription_name: str) -> list[RuleProperties]:
@@ -239,3 +222,38 @@ class TopicManagement:
 
     async def delete_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> None:
         await self._call(topic_name, "delete_rule", topic_name, subscription_name, rule_name)
+
+
+def _topic_runtime(
+    entry: Any, subscriptions: int, counts: list[Any], held: int
+) -> TopicRuntimeProperties:
+    """A topic's runtime properties from its registry answer (``topic_counts``)."""
+    accessed = max((c.accessed_at for c in counts), default=entry.created_at)
+    return TopicRuntimeProperties(
+        name=entry.properties.name,
+        subscription_count=subscriptions,
+        # held by the router (schedule_messages) and in the subscriptions (scheduled sends)
+        scheduled_message_count=held + sum(c.scheduled for c in counts),
+        size_in_bytes=sum(c.size_in_bytes for c in counts),
+        created_at_utc=from_timestamp(entry.created_at),
+        updated_at_utc=from_timestamp(entry.updated_at),
+        accessed_at_utc=from_timestamp(accessed),
+    )
+
+
+def _subscription_runtime(
+    sub: SubscriptionProperties, route: Any, counts: list[Any]
+) -> SubscriptionRuntimeProperties:
+    """A subscription's runtime properties from its registry answer (``counts``)."""
+    active = sum(c.active for c in counts)
+    dead = sum(c.dead_letter for c in counts)
+    return SubscriptionRuntimeProperties(
+        topic_name=sub.topic_name,
+        name=sub.name,
+        active_message_count=active,
+        dead_letter_message_count=dead,
+        total_message_count=active + dead + sum(c.scheduled for c in counts),
+        created_at_utc=from_timestamp(route.created_at),
+        updated_at_utc=from_timestamp(route.updated_at),
+        accessed_at_utc=from_timestamp(max(c.accessed_at for c in counts)),
+    )

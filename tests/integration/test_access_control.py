@@ -124,6 +124,10 @@ def test_send_and_listen_rights_are_enforced(
         # Every queue's counts in one call need the namespace's Manage right, as the listing.
         with pytest.raises(ServiceBusAuthorizationError, match="not Manage"):
             raybus._sync.run(listen_admin._aio._call(None, "queue_counts", ["q"]))
+        with pytest.raises(ServiceBusAuthorizationError, match="not Manage"):
+            raybus._sync.run(listen_admin._aio._call(None, "topics_counts", ["t"]))
+        with pytest.raises(ServiceBusAuthorizationError, match="not Manage"):
+            raybus._sync.run(listen_admin._aio._call("t", "subscription_counts", "t", ["s"]))
     assert active(closed) == 0
     assert "nope" not in [q.name for q in closed.list_queues()]
 
@@ -141,6 +145,28 @@ def test_an_entity_rule_reaches_only_its_entity(
     closed.delete_queue("q")  # its rules go with it
     closed.create_queue("q")
     assert closed.list_authorization_rules(entity="q") == []
+
+
+def test_a_topics_manage_rule_reaches_its_subscriptions_counts_and_no_other_topics(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    """The batched subscription counts (``subscription_counts``) are checked against the
+    topic, as ``list_subscriptions`` is: a Manage rule on one topic lists its subscriptions'
+    runtime properties, and a direct batched call for another topic is refused."""
+    for topic in ("t", "t2"):
+        closed.create_topic(topic)
+        for sub in ("s", "other"):
+            closed.create_subscription(topic, sub)
+    rule = closed.create_authorization_rule("t2-manage", ["Manage"], entity="t2")
+    admin = ServiceBusAdministrationClient(
+        namespace, credential=SharedAccessKeyCredential("t2-manage", rule.primary_key)
+    )
+    subs = admin.list_subscriptions_runtime_properties("t2")
+    assert [(s.topic_name, s.name) for s in subs] == [("t2", "other"), ("t2", "s")]
+    with pytest.raises((ServiceBusAuthenticationError, ServiceBusAuthorizationError)):
+        raybus._sync.run(admin._aio._call("t", "subscription_counts", "t", ["s", "other"]))
+    with pytest.raises((ServiceBusAuthenticationError, ServiceBusAuthorizationError)):
+        admin.list_subscriptions_runtime_properties("t")
 
 
 def test_expired_and_forged_tokens_are_refused(

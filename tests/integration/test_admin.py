@@ -478,6 +478,74 @@ async def test_aio_queue_runtime_property_list_asks_the_registry_once_and_matche
             await aadmin.delete_queue(q)
 
 
+async def test_aio_topic_and_subscription_runtime_property_lists_ask_the_registry_once_each(
+    namespace: str, aclient: aio.ServiceBusClient
+) -> None:
+    """The topics' counts come in one registry call (``topics_counts``), a topic's
+    subscriptions' in one more (``subscription_counts``), and each answer is what the
+    per-entity ``get_*_runtime_properties`` says."""
+    topics = [_name("t") for _ in range(2)]
+    async with aio.ServiceBusAdministrationClient(namespace) as aadmin:
+        for t in topics:
+            await aadmin.create_topic(t)
+            for sub in ("a", "b", "c"):
+                await aadmin.create_subscription(t, sub)
+        await aadmin.delete_rule(topics[0], "b", "$Default")  # b takes nothing
+        async with aclient.get_topic_sender(topics[0]) as sender:
+            await sender.send_messages([ServiceBusMessage(b"x") for _ in range(3)])
+            await sender.schedule_messages(
+                ServiceBusMessage(b"later"), datetime.now(timezone.utc) + timedelta(hours=1)
+            )
+        calls: list[str] = []
+        real = aadmin._call
+
+        async def spy(entity: Any, method: str, *args: Any) -> Any:
+            calls.append(method)
+            return await real(entity, method, *args)
+
+        aadmin._call = spy  # type: ignore[method-assign]
+        listed = {r.name: r for r in await aadmin.list_topics_runtime_properties()}
+        assert calls == ["list_topics", "topics_counts"]
+        calls.clear()
+        subs = await aadmin.list_subscriptions_runtime_properties(topics[0])
+        assert calls == ["list_subscriptions", "subscription_counts"]
+        aadmin._call = real  # type: ignore[method-assign]
+        assert [(s.topic_name, s.name) for s in subs] == [(topics[0], n) for n in "abc"]
+        assert [s.active_message_count for s in subs] == [3, 0, 3]
+        for s in subs:
+            one = await aadmin.get_subscription_runtime_properties(topics[0], s.name)
+            assert s == one
+        for t in topics:
+            one = await aadmin.get_topic_runtime_properties(t)
+            assert listed[t].subscription_count == one.subscription_count == 3
+            assert listed[t].scheduled_message_count == one.scheduled_message_count
+            assert listed[t].size_in_bytes == one.size_in_bytes
+            assert listed[t].created_at_utc == one.created_at_utc
+        assert listed[topics[0]].scheduled_message_count == 1
+        assert listed[topics[0]].size_in_bytes > listed[topics[1]].size_in_bytes == 0
+        # Names that are no topic, or no subscription of the topic, are answered None.
+        q = _name()
+        await aadmin.create_queue(q)
+        assert await aadmin._call(None, "topics_counts", [q, _name(), topics[1]]) == [
+            None,
+            None,
+            await aadmin._call(topics[1], "topic_counts", topics[1]),
+        ]
+        assert await aadmin._call(
+            topics[0], "subscription_counts", topics[0], ["gone", "a/../b", "c"]
+        ) == [None, None, await aadmin._call(None, "counts", f"{topics[0]}/Subscriptions/c")]
+        # Bad input is refused, naming the argument.
+        with pytest.raises(InvalidArgumentError, match="names"):
+            await aadmin._call(None, "topics_counts", topics[0])  # one name, not a list
+        with pytest.raises(InvalidArgumentError, match="names"):
+            await aadmin._call(topics[0], "subscription_counts", topics[0], [1])
+        with pytest.raises(MessagingEntityNotFoundError):
+            await aadmin._call(q, "subscription_counts", q, ["a"])  # a queue is no topic
+        await aadmin.delete_queue(q)
+        for t in topics:
+            await aadmin.delete_topic(t)
+
+
 async def test_aio_runtime_property_lists_leave_out_entities_deleted_since_they_were_listed(
     namespace: str,
 ) -> None:

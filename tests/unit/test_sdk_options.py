@@ -4,7 +4,6 @@ the transport options raybus accepts and ignores, ``TransportType``, ``ApiVersio
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from typing import Any
 
@@ -14,7 +13,7 @@ import raybus
 from raybus import _connection
 from raybus._sdk_options import check_admin_options, check_client_options
 from raybus._sync import run
-from raybus.aio._paged import AsyncList, listing, still_present
+from raybus.aio._paged import AsyncList, listing
 from raybus.auth import generate_sas_token
 from raybus.exceptions import (
     InvalidArgumentError,
@@ -175,21 +174,3 @@ async def test_an_async_list_whose_listing_fails_raises_it_when_awaited_or_itera
     with pytest.raises(MessagingEntityNotFoundError, match="no such topic"):
         [i async for i in listed]
     assert len(calls) == 2  # nothing kept from a failed listing: the next use asks again
-
-
-async def test_a_listing_leaves_out_entities_deleted_since_they_were_listed() -> None:
-    async def lookup(name: str) -> str:
-        await asyncio.sleep(0)
-        if name.startswith("gone"):
-            raise MessagingEntityNotFoundError(f"{name} was deleted", name)
-        return name.upper()
-
-    names = ["a", "gone1", "b", "gone2", "c"]
-    assert await still_present(lookup(n) for n in names) == ["A", "B", "C"]
-    assert await still_present([]) == []
-
-    async def broken(name: str) -> str:
-        raise ServiceBusConnectionError("the registry did not answer")
-
-    with pytest.raises(ServiceBusConnectionError):
-        await still_present([lookup("a"), broken("b")])
