@@ -92,10 +92,53 @@ def serialize(data: Batches) -> pa.Buffer:
     """``data`` as one Arrow IPC stream (the payload of a file or a segment record).
 
     Raises ``ValueError`` / ``TypeError`` as ``encode`` does.
+
+    Data of one non-empty record batch with a flat schema (a flush's table) is joined from
+    the schema's message, kept per schema, the batch's message and the stream's end marker:
+    the bytes Arrow's stream writer writes (a property test pins them equal), without a
+    writer per call. Measured, a one-message flush: 4.9 us against 7.4 warm; in a partition
+    at 1,000 msg/s (thread CPU, ``profile_hot_paths.py --scenario latency`` on ``/dev/shm``),
+    where every call runs with cold caches, ``DurableLog.append`` took 70 us a flush against
+    94, and a whole inline flush 144 against 174.
     """
+    batch = _single_batch(data)
+    if batch is not None:
+        head = _schema_message(batch.schema)
+        if head is not None:
+            return pa.py_buffer(b"".join((head, batch.serialize(), _END_OF_STREAM)))
     sink = pa.BufferOutputStream()
     _write_stream(sink, data)
     return sink.getvalue()
+
+
+# The end of an IPC stream: the continuation marker and a message length of 0.
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+# Schemas seen, each with its message as the stream writer writes it, or None for a schema
+# the writer may write more for (dictionaries, nested types): those take the writer. A list
+# searched with ``equals`` (0.02 us), not a dict: hashing a schema takes 2.1 us.
+_SCHEMA_MESSAGES: list[tuple[pa.Schema, bytes | None]] = []
+
+
+def _single_batch(data: Batches) -> pa.RecordBatch | None:
+    """The one non-empty record batch ``data`` holds, if so."""
+    if isinstance(data, pa.RecordBatch):
+        return data if data.num_rows else None
+    if isinstance(data, pa.Table) and data.num_rows:
+        batches = data.to_batches()
+        if len(batches) == 1:
+            return batches[0]
+    return None
+
+
+def _schema_message(schema: pa.Schema) -> bytes | None:
+    for known, head in _SCHEMA_MESSAGES:
+        if known.equals(schema, check_metadata=True):
+            return head
+    flat = not any(pa.types.is_dictionary(f.type) or pa.types.is_nested(f.type) for f in schema)
+    head = schema.serialize().to_pybytes() if flat else None
+    if len(_SCHEMA_MESSAGES) < 8:  # a log's flushes have one schema, its checkpoints another
+        _SCHEMA_MESSAGES.append((schema, head))
+    return head
 
 
 def serialize_pieces(data: Batches) -> list[Piece]:

@@ -7,9 +7,21 @@ import zlib
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from storage_helpers import batch, framed, table, values_of
 
-from raybus._storage.framing import HEADER_SIZE, MAGIC, Batches, FrameError, decode, encode
+from raybus._storage.framing import (
+    HEADER_SIZE,
+    MAGIC,
+    Batches,
+    FrameError,
+    _schema_message,
+    _write_stream,
+    decode,
+    encode,
+    serialize,
+)
 
 
 def test_header_layout_is_magic_length_crc() -> None:
@@ -68,3 +80,59 @@ def test_intact_frame_around_a_non_arrow_payload_is_rejected() -> None:
     data = struct.pack("<8sQI", MAGIC, len(payload), zlib.crc32(payload)) + payload
     with pytest.raises(FrameError, match="Arrow"):
         decode(data)
+
+
+def _writer_bytes(data: Batches) -> bytes:
+    """What Arrow's own stream writer makes of ``data`` (``serialize``'s other path)."""
+    sink = pa.BufferOutputStream()
+    _write_stream(sink, data)
+    return bytes(sink.getvalue())
+
+
+_FLAT_TYPES = [pa.int8(), pa.int64(), pa.float64(), pa.binary(), pa.string(), pa.bool_()]
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(st.sampled_from(range(len(_FLAT_TYPES))), min_size=1, max_size=4),
+    st.integers(min_value=1, max_value=5),
+    st.booleans(),
+    st.sampled_from(["table", "batch"]),
+    st.data(),
+)
+def test_one_flat_batch_is_serialized_as_arrows_stream_writer_writes_it(
+    kinds: list[int], rows: int, metadata: bool, shape: str, data: st.DataObject
+) -> None:
+    """``serialize`` joins a single flat batch's stream itself (schema message, batch
+    message, end marker): byte for byte what the writer writes, so the log's format does not
+    depend on which path wrote a record, and any Arrow reader opens it."""
+    fields = [pa.field(f"c{i}", _FLAT_TYPES[k]) for i, k in enumerate(kinds)]
+    schema = pa.schema(fields, metadata={"raybus": "test"} if metadata else None)
+    values = {
+        "int8": st.integers(-128, 127),
+        "int64": st.integers(-(2**63), 2**63 - 1),
+        "double": st.floats(allow_nan=False),
+        "binary": st.binary(max_size=40),
+        "string": st.text(max_size=20),
+        "bool": st.booleans(),
+    }
+    columns = [
+        pa.array(
+            data.draw(st.lists(st.none() | values[str(f.type)], min_size=rows, max_size=rows)),
+            f.type,
+        )
+        for f in fields
+    ]
+    made = pa.RecordBatch.from_arrays(columns, schema=schema)
+    payload: Batches = pa.Table.from_batches([made]) if shape == "table" else made
+    assert bytes(serialize(payload)) == _writer_bytes(payload)
+    assert pa.ipc.open_stream(serialize(payload)).read_all().equals(pa.Table.from_batches([made]))
+
+
+def test_data_the_join_does_not_serve_takes_the_writer() -> None:
+    """Several batches, no rows, or a dictionary column: the writer's bytes, as before."""
+    dictionary = pa.table({"d": pa.array(["a", "b", "a"]).dictionary_encode()})
+    two = pa.Table.from_batches([batch([1]), batch([2, 3])])
+    for data in (two, table([]), dictionary, [batch([4]), batch([5])]):
+        assert bytes(serialize(data)) == _writer_bytes(data)
+    assert _schema_message(dictionary.schema) is None
