@@ -136,3 +136,20 @@ def test_data_the_join_does_not_serve_takes_the_writer() -> None:
     for data in (two, table([]), dictionary, [batch([4]), batch([5])]):
         assert bytes(serialize(data)) == _writer_bytes(data)
     assert _schema_message(dictionary.schema) is None
+
+
+def test_a_large_batch_takes_the_writer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Joining would copy a checkpoint's megabytes twice: past ``_JOIN_MAX_BYTES`` the writer
+    serializes it (same bytes)."""
+    from raybus._storage import framing
+
+    big = pa.table({"b": pa.array([b"x" * (framing._JOIN_MAX_BYTES + 1)])})
+    expected = _writer_bytes(big)
+
+    def refuse(schema: pa.Schema) -> bytes | None:
+        raise AssertionError("joined")
+
+    monkeypatch.setattr(framing, "_schema_message", refuse)
+    assert bytes(serialize(big)) == expected
+    with pytest.raises(AssertionError, match="joined"):
+        serialize(pa.table({"b": pa.array([b"small"])}))
