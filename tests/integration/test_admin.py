@@ -3,8 +3,9 @@ runtime counters, and the errors each refusal raises (sync and asyncio clients).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -437,6 +438,23 @@ async def test_aio_list_queues_and_runtime_properties_count_messages(
         assert listed[name].active_message_count == 1
 
 
+@contextlib.contextmanager
+def _registry_calls(aadmin: aio.ServiceBusAdministrationClient) -> Iterator[list[str]]:
+    """The names of the registry methods ``aadmin`` calls inside the block, in order."""
+    calls: list[str] = []
+    real = aadmin._call
+
+    async def spy(entity: Any, method: str, *args: Any) -> Any:
+        calls.append(method)
+        return await real(entity, method, *args)
+
+    aadmin._call = spy  # type: ignore[method-assign]
+    try:
+        yield calls
+    finally:
+        aadmin._call = real  # type: ignore[method-assign]
+
+
 async def test_aio_queue_runtime_property_list_asks_the_registry_once_and_matches_each_queue(
     namespace: str, aclient: aio.ServiceBusClient
 ) -> None:
@@ -448,17 +466,9 @@ async def test_aio_queue_runtime_property_list_asks_the_registry_once_and_matche
             await aadmin.create_queue(q)
             async with aclient.get_queue_sender(q) as sender:
                 await sender.send_messages([ServiceBusMessage(b"x") for _ in range(k + 1)])
-        calls: list[str] = []
-        real = aadmin._call
-
-        async def spy(entity: Any, method: str, *args: Any) -> Any:
-            calls.append(method)
-            return await real(entity, method, *args)
-
-        aadmin._call = spy  # type: ignore[method-assign]
-        listed = {r.name: r for r in await aadmin.list_queues_runtime_properties()}
+        with _registry_calls(aadmin) as calls:
+            listed = {r.name: r for r in await aadmin.list_queues_runtime_properties()}
         assert calls == ["list_queues", "queue_counts"]
-        aadmin._call = real  # type: ignore[method-assign]
         with pytest.raises(InvalidArgumentError, match="names"):
             await aadmin._call(None, "queue_counts", names[0])  # one name, not a list
         # Only queues are answered: a subscription, a topic or a missing name gives None.
@@ -496,20 +506,12 @@ async def test_aio_topic_and_subscription_runtime_property_lists_ask_the_registr
             await sender.schedule_messages(
                 ServiceBusMessage(b"later"), datetime.now(timezone.utc) + timedelta(hours=1)
             )
-        calls: list[str] = []
-        real = aadmin._call
-
-        async def spy(entity: Any, method: str, *args: Any) -> Any:
-            calls.append(method)
-            return await real(entity, method, *args)
-
-        aadmin._call = spy  # type: ignore[method-assign]
-        listed = {r.name: r for r in await aadmin.list_topics_runtime_properties()}
+        with _registry_calls(aadmin) as calls:
+            listed = {r.name: r for r in await aadmin.list_topics_runtime_properties()}
         assert calls == ["list_topics", "topics_counts"]
-        calls.clear()
-        subs = await aadmin.list_subscriptions_runtime_properties(topics[0])
+        with _registry_calls(aadmin) as calls:
+            subs = await aadmin.list_subscriptions_runtime_properties(topics[0])
         assert calls == ["list_subscriptions", "subscription_counts"]
-        aadmin._call = real  # type: ignore[method-assign]
         assert [(s.topic_name, s.name) for s in subs] == [(topics[0], n) for n in "abc"]
         assert [s.active_message_count for s in subs] == [3, 0, 3]
         for s in subs:
