@@ -35,7 +35,7 @@ from .partition import partition_actor
 from .router import router_actor
 from .scaling import Scaler
 from .self_call import call_self_until_answered
-from .topics import TopicOps, check_names
+from .topics import TopicOps, check_names, each_present
 
 __all__ = ["NamespaceActor", "Route", "namespace_actor", "namespace_actor_name", "route_stamp"]
 
@@ -369,15 +369,12 @@ class NamespaceActor(TopicOps, AccessOps):
         namespace's Manage right, as ``list_queues`` does."""
         check_names(names, "queue")
 
-        async def one(name: str) -> tuple[Route, list[PartitionCounts]] | None:
+        async def queue(name: str) -> tuple[Route, list[PartitionCounts]]:
             if is_subscription(name):  # ``_counts`` serves subscriptions too: not here
-                return None
-            try:
-                return await self._counts(name)  # raises for a topic or no entity
-            except MessagingEntityNotFoundError:  # deleted since it was listed
-                return None
+                raise MessagingEntityNotFoundError(f"{name!r} is a subscription", name)
+            return await self._counts(name)  # raises for a topic or no entity
 
-        return list(await asyncio.gather(*(one(n) for n in names)))
+        return await each_present(names, queue)
 
     async def _counts(self, name: str) -> tuple[Route, list[PartitionCounts]]:
         self._scaler.start()  # (re)started lazily: the actor may have restarted

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import ray
 
@@ -41,7 +41,7 @@ from .router import router_actor
 if TYPE_CHECKING:
     from .._core.partition import PartitionCounts
 
-__all__ = ["TopicOps", "check_names"]
+__all__ = ["TopicOps", "check_names", "each_present"]
 
 _log = logging.getLogger("raybus.namespace")
 MAX_RULES_PER_SUBSCRIPTION = 2000
@@ -52,6 +52,23 @@ def check_names(names: Any, what: str, entity: str | None = None) -> None:
     """Refuse ``names`` unless it is a list of strings (the batched counts calls' argument)."""
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise InvalidArgumentError(f"names must be a list of {what} names", entity, "names")
+
+
+T = TypeVar("T")
+
+
+async def each_present(names: list[str], lookup: Callable[[str], Awaitable[T]]) -> list[T | None]:
+    """``lookup`` of each of ``names``, concurrently and in order, with None for a name whose
+    lookup raised ``MessagingEntityNotFoundError`` (deleted since it was listed): the batched
+    counts calls' answer, where one entity gone does not fail the whole listing."""
+
+    async def one(name: str) -> T | None:
+        try:
+            return await lookup(name)
+        except MessagingEntityNotFoundError:
+            return None
+
+    return list(await asyncio.gather(*(one(n) for n in names)))
 
 
 class TopicOps:
@@ -230,14 +247,7 @@ class TopicOps:
         20 topics took 186-226 ms against 224-264 with a call each (two pairs; most of the
         rest is this actor's calls to the subscriptions' partitions and the routers)."""
         check_names(names, "topic")
-
-        async def one(name: str) -> tuple[Any, int, list[PartitionCounts], int] | None:
-            try:
-                return await self._topic_counts(name)
-            except MessagingEntityNotFoundError:
-                return None
-
-        return list(await asyncio.gather(*(one(n) for n in names)))
+        return await each_present(names, self._topic_counts)
 
     async def _topic_counts(self, name: str) -> tuple[Any, int, list[PartitionCounts], int]:
         entry = self._topic(name)
@@ -312,14 +322,7 @@ class TopicOps:
         call each (two pairs)."""
         check_names(names, "subscription", topic)
         self._topic(topic)  # not-found for the topic itself, as the listing
-
-        async def one(name: str) -> tuple[Any, list[PartitionCounts]] | None:
-            try:
-                return await self._counts(subscription_path(topic, name))
-            except MessagingEntityNotFoundError:
-                return None
-
-        return list(await asyncio.gather(*(one(n) for n in names)))
+        return await each_present(names, lambda n: self._counts(subscription_path(topic, n)))
 
     @guarded(_MANAGE, lambda sub: subscription_path(sub.topic_name, sub.name))
     async def update_subscription(self, sub: SubscriptionProperties) -> tuple[Any, Any]:

@@ -234,8 +234,6 @@ class ServiceBusAdministrationClient(TopicManagement):
         """Every queue's counts, asked in one call to the registry (``queue_counts``); a queue
         deleted between the listing and its counts is left out."""
         queues = await self.list_queues()
-        if not queues:
-            return []
         found = await self._call(None, "queue_counts", [q.name for q in queues])
         return [_queue_runtime(*pair) for pair in found if pair is not None]
 

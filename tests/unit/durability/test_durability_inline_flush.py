@@ -171,6 +171,22 @@ async def test_one_write_stalled_for_ten_times_the_threshold_sends_the_next_to_t
     assert inline_pattern(log) == [True, True, False]
 
 
+async def test_a_failed_write_that_stalled_counts_toward_a_slow_disk(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A write that hangs and then fails is timed too: a disk that stalls and errors is as
+    slow for the loop as one that stalls and succeeds."""
+    log, c = on_disk(tmp_path, clock)
+    log.slow_s = SLOW_INLINE_S / WRITE_TIME_WEIGHT * 1.1
+    log.fail_next = True
+    with pytest.raises(StorageUnavailableError):
+        await send(c, "refused")
+    log.slow_s = 0.0003
+    await send(c, "next")
+    assert inline_pattern(log) == [True, False]
+    assert stored(tmp_path, clock) == {"next"}
+
+
 async def test_large_flushes_written_in_the_thread_do_not_count_as_a_slow_disk(
     tmp_path: Path, clock: FakeClock
 ) -> None:
