@@ -4,8 +4,8 @@ The model is Service Bus's (``service-bus-semantics.md``, shared access signatur
 
 * An **authorization rule** is a named pair of keys (primary, secondary) with a set of rights:
   ``Send``, ``Listen``, ``Manage`` (``Manage`` implies the other two). Rules belong to the
-  namespace (they cover every entity) or to one entity (they cover that entity and, for a
-  topic, its subscriptions).
+  namespace (they cover every entity) or to one queue or topic (they cover that entity and, for
+  a topic, its subscriptions; a subscription has no rules of its own, as in Service Bus).
 * A **SAS token** is ``SharedAccessSignature sr=<resource>&sig=<signature>&se=<expiry>&skn=<rule>``
   where ``signature = base64(HMAC-SHA256(key, quote_plus(resource) + "\\n" + expiry))`` — the same
   bytes the Azure SDKs compute, so tokens they make verify here and the other way round. Either of

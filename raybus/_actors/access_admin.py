@@ -13,7 +13,8 @@ push misses still ends up with the current rules:
   redone by the restarted namespace, which pushes its rules once on start-up.
 
 Pushing is idempotent (``set_access`` ignores a version older than the one it holds). Rules of a
-deleted entity are deleted with it, as in Service Bus.
+deleted entity are deleted with it, as in Service Bus. As there, rules belong to the namespace,
+a queue or a topic; a subscription has none of its own (its topic's cover it).
 
 Changes are made one at a time (read, change, log, answer): a change whose log write fails is
 rolled back in memory, and a concurrent change made meanwhile must not be rolled back with it.
@@ -30,7 +31,7 @@ import ray
 
 from .._core.access import INTERNAL, Guard
 from ..auth import AccessRights, AuthorizationRule
-from ..exceptions import MessagingEntityNotFoundError
+from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 from .access import Guarded, guarded, internal, named_actor
 from .coordinator import coordinator_actor_name
 
@@ -76,6 +77,22 @@ class AccessOps(Guarded):
             return None
         return str(self._registry.get(entity).properties.name)  # raises if it does not exist
 
+    def _rule_scope(self, entity: str | None) -> str | None:
+        """The entity a new rule may belong to: the namespace, a queue or a topic.
+
+        Service Bus has no rules on a subscription (a topic's rule covers its subscriptions),
+        and the clients sign a subscription's calls for its topic, where such a rule would not
+        reach. Refused before anything is stored."""
+        name = self._entity_name(entity)
+        if name is not None and self._registry.get(name).kind == "subscription":
+            raise InvalidArgumentError(
+                f"entity {entity!r} is a subscription: authorization rules belong to the "
+                "namespace, a queue or a topic (a topic's rules cover its subscriptions)",
+                entity,
+                "entity",
+            )
+        return name
+
     @guarded(_MANAGE, lambda key_name, rights, entity=None, *_keys: entity)
     async def create_authorization_rule(
         self,
@@ -87,9 +104,7 @@ class AccessOps(Guarded):
     ) -> AuthorizationRule:
         """Add (or replace) rule ``key_name`` on the namespace or on ``entity``."""
         table = self._registry.access
-        rule = table.validate(
-            key_name, rights, self._entity_name(entity), primary_key, secondary_key
-        )
+        rule = table.validate(key_name, rights, self._rule_scope(entity), primary_key, secondary_key)
         await self._change(lambda: table.put(rule))
         return rule
 

@@ -147,6 +147,36 @@ def test_an_entity_rule_reaches_only_its_entity(
     assert closed.list_authorization_rules(entity="q") == []
 
 
+def test_a_rule_on_a_subscription_is_refused_and_its_topics_rule_covers_it(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    """Service Bus keeps rules on the namespace, queues and topics only: a rule asked for on a
+    subscription path is refused naming ``entity``, stores nothing, and the topic's Listen
+    rule is what lets a receiver read the subscription."""
+    closed.create_topic("t")
+    closed.create_subscription("t", "s")
+    with pytest.raises(InvalidArgumentError, match="is a subscription") as info:
+        closed.create_authorization_rule("sub-listen", ["Listen"], entity="t/subscriptions/s")
+    assert info.value.argument == "entity"
+    assert closed.list_authorization_rules(entity="t/subscriptions/s") == []
+    assert "sub-listen" not in {r.key_name for r in closed.list_authorization_rules()}
+    assert closed.list_authorization_rules(entity="t") == []
+    closed.get_topic("t")  # the refusal changed no entity
+
+    send = closed.create_authorization_rule("t-send", ["Send"], entity="t")
+    listen = closed.create_authorization_rule("t-listen", ["Listen"], entity="t")
+    with client_with(namespace, "t-send", send.primary_key) as client:
+        client.get_topic_sender("t").send_messages(ServiceBusMessage("for s"))
+    with (
+        client_with(namespace, "t-listen", listen.primary_key) as client,
+        client.get_subscription_receiver("t", "s", max_wait_time=5) as receiver,
+    ):
+        (msg,) = receiver.receive_messages(max_wait_time=5)
+        receiver.complete_message(msg)
+    assert str(msg) == "for s"
+    assert closed.get_subscription_runtime_properties("t", "s").active_message_count == 0
+
+
 def test_a_topics_manage_rule_reaches_its_subscriptions_counts_and_no_other_topics(
     namespace: str, closed: ServiceBusAdministrationClient
 ) -> None:
