@@ -306,6 +306,17 @@ class TopicOps:
         entry = self._subscription(topic, name)
         return entry.extra[0], self._route(entry)
 
+    @guarded(_MANAGE, subscription_path)
+    async def subscription_runtime(
+        self, topic: str, name: str
+    ) -> tuple[Any, Any, list[PartitionCounts]]:
+        """``get_subscription`` and the subscription's ``counts`` in one call, for
+        ``get_subscription_runtime_properties``. Manage on the subscription is Manage on its
+        topic or the namespace: a subscription has no rules of its own."""
+        entry = self._subscription(topic, name)
+        route, counts = await self._counts(entry.properties.name)
+        return entry.extra[0], route, counts
+
     @guarded(_MANAGE, lambda topic: topic)
     async def list_subscriptions(self, topic: str) -> list[tuple[Any, Any]]:
         self._topic(topic)

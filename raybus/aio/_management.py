@@ -90,6 +90,7 @@ class ServiceBusAdministrationClient(TopicManagement):
             "topic_counts",
             "topics_counts",
             "subscription_counts",
+            "subscription_runtime",
             "get_subscription",
             "list_subscriptions",
             "list_rules",
@@ -186,9 +187,10 @@ class ServiceBusAdministrationClient(TopicManagement):
         primary_key: str | None = None,
         secondary_key: str | None = None,
     ) -> AuthorizationRule:
-        """Add (or replace) a shared-access rule on the namespace or on ``entity`` (a queue,
-        topic or subscription path); keys are generated unless given. The namespace's first rule
-        closes it: from then on every call needs a token (see ``raybus.auth``)."""
+        """Add (or replace) a shared-access rule on the namespace or on ``entity`` (a queue or
+        a topic, whose rules cover its subscriptions; as in Service Bus, a subscription path is
+        refused with ``InvalidArgumentError``); keys are generated unless given. The namespace's
+        first rule closes it: from then on every call needs a token (see ``raybus.auth``)."""
         return await self._call(  # type: ignore[no-any-return]
             entity,
             "create_authorization_rule",

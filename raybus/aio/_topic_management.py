@@ -136,9 +136,13 @@ class TopicManagement:
     async def get_subscription_runtime_properties(
         self, topic_name: str, subscription_name: str
     ) -> SubscriptionRuntimeProperties:
-        sub = await self.get_subscription(topic_name, subscription_name)  # not-found as one
-        path = subscription_path(topic_name, subscription_name)
-        return _subscription_runtime(sub, *await self._call(path, "counts", path))
+        """The subscription's counts and times, in one call to the registry
+        (``subscription_runtime``: its settings and counts, checked for Manage as
+        ``get_subscription`` is)."""
+        sub, route, counts = await self._call(
+            topic_name, "subscription_runtime", topic_name, subscription_name
+        )
+        return _subscription_runtime(sub, route, counts)
 
     # ------------------------------------------------------------------ rules
 

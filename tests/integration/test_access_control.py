@@ -197,6 +197,16 @@ def test_a_topics_manage_rule_reaches_its_subscriptions_counts_and_no_other_topi
         raybus._sync.run(admin._aio._call("t", "subscription_counts", "t", ["s", "other"]))
     with pytest.raises((ServiceBusAuthenticationError, ServiceBusAuthorizationError)):
         admin.list_subscriptions_runtime_properties("t")
+    # One subscription's runtime properties (one call, ``subscription_runtime``) likewise.
+    assert admin.get_subscription_runtime_properties("t2", "s").name == "s"
+    with pytest.raises((ServiceBusAuthenticationError, ServiceBusAuthorizationError)):
+        admin.get_subscription_runtime_properties("t", "s")
+    listen = closed.create_authorization_rule("t2-listen", ["Listen"], entity="t2")
+    listener = ServiceBusAdministrationClient(
+        namespace, credential=SharedAccessKeyCredential("t2-listen", listen.primary_key)
+    )
+    with pytest.raises(ServiceBusAuthorizationError):
+        listener.get_subscription_runtime_properties("t2", "s")
 
 
 def test_expired_and_forged_tokens_are_refused(

@@ -515,8 +515,12 @@ async def test_aio_topic_and_subscription_runtime_property_lists_ask_the_registr
         assert [(s.topic_name, s.name) for s in subs] == [(topics[0], n) for n in "abc"]
         assert [s.active_message_count for s in subs] == [3, 0, 3]
         for s in subs:
-            one = await aadmin.get_subscription_runtime_properties(topics[0], s.name)
+            with _registry_calls(aadmin) as calls:
+                one = await aadmin.get_subscription_runtime_properties(topics[0], s.name)
+            assert calls == ["subscription_runtime"]  # settings and counts in one call
             assert s == one
+        with pytest.raises(MessagingEntityNotFoundError):
+            await aadmin.get_subscription_runtime_properties(topics[0], "missing")
         for t in topics:
             one = await aadmin.get_topic_runtime_properties(t)
             assert listed[t].subscription_count == one.subscription_count == 3
