@@ -104,7 +104,9 @@ class AccessOps(Guarded):
     ) -> AuthorizationRule:
         """Add (or replace) rule ``key_name`` on the namespace or on ``entity``."""
         table = self._registry.access
-        rule = table.validate(key_name, rights, self._rule_scope(entity), primary_key, secondary_key)
+        rule = table.validate(
+            key_name, rights, self._rule_scope(entity), primary_key, secondary_key
+        )
         await self._change(lambda: table.put(rule))
         return rule
 
