@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import struct
+import uuid
 import zlib
 
 import pyarrow as pa
@@ -127,6 +130,33 @@ def test_one_flat_batch_is_serialized_as_arrows_stream_writer_writes_it(
     payload: Batches = pa.Table.from_batches([made]) if shape == "table" else made
     assert bytes(serialize(payload)) == _writer_bytes(payload)
     assert pa.ipc.open_stream(serialize(payload)).read_all().equals(pa.Table.from_batches([made]))
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([uuid.UUID(int=7).bytes, None], pa.uuid()),  # extension types
+        pa.array(['{"a": 1}', None], pa.json_()),
+        pa.array([datetime.datetime(2026, 12, 5, 18), None], pa.timestamp("us", tz="UTC")),
+        pa.array([decimal.Decimal("1.23"), None], pa.decimal128(10, 2)),
+        pa.array([b"large", None], pa.large_binary()),
+        pa.array([b"four", None], pa.binary(4)),
+        pa.array([b"a view past twelve bytes", None], pa.binary_view()),
+        pa.array([datetime.date(2026, 12, 5), None], pa.date32()),
+        pa.array([None, None], pa.null()),
+    ],
+    ids=lambda column: str(column.type),
+)
+def test_the_join_writes_the_writers_bytes_for_extension_and_other_flat_types(
+    column: pa.Array,
+) -> None:
+    """The join serves every schema without dictionaries or nesting: extension types (whose
+    name travels in the field's metadata), time zones, decimals, views. Their bytes are the
+    writer's too, and they read back as written."""
+    data = pa.table({"c": column, "n": pa.array([1, 2], pa.int64())})
+    assert _schema_message(data.schema) is not None  # joined, not the writer's path
+    assert bytes(serialize(data)) == _writer_bytes(data)
+    assert pa.ipc.open_stream(serialize(data)).read_all().equals(data)
 
 
 def test_data_the_join_does_not_serve_takes_the_writer() -> None:
