@@ -1,7 +1,7 @@
 """The ``raybus`` command tree: global options, and where each group and command lives.
 
-Groups are small modules: ``queue``, ``topic``, ``subscription``, ``rule``, ``dlq``,
-``messages`` (send, receive, peek), ``stats`` and ``demo``.
+Groups are small modules: ``queue``, ``topic``, ``subscription``, ``rule``,
+``authorization_rule``, ``dlq``, ``messages`` (send, receive, peek), ``stats`` and ``demo``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import typer
 
 from . import (
     _context,
+    authorization_rule,
     demo,
     dlq,
     gateway,
@@ -78,6 +79,7 @@ app.add_typer(queue.app, name="queue")
 app.add_typer(topic.app, name="topic")
 app.add_typer(subscription.app, name="subscription")
 app.add_typer(rule.app, name="rule")
+app.add_typer(authorization_rule.app, name="authorization-rule")
 app.command("send")(messages.send)
 app.command("receive")(messages.receive)
 app.command("peek")(messages.peek)

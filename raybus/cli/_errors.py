@@ -62,6 +62,9 @@ EXIT_CODES_HELP = """\
   RAYBUS_NAMESPACE     raybus namespace (default: default)
   RAYBUS_STORAGE_PATH  where a new namespace keeps its data
                        (default: ~/.raybus/storage)
+  RAYBUS_SAS_TOKEN     a token to present in a namespace with rules
+  RAYBUS_KEY_NAME      or a rule's name and key to sign tokens with
+  RAYBUS_KEY           (raybus authorization-rule create prints them)
 """
 
 
