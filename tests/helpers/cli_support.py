@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
-from typer.testing import Result
+from typer.testing import CliRunner, Result
+
+from raybus.cli import app
 
 _RAY_LINE = re.compile(r"^(\x1b\[[0-9;]*m)*\((raylet|pid=\d+|\w+ pid=\d+)[^)]*\)")
 
@@ -32,3 +35,21 @@ def error_line(result: Result, cls: str) -> str:
     [line] = own_lines(result.stderr)
     assert line.startswith(f"error: {cls}: "), line
     return line
+
+
+def cli_runner(namespace: str, env: dict[str, str] | None = None) -> Callable[..., Result]:
+    """``run(*args, input=None, code=0, env=None)``: run ``raybus --namespace NS *args`` in this
+    process, re-raise an error the command did not turn into an exit code, check the exit code,
+    return the result. ``env`` (the runner's, then the call's) is set while the command runs."""
+    runner = CliRunner(env=env)
+
+    def run(
+        *args: str, input: str | None = None, code: int = 0, env: dict[str, str] | None = None
+    ) -> Result:
+        result = runner.invoke(app, ["--namespace", namespace, *args], input=input, env=env)
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        assert result.exit_code == code, (result.stdout, result.stderr)
+        return result
+
+    return run

@@ -20,10 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import error_line, json_lines, own_lines
-from typer.testing import CliRunner, Result
+from cli_support import cli_runner, error_line, json_lines, own_lines
 
-from raybus.cli import app
 from raybus.management import ServiceBusAdministrationClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,16 +41,7 @@ def admin(namespace: str) -> ServiceBusAdministrationClient:
 def cli(namespace: str) -> Any:
     """``cli(*args, input=None, code=0)``: run ``raybus --namespace NS *args``, check the exit
     code, return the result."""
-    runner = CliRunner()
-
-    def run(*args: str, input: str | None = None, code: int = 0) -> Result:
-        result = runner.invoke(app, ["--namespace", namespace, *args], input=input)
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
-            raise result.exception
-        assert result.exit_code == code, (result.stdout, result.stderr)
-        return result
-
-    return run
+    return cli_runner(namespace)
 
 
 def _name() -> str:

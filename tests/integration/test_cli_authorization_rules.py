@@ -9,13 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cli_support import error_line, json_lines, own_lines
-from typer.testing import CliRunner, Result
+from cli_support import cli_runner, error_line, json_lines, own_lines
+from typer.testing import Result
 
 import raybus
 from raybus import ServiceBusMessage
 from raybus.auth import SharedAccessKeyCredential
-from raybus.cli import app
 from raybus.exceptions import ServiceBusAuthenticationError, ServiceBusAuthorizationError
 from raybus.management import ServiceBusAdministrationClient
 
@@ -26,19 +25,15 @@ ROOT_KEY = "R" * 44
 def cli(namespace: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     """``cli(*args, code=0, key=None)``: run ``raybus --namespace NS *args`` (signing with rule
     ``root``'s key when ``key`` is given), check the exit code, return the result."""
-    runner = CliRunner()
+    for name in ("RAYBUS_KEY_NAME", "RAYBUS_KEY", "RAYBUS_SAS_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    run = cli_runner(namespace)
 
-    def run(*args: str, code: int = 0, key: str | None = None) -> Result:
-        env = {"RAYBUS_KEY_NAME": "root", "RAYBUS_KEY": key} if key else {}
-        for name in ("RAYBUS_KEY_NAME", "RAYBUS_KEY", "RAYBUS_SAS_TOKEN"):
-            monkeypatch.delenv(name, raising=False)
-        result = runner.invoke(app, ["--namespace", namespace, *args], env=env)
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
-            raise result.exception
-        assert result.exit_code == code, (result.stdout, result.stderr)
-        return result
+    def signed(*args: str, code: int = 0, key: str | None = None) -> Result:
+        env = {"RAYBUS_KEY_NAME": "root", "RAYBUS_KEY": key} if key else None
+        return run(*args, code=code, env=env)
 
-    return run
+    return signed
 
 
 def test_create_list_show_renew_delete_and_the_printed_keys_work(cli: Any, namespace: str) -> None:

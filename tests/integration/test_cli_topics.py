@@ -14,10 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cli_support import error_line, json_lines
-from typer.testing import CliRunner, Result
+from cli_support import cli_runner, error_line, json_lines
 
-from raybus.cli import app
 from raybus.exceptions import ServiceBusError
 from raybus.management import ServiceBusAdministrationClient
 
@@ -51,16 +49,7 @@ def _delete_topics(admin: ServiceBusAdministrationClient) -> Iterator[None]:
 def cli(namespace: str) -> Any:
     """``cli(*args, input=None, code=0)``: run ``raybus --namespace NS *args``, check the exit
     code, return the result. Tables are rendered 200 columns wide (no wrapped cells)."""
-    runner = CliRunner(env={"COLUMNS": "200"})
-
-    def run(*args: str, input: str | None = None, code: int = 0) -> Result:
-        result = runner.invoke(app, ["--namespace", namespace, *args], input=input)
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
-            raise result.exception
-        assert result.exit_code == code, (result.stdout, result.stderr)
-        return result
-
-    return run
+    return cli_runner(namespace, env={"COLUMNS": "200"})
 
 
 def _name(prefix: str = "cli") -> str:
