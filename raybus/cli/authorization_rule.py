@@ -140,10 +140,11 @@ def create(
     as_json: AsJson = False,
 ) -> None:
     """Add (or replace) a rule and print its keys and connection strings."""
+    wanted = _split_rights(rights)  # before joining Ray: bad input needs no cluster
     cli = _context.get(ctx)
     rule = cli.admin().create_authorization_rule(
         name,
-        _split_rights(rights),
+        wanted,
         entity=entity,
         primary_key=primary_key,
         secondary_key=secondary_key,

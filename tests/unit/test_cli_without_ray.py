@@ -318,3 +318,38 @@ def test_importing_the_cli_does_not_start_ray() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+def test_authorization_rule_json_and_connection_strings_read_back_as_the_client_reads_them() -> (
+    None
+):
+    """What ``raybus authorization-rule create|show`` prints: the rule's rights in order, and a
+    connection string per key that ``parse_connection_string`` and the client's namespace rule
+    read back as this namespace, this rule and this key (with ``EntityPath`` for an entity's)."""
+    from raybus.auth import (
+        AccessRights,
+        AuthorizationRule,
+        SharedAccessKeyCredential,
+        parse_connection_string,
+    )
+    from raybus.cli.authorization_rule import rule_json
+
+    rule = AuthorizationRule(
+        "app", frozenset({AccessRights.LISTEN, AccessRights.SEND}), "P" * 44, "S" * 44, "Orders"
+    )
+    assert rule_json(rule) == {"key_name": "app", "rights": ["Send", "Listen"], "entity": "Orders"}
+    shown = rule_json(rule, "shop-1")
+    for which, key in (("primary", "P" * 44), ("secondary", "S" * 44)):
+        parsed = parse_connection_string(shown[f"{which}_connection_string"])
+        assert isinstance(parsed.credential, SharedAccessKeyCredential)
+        assert parsed.namespace == "shop-1" and parsed.entity_path == "Orders"
+        assert (parsed.credential.key_name, parsed.credential._key) == ("app", key)
+    namespace_wide = rule_json(AuthorizationRule("root", frozenset({AccessRights.MANAGE})), "shop")
+    assert "EntityPath" not in namespace_wide["primary_connection_string"]
+    assert namespace_wide["entity"] is None
+
+
+def test_authorization_rule_create_without_rights_is_a_usage_error_before_ray() -> None:
+    result = CliRunner().invoke(app, ["authorization-rule", "create", "x", "--rights", " , "])
+    assert result.exit_code == 2
+    assert "rights" in result.stderr
