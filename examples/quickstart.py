@@ -6,7 +6,6 @@ Run with `make run` (starts an embedded local Ray cluster on 127.0.0.1).
 from __future__ import annotations
 
 import os
-import uuid
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # listen on loopback only
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -15,13 +14,21 @@ from datetime import timedelta
 
 import raybus
 from raybus import ServiceBusMessage, ServiceBusSubQueue
+from raybus.exceptions import MessagingEntityNotFoundError
 from raybus.management import ServiceBusAdministrationClient
 
 
 def main() -> None:
-    namespace = f"quickstart-{uuid.uuid4().hex[:8]}"
+    # One namespace for every run: its data lives under ~/.raybus/storage/quickstart (a few KB
+    # once the queue is deleted), not in a new directory per run.
+    namespace = "quickstart"
     client = raybus.connect(namespace)
     admin = ServiceBusAdministrationClient(namespace)
+    try:
+        admin.delete_queue("orders")  # left by a run that was interrupted
+        print("deleted the queue a previous run left")
+    except MessagingEntityNotFoundError:
+        pass
 
     queue = admin.create_queue("orders", lock_duration=timedelta(seconds=30), max_delivery_count=3)
     print(
