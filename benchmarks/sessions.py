@@ -64,18 +64,14 @@ async def _run(client: aio.ServiceBusClient, kind: str, args: argparse.Namespace
     """Messages per second for one kind; checks every message arrived once, in order."""
     sessions = _sessions_of(kind, args)
     per = args.messages // len(sessions)
-    prefetch = 2 * args.batch
-    if sessions == [None]:
-        receivers = [client.get_queue_receiver(kind, prefetch_count=prefetch, max_wait_time=10)]
-    elif kind == "session":
-        receivers = [client.get_queue_receiver(kind, session_id="s0", prefetch_count=prefetch)]
-    else:
-        receivers = [
-            client.get_queue_receiver(
-                kind, session_id=NEXT_AVAILABLE_SESSION, prefetch_count=prefetch, max_wait_time=10
-            )
-            for _ in sessions
-        ]
+    # One receiver for the queue or the one session; one per session, each taking the next.
+    held = [NEXT_AVAILABLE_SESSION] * len(sessions) if kind == "sessions" else sessions
+    receivers = [
+        client.get_queue_receiver(
+            kind, session_id=sid, prefetch_count=2 * args.batch, max_wait_time=10
+        )
+        for sid in held
+    ]
     sender = client.get_queue_sender(kind)
 
     async def send() -> None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import ray
 
 from .._core.access import INTERNAL, Guard
+from .._topic_models import is_subscription
 from ..auth import AccessRights, AuthorizationRule
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 from .access import Guarded, guarded, internal, named_actor
@@ -84,7 +85,7 @@ class AccessOps(Guarded):
         and the clients sign a subscription's calls for its topic, where such a rule would not
         reach. Refused before anything is stored."""
         name = self._entity_name(entity)
-        if name is not None and self._registry.get(name).kind == "subscription":
+        if name is not None and is_subscription(name):
             raise InvalidArgumentError(
                 f"entity {entity!r} is a subscription: authorization rules belong to the "
                 "namespace, a queue or a topic (a topic's rules cover its subscriptions)",

@@ -162,6 +162,9 @@ def test_bad_input_exits_with_its_code_and_changes_nothing(cli: Any, namespace: 
         cli("authorization-rule", "renew", "missing", "--key", "primary", code=3),
         "MessagingEntityNotFoundError",
     )
+    error_line(
+        cli("authorization-rule", "delete", "missing", code=3), "MessagingEntityNotFoundError"
+    )
     assert admin.list_authorization_rules() == []  # still open: nothing was created
     # A bad --key names it, and the rule's keys stay as they were.
     [rule] = json_lines(cli("authorization-rule", "create", "root", "-r", "Manage", "--json"))
