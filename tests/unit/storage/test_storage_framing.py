@@ -170,6 +170,23 @@ def test_the_join_writes_the_writers_bytes_for_extension_and_other_flat_types(
     assert pa.ipc.open_stream(serialize(data)).read_all().equals(data)
 
 
+def test_schemas_past_the_cache_are_joined_without_being_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first 8 schemas' messages are kept (a log's flushes have one schema, its
+    checkpoints another); a schema after them is joined all the same, from a message made
+    for that call, and the kept ones stay."""
+    from raybus._storage import framing
+
+    monkeypatch.setattr(framing, "_SCHEMA_MESSAGES", [])
+    tables = [pa.table({f"c{i}": pa.array([i, None], pa.int64())}) for i in range(10)]
+    for data in tables + tables:  # the second pass: eight from the cache, two past it
+        assert bytes(serialize(data)) == _writer_bytes(data)
+    kept = framing._SCHEMA_MESSAGES
+    assert [schema.names for schema, _ in kept] == [[f"c{i}"] for i in range(8)]
+    assert all(head == schema.serialize().to_pybytes() for schema, head in kept)
+
+
 def test_data_the_join_does_not_serve_takes_the_writer() -> None:
     """Several batches, no rows, or a dictionary column: the writer's bytes, as before."""
     dictionary = pa.table({"d": pa.array(["a", "b", "a"]).dictionary_encode()})
