@@ -105,6 +105,35 @@ def test_summary_takes_the_median_round_and_keeps_failures() -> None:
     assert rmq["failed_rounds"] == 1 and rmq["errors"] == ["boom"]
 
 
+def test_a_fixed_rate_cell_reports_each_percentiles_median_over_its_rounds() -> None:
+    """Every round of the latency cell delivers the same rate: the round closest to the
+    median rate said nothing about its latency. Each percentile is the median of the
+    rounds' (failed rounds left out), and so is the rate achieved."""
+
+    def latency_run(rnd: int, rate: float, p50: float, p99: float) -> dict[str, object]:
+        return _run(
+            "raybus",
+            rate,
+            rnd,
+            scenario="latency",
+            calls="single",
+            latency={"count": 5000, "p50_ms": p50, "p99_ms": p99},
+            achieved_rate=rate,
+        )
+
+    runs = [
+        latency_run(0, 997.0, 2.17, 26.3),
+        latency_run(1, 998.0, 3.63, 11.17),
+        latency_run(2, 995.0, 4.6, 21.07),
+        _run("raybus", None, 3, scenario="latency", calls="single"),
+    ]
+    (s,) = _stats.summarise(runs)
+    assert s["latency"] == {"count": 5000, "p50_ms": 3.63, "p99_ms": 21.07}
+    assert s["achieved_rate"] == 997.0 and s["failed_rounds"] == 1
+    (throughput,) = _stats.summarise([_run("raybus", 100.0, 0), _run("raybus", 300.0, 1)])
+    assert throughput["latency"] == {"p50_ms": 0.1}  # a rate cell: its median round's
+
+
 def test_a_cell_the_budget_cut_short_reports_the_rounds_that_ran() -> None:
     """A round skipped for the time budget does not hide the rounds that ran (the cell was
     shown as not run although two of its three rounds had run)."""
