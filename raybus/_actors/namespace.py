@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,43 @@ MARK_DELETED_TIMEOUT_S = 10.0  # a live actor answers in milliseconds; a restart
 
 def namespace_actor_name(namespace: str) -> str:
     return f"raybus/ns/{namespace}"
+
+
+# How many times ``tell_each`` calls a partition that dies under its call, and the pause
+# before the n-th repeat (n times this): Ray restarts a killed partition in about a second.
+TELL_TRIES = 5
+TELL_PAUSE_S = 0.5
+
+
+async def tell_each(
+    handles: Iterable[Any],
+    call: Callable[[Any], Awaitable[Any]],
+    *,
+    tries: int = TELL_TRIES,
+    pause_s: float = TELL_PAUSE_S,
+) -> None:
+    """``await call(handle)`` for every handle at once, and again for a handle whose actor
+    died under the call (``RayActorError``), up to ``tries`` calls in all.
+
+    For a settings change sent to an entity's partitions (idempotent): a partition killed
+    under it comes back with the settings its log has, which may be the old ones, and the
+    change went through the registry already. Before, that partition's death failed the whole
+    call, which the client read as "the entity was deleted" (``ActorGoneError``): seen once in
+    ``test_partitions_killed_during_scale_changes_lose_and_duplicate_nothing``. Raises the
+    last error of a partition that still fails after ``tries`` calls, and at once what a
+    partition raises itself."""
+
+    async def tell(handle: Any) -> None:
+        for attempt in range(1, tries + 1):
+            try:
+                await call(handle)
+                return
+            except ray.exceptions.RayActorError:
+                if attempt == tries:
+                    raise
+                await asyncio.sleep(pause_s * attempt)
+
+    await asyncio.gather(*(tell(h) for h in handles))
 
 
 @dataclass(frozen=True)
@@ -320,12 +357,14 @@ class NamespaceActor(TopicOps, AccessOps):
             self._registry.restore([("put", old)])
             raise
         handles = self._handles[entry.properties.name.lower()]
-        await asyncio.gather(
-            *(self._in(h).update_properties.remote(entry.properties) for h in handles.values())
-        )
+        await self._tell_properties(handles.values(), entry.properties)
         self._scaler.start()
         self._scaler.wake(entry.properties.name)
         return self._route(entry)
+
+    async def _tell_properties(self, handles: Iterable[Any], properties: QueueProperties) -> None:
+        """``update_properties`` on every partition of ``handles`` (``tell_each``)."""
+        await tell_each(handles, lambda h: self._in(h).update_properties.remote(properties))
 
     @guarded(ANY, lambda name, _t: name)
     async def wait_partitions(self, name: str, timeout_s: float) -> Route:

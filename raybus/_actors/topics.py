@@ -40,6 +40,7 @@ from .router import router_actor
 
 if TYPE_CHECKING:
     from .._core.partition import PartitionCounts
+    from .._models import QueueProperties
 
 __all__ = ["TopicOps", "check_names", "each_present"]
 
@@ -80,6 +81,9 @@ class TopicOps:
         _registry: Registry
 
         def _in(self, handle: Any) -> Any: ...
+        async def _tell_properties(
+            self, handles: Iterable[Any], properties: QueueProperties
+        ) -> None: ...
         async def _forget_rules(self, entity: str) -> None: ...
 
         _handles: dict[str, dict[int, Any]]
@@ -361,9 +365,7 @@ class TopicOps:
         )
         await self._persist(("put", entry))
         handles = self._handles[store.name.lower()]
-        await asyncio.gather(
-            *(self._in(h).update_properties.remote(store) for h in handles.values())
-        )
+        await self._tell_properties(handles.values(), store)
         # A new partition count is reached by the namespace's scaler, as for queues.
         return entry
 
