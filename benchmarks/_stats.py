@@ -91,7 +91,11 @@ def summarise(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for (scenario, size, calls, system), rs in groups.items():
         ok = [r for r in rs if r.get("ok")]
         rate = median(r["msgs_per_s"] for r in ok)
-        mid = min(ok, key=lambda r: abs(r["msgs_per_s"] - rate)) if ok else None
+        if scenario in LATENCY_SCENARIOS:
+            latency, achieved = _latency_medians(ok), median(r.get("achieved_rate") for r in ok)
+        else:
+            mid = min(ok, key=lambda r: abs(r["msgs_per_s"] - rate)) if ok else {}
+            latency, achieved = mid.get("latency"), mid.get("achieved_rate")
         out.append(
             {
                 "scenario": scenario,
@@ -102,20 +106,8 @@ def summarise(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "failed_rounds": len(rs) - len(ok),
                 "msgs_per_s": rate,
                 "mb_per_s": None if rate is None else rate * size / 1e6,
-                "latency": (
-                    _latency_medians(ok)
-                    if scenario in LATENCY_SCENARIOS
-                    else None
-                    if mid is None
-                    else mid.get("latency")
-                ),
-                "achieved_rate": (
-                    median(r.get("achieved_rate") for r in ok)
-                    if scenario in LATENCY_SCENARIOS
-                    else None
-                    if mid is None
-                    else mid.get("achieved_rate")
-                ),
+                "latency": latency,
+                "achieved_rate": achieved,
                 "errors": [r["error"] for r in rs if not r.get("ok") and r.get("error")],
                 "skipped": None
                 if ok

@@ -44,6 +44,7 @@ always do.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import mmap
@@ -51,6 +52,7 @@ import os
 import re
 import struct
 import threading
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -248,43 +250,41 @@ def _pwrite_all(fd: int, data: bytes | pa.Buffer, offset: int) -> None:
 
 class _AlignedBuffer:
     """This process's buffer for direct writes (page-aligned: an anonymous map), kept for the
-    next long record; one writer at a time (a second gets a buffer of its own)."""
+    next long record; one writer at a time (a second gets a map of its own, closed after)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._map: mmap.mmap | None = None
 
-    def fill(self, length: int, header: bytes, pieces: list[Piece]) -> tuple[mmap.mmap, bool]:
-        """A buffer of at least ``length`` bytes holding ``header`` and ``pieces`` and zeros
-        up to ``length``, and whether it is the kept one (``release`` it then)."""
-        kept = self._lock.acquire(blocking=False)
-        if kept:
+    @contextlib.contextmanager
+    def filled(self, length: int, header: bytes, pieces: list[Piece]) -> Iterator[memoryview]:
+        """A view of ``length`` aligned bytes holding ``header``, then ``pieces``, then
+        zeros, for the ``with`` block."""
+        if not self._lock.acquire(blocking=False):
+            with mmap.mmap(-1, length) as own, self._fill(own, length, header, pieces) as view:
+                yield view
+            return
+        try:
             if self._map is None or len(self._map) < length:
                 if self._map is not None:
                     self._map.close()
                 self._map = mmap.mmap(-1, length)
-            buf = self._map
-        else:
-            buf = mmap.mmap(-1, length)
-        view = memoryview(buf)
-        try:
-            at = len(header)
-            view[:at] = header
-            for piece in pieces:
-                data = memoryview(piece).cast("B")
-                view[at : at + len(data)] = data
-                at += len(data)
-            view[at:length] = bytes(length - at)
-        except BaseException:
-            if kept:
-                self._lock.release()
-            raise
+            with self._fill(self._map, length, header, pieces) as view:
+                yield view
         finally:
-            view.release()
-        return buf, kept
+            self._lock.release()
 
-    def release(self) -> None:
-        self._lock.release()
+    @staticmethod
+    def _fill(buf: mmap.mmap, length: int, header: bytes, pieces: list[Piece]) -> memoryview:
+        view = memoryview(buf)[:length]
+        at = len(header)
+        view[:at] = header
+        for piece in pieces:
+            data = memoryview(piece).cast("B")
+            view[at : at + len(data)] = data
+            at += len(data)
+        view[at:] = bytes(length - at)
+        return view
 
 
 _aligned = _AlignedBuffer()
@@ -366,26 +366,17 @@ class SegmentWriter:
             return None
         start = -(-self.end // BLOCK) * BLOCK
         length = -(-size // BLOCK) * BLOCK
-        buf, kept = _aligned.fill(length, header, pieces)
-        try:
-            view = memoryview(buf)
+        done = 0
+        with _aligned.filled(length, header, pieces) as view:
             try:
-                done = 0
                 while done < length:
-                    done += os.pwrite(self._direct_fd, view[done:length], start + done)
+                    done += os.pwrite(self._direct_fd, view[done:], start + done)
             except OSError as exc:
                 if exc.errno != errno.EINVAL or done:
                     raise
                 os.close(self._direct_fd)  # an alignment this disk does not take: buffered
                 self._direct_fd = -1
                 return None
-            finally:
-                view.release()
-        finally:
-            if kept:
-                _aligned.release()
-            else:
-                buf.close()
         return start + length
 
     def _discard_tail(self) -> None:

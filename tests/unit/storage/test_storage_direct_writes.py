@@ -105,14 +105,14 @@ def test_long_records_start_on_block_boundaries_padded_with_zeros_and_read_back(
     assert direct  # the long records asked for direct I/O
     [path] = segments(tmp_path / "store" / "log")
     content = path.read_bytes()
-    starts = record_starts(content)
+    extents = _extents(content)
+    starts = [start for start, _ in extents]
     assert len(starts) == 5
     assert starts[1] % BLOCK == 0 and starts[3] % BLOCK == 0  # the long ones
     assert starts[2] % BLOCK == 0  # after a long record's padding
     # What lies between a record's end and the next record is zeros, never a full block.
     for i in (0, 1, 2):
-        end = starts[i] + seg.RECORD_HEADER_SIZE + _payload_length(content, starts[i])
-        gap = content[end : starts[i + 1]]
+        gap = content[extents[i][1] : starts[i + 1]]
         assert gap == bytes(len(gap)) and len(gap) < BLOCK
     fresh, state = reopen(log)
     assert recovered_values(state) == _values(_data())
@@ -121,6 +121,23 @@ def test_long_records_start_on_block_boundaries_padded_with_zeros_and_read_back(
 
 def _payload_length(content: bytes, start: int) -> int:
     return int.from_bytes(content[start + 16 : start + 24], "little")
+
+
+def _extents(content: bytes) -> list[tuple[int, int]]:
+    """``(start, end)`` of each record of a segment's content, padding left out."""
+    return [
+        (s, s + seg.RECORD_HEADER_SIZE + _payload_length(content, s))
+        for s in record_starts(content)
+    ]
+
+
+def _back_to_back(path: Path) -> bool:
+    """Whether the segment's records follow each other with nothing between or after."""
+    content = path.read_bytes()
+    extents = _extents(content)
+    return [s for s, _ in extents[1:]] == [e for _, e in extents[:-1]] and extents[-1][1] == len(
+        content
+    )
 
 
 def test_records_written_direct_read_back_as_those_written_buffered(
@@ -141,10 +158,7 @@ def test_records_written_direct_read_back_as_those_written_buffered(
     def records(root: Path) -> list[bytes]:
         [path] = segments(root / "store" / "log")
         content = path.read_bytes()
-        return [
-            content[s : s + seg.RECORD_HEADER_SIZE + _payload_length(content, s)]
-            for s in record_starts(content)
-        ]
+        return [content[start:end] for start, end in _extents(content)]
 
     assert records(tmp_path / "direct") == records(tmp_path / "buffered")
     plain = (segments(tmp_path / "buffered" / "store" / "log")[0]).read_bytes()
@@ -160,10 +174,7 @@ def test_a_file_system_without_direct_io_gets_buffered_writes(
     for d in _data():
         log.append(d)
     [path] = segments(tmp_path / "store" / "log")
-    content = path.read_bytes()
-    starts = record_starts(content)
-    ends = [s + seg.RECORD_HEADER_SIZE + _payload_length(content, s) for s in starts]
-    assert starts[1:] == ends[:-1] and ends[-1] == len(content)  # back to back, no padding
+    assert _back_to_back(path)  # no padding
     assert recovered_values(reopen(log)[1]) == _values(_data())
 
 
@@ -189,10 +200,7 @@ def test_a_disk_refusing_the_alignment_gets_that_record_and_the_next_buffered(
         log.append(d)
     assert len(refused) == 1  # tried once, then never again
     [path] = segments(tmp_path / "store" / "log")
-    content = path.read_bytes()
-    starts = record_starts(content)
-    ends = [s + seg.RECORD_HEADER_SIZE + _payload_length(content, s) for s in starts]
-    assert starts[1:] == ends[:-1]
+    assert _back_to_back(path)
     assert recovered_values(reopen(log)[1]) == _values(_data())
 
 
@@ -225,6 +233,46 @@ def test_a_failed_direct_write_acknowledges_nothing(
     assert log.append(_long([7, 8, 9])) == 3
     _fresh, state = reopen(log)
     assert recovered_values(state) == [0, 1, 2, 3, 7, 8, 9]
+
+
+def test_a_direct_open_failing_otherwise_than_einval_fails_the_append_and_acknowledges_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only EINVAL means "no direct I/O here"; any other error opening the file for it (EIO,
+    EMFILE) is the storage failing: the append raises, and the next one tries again."""
+    monkeypatch.setattr(seg, "DIRECT_MIN_BYTES", LONG)
+    log = _log(tmp_path)
+    log.append(batch([0]))
+    path = Path(log.appending_to or "")
+    acknowledged = path.stat().st_size
+    real = os.open
+
+    def failing(file: Any, flags: int, *args: Any) -> int:
+        if flags & getattr(os, "O_DIRECT", 0):
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real(file, flags, *args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "open", failing)
+        with pytest.raises(StorageUnavailableError):
+            log.append(_long([1, 2, 3]))
+    assert path.stat().st_size == acknowledged and log.next_lsn == 2
+    assert log.append(_long([4, 5, 6])) == 2
+    assert recovered_values(reopen(log)[1]) == [0, 4, 5, 6]
+
+
+def test_a_writer_finding_the_kept_buffer_taken_writes_from_a_map_of_its_own(
+    tmp_path: Path, direct: list[int]
+) -> None:
+    if not _direct_io_works(tmp_path):
+        pytest.skip(f"the file system of {tmp_path} has no direct I/O")
+    log = _log(tmp_path)
+    with seg._aligned._lock:  # another log of this process is writing
+        log.append(_long([1, 2, 3]))
+    [path] = segments(tmp_path / "store" / "log")
+    assert record_starts(path.read_bytes()) == [0] and path.stat().st_size % BLOCK == 0
+    assert log.append(_long([4, 5, 6])) == 2  # the kept buffer, free again
+    assert recovered_values(reopen(log)[1]) == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_direct_record_torn_by_a_crash_is_cut_back_to_the_record_before(
