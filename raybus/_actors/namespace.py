@@ -48,7 +48,7 @@ def namespace_actor_name(namespace: str) -> str:
     return f"raybus/ns/{namespace}"
 
 
-# How many times ``tell_each`` calls a partition that dies under its call, and the pause
+# How many times ``tell_each`` calls a partition that restarts under its call, and the pause
 # before the n-th repeat (n times this): Ray restarts a killed partition in about a second.
 TELL_TRIES = 5
 TELL_PAUSE_S = 0.5
@@ -62,21 +62,23 @@ async def tell_each(
     pause_s: float = TELL_PAUSE_S,
 ) -> None:
     """``await call(handle)`` for every handle at once, and again for a handle whose actor
-    died under the call (``RayActorError``), up to ``tries`` calls in all.
+    restarted under the call, up to ``tries`` calls in all.
 
     For a settings change sent to an entity's partitions (idempotent): a partition killed
     under it comes back with the settings its log has, which may be the old ones, and the
-    change went through the registry already. Before, that partition's death failed the whole
-    call, which the client read as "the entity was deleted" (``ActorGoneError``): seen once in
-    ``test_partitions_killed_during_scale_changes_lose_and_duplicate_nothing``. Raises the
-    last error of a partition that still fails after ``tries`` calls, and at once what a
-    partition raises itself."""
+    change went through the registry already. Ray (2.60) fails a call in flight to an actor
+    that restarts with ``ActorUnavailableError``; ``ActorDiedError`` means the actor is gone
+    for good and is raised at once (the caller holds the entity's partition-change lock, so
+    that is a deleted entity, not a removed partition). Raises the last error of a partition
+    that still fails after ``tries`` calls, and at once what a partition raises itself."""
 
     async def tell(handle: Any) -> None:
         for attempt in range(1, tries + 1):
             try:
                 await call(handle)
                 return
+            except ray.exceptions.ActorDiedError:
+                raise
             except ray.exceptions.RayActorError:
                 if attempt == tries:
                     raise
@@ -356,15 +358,18 @@ class NamespaceActor(TopicOps, AccessOps):
         except Exception:
             self._registry.restore([("put", old)])
             raise
-        handles = self._handles[entry.properties.name.lower()]
-        await self._tell_properties(handles.values(), entry.properties)
+        await self._tell_properties(entry.properties)
         self._scaler.start()
         self._scaler.wake(entry.properties.name)
         return self._route(entry)
 
-    async def _tell_properties(self, handles: Iterable[Any], properties: QueueProperties) -> None:
-        """``update_properties`` on every partition of ``handles`` (``tell_each``)."""
-        await tell_each(handles, lambda h: self._in(h).update_properties.remote(properties))
+    async def _tell_properties(self, properties: QueueProperties) -> None:
+        """``update_properties`` on every partition of the entity (``tell_each``), holding its
+        partition-change lock (``Scaler.holding``), so that no partition is removed under
+        the call."""
+        async with self._scaler.holding(properties.name):
+            handles = list(self._handles[properties.name.lower()].values())
+            await tell_each(handles, lambda h: self._in(h).update_properties.remote(properties))
 
     @guarded(ANY, lambda name, _t: name)
     async def wait_partitions(self, name: str, timeout_s: float) -> Route:
@@ -420,10 +425,12 @@ class NamespaceActor(TopicOps, AccessOps):
         entry = self._registry.get(name)
         if not entry.has_partitions:
             raise MessagingEntityNotFoundError(f"{name!r} is a topic, not a queue", name)
-        route = self._route(entry)
-        counts = await asyncio.gather(
-            *(self._in(h).counts.remote() for _pid, h in route.existing())
-        )
+        # Held, no partition change step moves messages or removes a partition meanwhile.
+        async with self._scaler.holding(entry.properties.name):
+            route = self._route(self._registry.get(name))
+            counts = await asyncio.gather(
+                *(self._in(h).counts.remote() for _pid, h in route.existing())
+            )
         return route, list(counts)
 
     @guarded(INTERNAL)

@@ -14,6 +14,11 @@ version of the partition map written durably to the registry:
 * **Remove**: a retiring partition that is empty (nothing left, nothing locked, nothing in
   transit) leaves the map; then its actor is stopped and its storage deleted.
 
+Each step runs holding the entity's lock (``Scaler.holding``). The namespace holds it too to
+read the entity's counts and to tell its partitions new settings: held, the partitions are the
+ones the route names (none is removed under the call) and no bundle is between a source and its
+target (counts would miss it or count it twice).
+
 Guarantees: no accepted message is lost or stored twice by a change (moves go through the
 source's durable outbox and are applied at most once by the target); a session moves only
 while no receiver holds it; duplicate-detection ids move with their slot. If the namespace
@@ -58,6 +63,7 @@ class Scaler:
         self._watch: asyncio.Task[None] | None = None
         self._low: dict[str, int] = {}
         self._converged: dict[str, tuple[tuple[tuple[str, int, int], int], bool]] = {}
+        self._holds: dict[str, asyncio.Lock] = {}
 
     # ------------------------------------------------------------------ control
 
@@ -79,6 +85,21 @@ class Scaler:
             task.cancel()
         self._low.pop(name.lower(), None)
         self._converged.pop(name.lower(), None)
+        self._holds.pop(name.lower(), None)
+
+    def holding(self, name: str) -> asyncio.Lock:
+        """The lock every step of ``name``'s partition change runs under. Whoever holds it
+        sees the entity's partitions as its route names them, none removed under the call
+        and no moved bundle between a source and its target.
+
+        Without it, a scale-down removing a retiring partition during ``update_queue``'s
+        fan-out failed the call with ``ActorGoneError`` ("the entity was deleted"), and counts
+        read during a move missed what was in transit (0 of 200 messages in 1 read of 25)."""
+        key = name.lower()
+        lock = self._holds.get(key)
+        if lock is None:
+            lock = self._holds[key] = asyncio.Lock()
+        return lock
 
     def converged(self, entry: EntityEntry) -> bool:
         """Whether the entity's partitions match its settings (cached per map version: the
@@ -114,25 +135,30 @@ class Scaler:
 
     async def _reconcile(self, name: str) -> None:
         while True:
-            try:
-                entry = self._ns._registry.get(name)
-            except MessagingEntityNotFoundError:
-                return
-            if not entry.has_partitions:
-                return
-            if self.converged(entry):
-                _log.info(
-                    "%s: %d partitions, map v%d", name, len(entry.pmap.live), entry.pmap.version
-                )
-                return
-            try:
-                await self._step(entry)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a partition restarting: the next step tries again
-                _log.exception("partition change of %s: step failed", name)
-                await asyncio.sleep(1.0)
-            await asyncio.sleep(_STEP_PAUSE_S)
+            failed = False
+            async with self.holding(name):
+                try:
+                    entry = self._ns._registry.get(name)
+                except MessagingEntityNotFoundError:
+                    return
+                if not entry.has_partitions:
+                    return
+                if self.converged(entry):
+                    _log.info(
+                        "%s: %d partitions, map v%d",
+                        name,
+                        len(entry.pmap.live),
+                        entry.pmap.version,
+                    )
+                    return
+                try:
+                    await self._step(entry)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # a partition restarting: the next step tries again
+                    _log.exception("partition change of %s: step failed", name)
+                    failed = True
+            await asyncio.sleep(1.0 if failed else _STEP_PAUSE_S)
 
     async def _install(self, entry: EntityEntry, pmap: PartitionMap) -> EntityEntry:
         new = self._ns._registry.set_map(entry.properties.name, pmap)

@@ -41,6 +41,7 @@ from .router import router_actor
 if TYPE_CHECKING:
     from .._core.partition import PartitionCounts
     from .._models import QueueProperties
+    from .scaling import Scaler
 
 __all__ = ["TopicOps", "check_names", "each_present"]
 
@@ -80,10 +81,10 @@ class TopicOps:
         _storage_path: str | None
         _registry: Registry
 
+        _scaler: Scaler
+
         def _in(self, handle: Any) -> Any: ...
-        async def _tell_properties(
-            self, handles: Iterable[Any], properties: QueueProperties
-        ) -> None: ...
+        async def _tell_properties(self, properties: QueueProperties) -> None: ...
         async def _forget_rules(self, entity: str) -> None: ...
 
         _handles: dict[str, dict[int, Any]]
@@ -256,13 +257,19 @@ class TopicOps:
     async def _topic_counts(self, name: str) -> tuple[Any, int, list[PartitionCounts], int]:
         entry = self._topic(name)
         subs = self._subscriptions_of(entry.properties.name)
-        handles = [h for s in subs for h in self._handles[s.properties.name.lower()].values()]
+
+        async def counts_of(sub: EntityEntry) -> list[PartitionCounts]:
+            # Held, no partition change of the subscription moves or removes meanwhile.
+            async with self._scaler.holding(sub.properties.name):
+                handles = list(self._handles[sub.properties.name.lower()].values())
+                return list(await asyncio.gather(*(self._in(h).counts.remote() for h in handles)))
+
         router = self._in(self._routers[entry.properties.name.lower()])
-        counts, stats = await asyncio.gather(
-            asyncio.gather(*(self._in(h).counts.remote() for h in handles)),
-            router.stats.remote(),
+        per_sub, stats = await asyncio.gather(
+            asyncio.gather(*(counts_of(s) for s in subs)), router.stats.remote()
         )
-        return entry, len(subs), list(counts), stats["scheduled"]
+        counts = [c for sub_counts in per_sub for c in sub_counts]
+        return entry, len(subs), counts, stats["scheduled"]
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -364,8 +371,7 @@ class TopicOps:
             dataclasses.replace(old, properties=store, extra=(sub, rules))
         )
         await self._persist(("put", entry))
-        handles = self._handles[store.name.lower()]
-        await self._tell_properties(handles.values(), store)
+        await self._tell_properties(store)
         # A new partition count is reached by the namespace's scaler, as for queues.
         return entry
 

@@ -712,14 +712,38 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         return self.accessed_at + self._props.auto_delete_on_idle_s
 
     def counts(self) -> PartitionCounts:
+        """What this partition holds, with what its outbox carries to other partitions
+        (``raybus._core.migration``): taken out of its stores, those messages are counted here
+        until the target confirms, so an entity's counts do not drop while a partition change
+        moves them (they read 0 of 200 in one read of 25 during a scale-down from 4 to 1).
+        Between the target's ``adopt`` and this partition's ``finish`` they count twice; the
+        namespace reads counts only between the steps of a change, which hold both calls,
+        so that is seen only for a bundle resent in the background after a failed target."""
         self.tick()
+        active, dead, scheduled, size = self._in_transit() if self.outbox else (0, 0, 0, 0)
         return PartitionCounts(
-            active=len(self._main.messages) - self._scheduled_count,
-            dead_letter=len(self._dlq.messages),
-            scheduled=self._scheduled_count,
-            size_in_bytes=self._size,
+            active=len(self._main.messages) - self._scheduled_count + active,
+            dead_letter=len(self._dlq.messages) + dead,
+            scheduled=self._scheduled_count + scheduled,
+            size_in_bytes=self._size + size,
             accessed_at=self.accessed_at,
         )
+
+    def _in_transit(self) -> tuple[int, int, int, int]:
+        """(active, dead-lettered, scheduled, bytes) of the outbox's bundles."""
+        active = dead = scheduled = size = 0
+        for _target, bundle in self.outbox.values():
+            for store_id, row in bundle.records:
+                rec = MessageRecord(*row)
+                size += rec.size
+                if store_id != journal.MAIN:
+                    dead += 1
+                elif rec.state == SCHEDULED:
+                    scheduled += 1
+                else:
+                    active += 1
+            size += sum(len(state) for _sid, state, _at in bundle.sessions)
+        return active, dead, scheduled, size
 
     # ------------------------------------------------------------------ internals
 

@@ -435,3 +435,23 @@ def test_size_is_conserved_with_session_state_and_dead_letters(clock):
     assert a.counts().size_in_bytes == sum(r.size for r in all_records(a))
     state = len(b"state of s1")
     assert b.counts().size_in_bytes == sum(r.size for r in all_records(b)) + state
+
+
+def test_counts_keep_what_is_in_transit_at_the_source_until_it_is_confirmed(clock):
+    # A retiring partition with active, scheduled and dead-lettered messages and a session's
+    # state: between hand_over and finish the entity's counts must not drop.
+    a = part(clock, 0, ALL, **SESSION_QUEUE)
+    b = part(clock, 1, NONE, **SESSION_QUEUE)
+    _session_history(clock, a)
+    a.send([rec(message_id="no session")])  # dead-lettered: Session ID is null
+    held = counted(a)
+    assert held[0] > 0 and held[1] == 1 and held[2] == 1 and held[3] > 0
+
+    out, _ = migration.hand_over(a, {1: frozenset({slot_of("s1")})}, b.partition_id)
+    assert all_records(a) == []  # taken out of the stores: in the outbox only
+    assert counted(a) == held and counted(b) == (0, 0, 0, 0)
+
+    [(move_id, (_target, bundle))] = out.items()
+    migration.adopt(b, move_id, bundle)
+    migration.finish(a, move_id)
+    assert counted(a) == (0, 0, 0, 0) and counted(b) == held
