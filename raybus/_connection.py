@@ -286,15 +286,30 @@ class Connection:
 
         Returns (numbers per partition, numbers found nowhere (in ``state``, when given));
         those found nowhere are also given to the partition they name, which reports them.
+        A message a partition change moved is given to its new partition, which may be one
+        this route does not have yet: then ``MessagingEntityNotFoundError``, which
+        ``retrying`` answers with a fresh route.
         """
         by_partition: dict[int, list[int]] = {}
         parts = route.existing()
         missing: list[int] = []
         if len(parts) > 1 or state is not None:
-            found = await asyncio.gather(
-                *(_rpc.call(route.properties.name, h.locate, seqs, state) for _pid, h in parts)
-            )
-            where = {seq: pid for (pid, _h), held in zip(parts, found, strict=True) for seq in held}
+            name = route.properties.name
+            asks = (_rpc.call(name, h.locate, seqs, state) for _pid, h in parts)
+            found = await asyncio.gather(*asks)
+            where: dict[int, int] = {}
+            moved: dict[int, int] = {}
+            for (pid, _h), (held, gone) in zip(parts, found, strict=True):
+                where.update(dict.fromkeys(held, pid))
+                moved.update(gone)
+            for seq, target in moved.items():  # moved by a partition change (see the actor)
+                if seq in where:
+                    continue
+                if route.handle(target) is None:  # a partition this route predates
+                    raise MessagingEntityNotFoundError(
+                        f"partition {target} is not in this client's map yet", name
+                    )
+                where[seq] = target
         else:
             where = dict.fromkeys(seqs, parts[0][0])
         for seq in seqs:

@@ -18,6 +18,11 @@ map (``raybus._core.slots``) from a source partition to a target:
    logged with it), so the source may resend it after any failure.
 3. ``finish`` (source): the target confirmed; the outbox entry is dropped.
 
+A deferred or scheduled message is asked for by its sequence number, which the client looks up
+in every partition at once (``locate``). While its bundle is between source and target, and just
+after, it is in neither store; ``moved`` tells where it went (the target, with the move id while
+the move is on its way), so the source's ``locate`` can wait for the move and name the target.
+
 A message keeps its delivery count, times, state and properties; it gets a new sequence number
 in its new partition (as a scheduled message does when it turns active). A message locked by a
 receiver is never moved: a retiring partition keeps it until it is settled or its lock ends.
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +41,11 @@ from .partition import Partition
 from .record import ACTIVE, DEFERRED, SCHEDULED, MessageRecord
 from .slots import SLOTS, partition_key, slot_of
 
-__all__ = ["Bundle", "adopt", "finish", "hand_over", "is_empty"]
+__all__ = ["MOVED_OUT_KEEP_S", "Bundle", "adopt", "finish", "hand_over", "is_empty", "moved"]
+
+# How long a source remembers where a finished move took its deferred and scheduled messages:
+# a client's lookup in flight when the move finished needs it for one call; a minute is ample.
+MOVED_OUT_KEEP_S = 60.0
 
 
 @dataclass
@@ -197,9 +207,45 @@ def adopt(p: Partition, move_id: str, b: Bundle) -> bool:
 
 
 def finish(p: Partition, move_id: str) -> None:
-    """The target applied the move: forget it."""
-    if p.outbox.pop(move_id, None) is not None:
-        p._record(journal.OUTBOX_DONE, p._main, 0, move_id)
+    """The target applied the move: forget it, but remember for ``MOVED_OUT_KEEP_S`` where
+    its deferred and scheduled messages went (``moved``)."""
+    entry = p.outbox.pop(move_id, None)
+    if entry is None:
+        return
+    p._record(journal.OUTBOX_DONE, p._main, 0, move_id)
+    now = p._clock.now()
+    kept = p.moved_out
+    while kept and next(iter(kept.values()))[1] < now - MOVED_OUT_KEEP_S:
+        del kept[next(iter(kept))]
+    target, bundle = entry
+    for seq in _addressed(bundle):
+        kept[seq] = (target, now)
+
+
+def moved(p: Partition, sequence_numbers: Iterable[int]) -> dict[int, tuple[int, str | None]]:
+    """Where the deferred or scheduled messages of these numbers went, of those a partition
+    change moved from ``p``: number -> (target partition, the move's id while it is on its
+    way, None once the target has it). Numbers it never moved (or moved more than
+    ``MOVED_OUT_KEEP_S`` ago) are left out."""
+    wanted = {p.resolve(s): s for s in sequence_numbers}
+    out: dict[int, tuple[int, str | None]] = {}
+    for move_id, (target, bundle) in p.outbox.items():
+        for seq in _addressed(bundle):
+            if seq in wanted:
+                out[wanted[seq]] = (target, move_id)
+    for seq, asked in wanted.items():
+        done = p.moved_out.get(seq)
+        if done is not None and asked not in out:
+            out[asked] = (done[0], None)
+    return out
+
+
+def _addressed(bundle: Bundle) -> Iterator[int]:
+    """Numbers (at the source) of the bundle's messages that are asked for by number."""
+    for store_id, row in bundle.records:
+        rec = MessageRecord(*row)
+        if store_id == journal.MAIN and rec.state in (DEFERRED, SCHEDULED):
+            yield rec.sequence_number
 
 
 def is_empty(p: Partition) -> bool:

@@ -149,6 +149,9 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         self._adopted: set[str] = set()  # ids of moves applied here
         self._dedup_slots: dict[str, int] = {}  # message id -> slot, on partitioned entities
         self.outbox: dict[str, tuple[int, Any]] = {}  # moves not yet applied by their target
+        # Deferred and scheduled messages whose move finished: number here -> (target, when),
+        # oldest first, for ``migration.moved`` (in memory only; kept MOVED_OUT_KEEP_S).
+        self.moved_out: dict[int, tuple[int, float]] = {}
         # Transactions (raybus._core.transactions): prepared ones by id, the lock tokens they
         # pin (those locks neither expire nor settle outside the transaction), and the bytes
         # their sends reserve against the quota.

@@ -342,24 +342,36 @@ class ServiceBusSender:
         if isinstance(route, TopicRoute):
             await self._at_router(route, route.router.cancel_scheduled, seqs, timeout=timeout_s)
             return
-        by_partition, missing = await self._conn.locate(route, seqs, SCHEDULED)
+
+        await self._cancel_located(seqs, timeout_s, again=True)
+
+    async def _cancel_located(self, seqs: list[int], timeout_s: float | None, again: bool) -> None:
+        """Cancel ``seqs`` at the partitions that hold them. A message that activates between
+        the check and its cancellation makes its partition's share fail (all or none within a
+        partition); the others are cancelled. A share that a partition change moved between
+        the two is located again (``again``) and cancelled where it went."""
+
+        async def located() -> tuple[Route, tuple[dict[int, list[int]], list[int]]]:
+            # The cached route; a fresh one after ``retrying`` found it lacks a partition.
+            queue = await self._route()
+            return queue, await self._conn.locate(queue, seqs, SCHEDULED)
+
+        route, (by_partition, missing) = await self._conn.retrying(self.entity_path, located)
         if missing:  # checked in every partition before anything is cancelled
             raise MessageNotFoundError(
                 f"no scheduled message has sequence number(s) {missing}", self.entity_path, missing
             )
-        # A message that activates between the check and its cancellation makes its
-        # partition's share fail (all or none within a partition); the others are cancelled.
-        await asyncio.gather(
-            *(
-                _rpc.call(
-                    route.properties.name,
-                    route.partitions[pid].cancel_scheduled,
-                    ss,
-                    timeout=timeout_s,
-                )
-                for pid, ss in by_partition.items()
-            )
-        )
+
+        async def cancel(pid: int, share: list[int]) -> None:
+            method = route.partitions[pid].cancel_scheduled
+            try:
+                await _rpc.call(route.properties.name, method, share, timeout=timeout_s)
+            except MessageNotFoundError:
+                if not again or route.single:
+                    raise
+                await self._cancel_located(share, timeout_s, again=False)
+
+        await asyncio.gather(*(cancel(pid, share) for pid, share in by_partition.items()))
 
     async def _at_router(
         self, route: TopicRoute, method: Any, *args: Any, timeout: float | None

@@ -138,6 +138,18 @@ class SequenceReads:
                 timeout=timeout,
             )
             return await self._deferred_received(rows, kind)
+        try:
+            rows = await self._receive_deferred_located(seqs, timeout)
+        except MessageNotFoundError:
+            if (await self._conn.route(self.entity_path)).single:
+                raise
+            # Located, then moved by a partition change before the call reached it: located
+            # again, the partition that moved it names the one that has it now.
+            rows = await self._receive_deferred_located(seqs, timeout)
+        return await self._deferred_received(rows, kind)
+
+    async def _receive_deferred_located(self, seqs: list[int], timeout: Any) -> list[WireRecord]:
+        """``receive_deferred`` at the partitions holding ``seqs``, all or none."""
         by_partition = await self._conn.retrying(self.entity_path, lambda: self._locate(seqs))
         results = await asyncio.gather(
             *(
@@ -168,8 +180,7 @@ class SequenceReads:
                     missing,
                 )
             raise errors[0]
-        rows = [row for r in results if not isinstance(r, BaseException) for row in r]
-        return await self._deferred_received(rows, kind)
+        return [row for r in results if not isinstance(r, BaseException) for row in r]
 
     async def _deferred_received(
         self, rows: list[WireRecord], kind: str

@@ -455,3 +455,58 @@ def test_counts_keep_what_is_in_transit_at_the_source_until_it_is_confirmed(cloc
     migration.adopt(b, move_id, bundle)
     migration.finish(a, move_id)
     assert counted(a) == (0, 0, 0, 0) and counted(b) == held
+
+
+def test_the_source_tells_where_its_deferred_and_scheduled_messages_went(clock):
+    # A client looks a number up in every partition at once: while the bundle travels and
+    # just after, the source is the one that knows where it is (``migration.moved``).
+    a = part(clock, 0, ALL, **KEYED_QUEUE)
+    b = part(clock, 1, NONE, **KEYED_QUEUE)
+    d_seq, s_seq, active_seq = a.send(
+        [
+            rec(message_id="deferred", partition_key="k"),
+            rec(message_id="scheduled", partition_key="k", scheduled_enqueue_time=clock.now() + 60),
+            rec(message_id="active", partition_key="k"),
+        ]
+    )
+    [d] = a.receive(1)
+    settle_one(a, DEFER, d.lock_token)
+    asked = [d_seq, s_seq, active_seq, 12345]
+    assert migration.moved(a, asked) == {}
+
+    out, _ = migration.hand_over(a, {1: frozenset({slot_of("k")})}, None)
+    [(move_id, (_target, bundle))] = out.items()
+    # On its way: the target and the move, for the numbers asked by (never active ones).
+    assert migration.moved(a, asked) == {d_seq: (1, move_id), s_seq: (1, move_id)}
+    assert b.locate(asked) == []
+
+    migration.adopt(b, move_id, bundle)
+    migration.finish(a, move_id)
+    assert migration.moved(a, asked) == {d_seq: (1, None), s_seq: (1, None)}
+    assert b.locate(asked) == [d_seq, s_seq]
+
+    # Forgotten a while after the move ended, at the next move's end.
+    clock.advance(migration.MOVED_OUT_KEEP_S + 1)
+    assert migration.moved(a, asked) == {d_seq: (1, None), s_seq: (1, None)}
+    [other] = a.send([rec(message_id="other", partition_key="k2")])
+    [o] = a.receive(1)
+    settle_one(a, DEFER, o.lock_token)
+    out, _ = migration.hand_over(a, {1: frozenset({slot_of("k2")})}, None)
+    [(move_id2, (_target, bundle2))] = out.items()
+    migration.adopt(b, move_id2, bundle2)
+    migration.finish(a, move_id2)
+    assert migration.moved(a, [*asked, other]) == {other: (1, None)}
+
+
+def test_a_moved_in_message_asked_by_its_older_number_is_told_on_when_it_moves_again(clock):
+    a = part(clock, 0, ALL, **KEYED_QUEUE)
+    b = part(clock, 1, NONE, **KEYED_QUEUE)
+    c = part(clock, 2, NONE, **KEYED_QUEUE)
+    [seq] = a.send([rec(message_id="d", partition_key="k")])
+    [r] = a.receive(1)
+    settle_one(a, DEFER, r.lock_token)
+    move(a, b, {slot_of("k")})
+    move(b, c, {slot_of("k")})
+    assert migration.moved(a, [seq]) == {seq: (1, None)}
+    assert migration.moved(b, [seq]) == {seq: (2, None)}  # b knew it by an alias
+    assert c.locate([seq]) == [seq]
