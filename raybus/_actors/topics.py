@@ -382,6 +382,7 @@ class TopicOps:
         await self._configure_router(topic)
 
     async def _drop_subscription(self, entry: EntityEntry) -> None:
+        self._scaler.stop(entry.properties.name)  # its partition change, as a queue's
         await self._persist(("del", entry.properties.name))
         self._registry.delete(entry.properties.name)
         await self._kill_deleted(self._handles.pop(entry.properties.name.lower()).values())

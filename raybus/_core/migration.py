@@ -225,8 +225,8 @@ def finish(p: Partition, move_id: str) -> None:
 def moved(p: Partition, sequence_numbers: Iterable[int]) -> dict[int, tuple[int, str | None]]:
     """Where the deferred or scheduled messages of these numbers went, of those a partition
     change moved from ``p``: number -> (target partition, the move's id while it is on its
-    way, None once the target has it). Numbers it never moved (or moved more than
-    ``MOVED_OUT_KEEP_S`` ago) are left out."""
+    way, None once the target has it). Numbers it never moved are left out, and so are
+    those of a move that ended ``MOVED_OUT_KEEP_S`` before another move ended."""
     wanted = {p.resolve(s): s for s in sequence_numbers}
     out: dict[int, tuple[int, str | None]] = {}
     for move_id, (target, bundle) in p.outbox.items():
