@@ -211,3 +211,38 @@ def test_only_the_failed_share_of_a_send_across_partitions_is_repeated(
         assert len(set(calls)) == 2, "the list did not span both partitions"
         assert sorted(calls.count(a) for a in set(calls)) == [1, 2]  # the failed share again
         assert _drain(client, "split") == bodies
+
+
+@pytest.mark.parametrize("retry_total", [2, 0])
+def test_a_receive_waiting_when_its_partition_dies_is_repeated_by_the_policy(
+    namespace: str, admin: ServiceBusAdministrationClient, retry_total: int
+) -> None:
+    """A receive waiting at an empty queue's partition when the partition's process dies
+    fails in flight (Ray: ``ActorUnavailableError``; the client: ``ServiceBusConnectionError``).
+    It took nothing, so the policy repeats it, and the repeat waits at the successor for the
+    message sent there. With ``retry_total=0`` the receive raises."""
+    admin.create_queue("w")
+
+    async def scenario(client: aio.ServiceBusClient, handle: Any) -> list[str]:
+        async with client.get_queue_receiver("w") as receiver:
+            await receiver.peek_messages()  # the route and the lane are set up
+            waiting = asyncio.ensure_future(receiver.receive_messages(max_wait_time=20))
+            await asyncio.sleep(0.5)  # the receive waits at the partition
+            assert not waiting.done()
+            before = await asyncio.to_thread(lane_address, handle)
+            ray.kill(handle, no_restart=False)
+            await asyncio.to_thread(wait_for_successor, handle, before)
+            async with client.get_queue_sender("w") as sender:
+                await sender.send_messages(ServiceBusMessage("after the restart"))
+            got = await waiting
+            await receiver.complete_messages(got)
+            return [str(m) for m in got]
+
+    client = aio.ServiceBusClient(namespace, retry_total=retry_total, retry_backoff_factor=0.5)
+    with raybus.ServiceBusClient(namespace) as sync:
+        handle = _partition(sync, "w")
+        if retry_total:
+            assert raybus._sync.run(scenario(client, handle)) == ["after the restart"]
+        else:
+            with pytest.raises(ServiceBusConnectionError):
+                raybus._sync.run(scenario(client, handle))
