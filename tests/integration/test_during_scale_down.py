@@ -60,6 +60,22 @@ async def _during_scale_down(
     return [*wrong, "the scale-down did not end"]
 
 
+async def _send_spread(sender: aio.ServiceBusSender) -> None:
+    """N messages in lists of 10: the unkeyed lists spread over the partitions."""
+    for i in range(0, N, 10):
+        await sender.send_messages([ServiceBusMessage(f"m{i + j}") for j in range(10)])
+
+
+def _each_round(rounds: int, one_round: Callable[[], Awaitable[list[str]]]) -> None:
+    """Run ``one_round`` (a fresh entity each) ``rounds`` times; nothing may go wrong."""
+
+    async def main() -> list[str]:
+        return [wrong for _ in range(rounds) for wrong in await one_round()]
+
+    wrong = asyncio.run(main())
+    assert wrong == [], "\n".join(wrong)
+
+
 def test_queue_settings_and_counts_while_partitions_retire(
     aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient
 ) -> None:
@@ -68,9 +84,8 @@ def test_queue_settings_and_counts_while_partitions_retire(
         await aadmin.create_queue(name, partition_count=4)
 
         async def send() -> None:
-            async with aclient.get_queue_sender(name) as sender:  # spread over the partitions
-                for i in range(0, N, 10):
-                    await sender.send_messages([ServiceBusMessage(f"m{i + j}") for j in range(10)])
+            async with aclient.get_queue_sender(name) as sender:
+                await _send_spread(sender)
 
         async def scale_down() -> None:
             await aadmin.update_queue(await aadmin.get_queue(name), partition_count=1)
@@ -90,11 +105,7 @@ def test_queue_settings_and_counts_while_partitions_retire(
         finally:
             await aadmin.delete_queue(name)
 
-    async def main() -> list[str]:
-        return [w for _ in range(3) for w in await one_round()]
-
-    wrong = asyncio.run(main())
-    assert wrong == [], "\n".join(wrong)
+    _each_round(3, one_round)
 
 
 def test_subscription_settings_and_counts_while_partitions_retire(
@@ -107,10 +118,12 @@ def test_subscription_settings_and_counts_while_partitions_retire(
 
         async def send() -> None:
             async with aclient.get_topic_sender(topic) as sender:
-                for i in range(0, N, 10):
-                    await sender.send_messages([ServiceBusMessage(f"m{i + j}") for j in range(10)])
+                await _send_spread(sender)
+
+        held: list[int] = []  # the topic's size before the change (its subscription's)
 
         async def scale_down() -> None:
+            held.append((await aadmin.get_topic_runtime_properties(topic)).size_in_bytes)
             sub = await aadmin.get_subscription(topic, "s")
             await aadmin.update_subscription(topic, sub, partition_count=1)
 
@@ -120,9 +133,9 @@ def test_subscription_settings_and_counts_while_partitions_retire(
 
         async def active() -> int:
             runtime = await aadmin.get_subscription_runtime_properties(topic, "s")
-            topic_size = (await aadmin.get_topic_runtime_properties(topic)).size_in_bytes
-            if topic_size <= 0:
-                raise AssertionError(f"topic size {topic_size} with {N} messages held")
+            size = (await aadmin.get_topic_runtime_properties(topic)).size_in_bytes
+            if size != held[0] or size <= 0:
+                raise AssertionError(f"topic size {size}, not {held[0]}")
             return runtime.active_message_count
 
         async def settled() -> int:
@@ -133,11 +146,7 @@ def test_subscription_settings_and_counts_while_partitions_retire(
         finally:
             await aadmin.delete_topic(topic)
 
-    async def main() -> list[str]:
-        return [w for _ in range(2) for w in await one_round()]
-
-    wrong = asyncio.run(main())
-    assert wrong == [], "\n".join(wrong)
+    _each_round(2, one_round)
 
 
 def test_deferred_and_scheduled_messages_are_found_by_number_while_they_move(
@@ -149,8 +158,7 @@ def test_deferred_and_scheduled_messages_are_found_by_number_while_they_move(
         wrong: list[str] = []
         try:
             async with aclient.get_queue_sender(name) as sender:
-                for i in range(0, N, 10):
-                    await sender.send_messages([ServiceBusMessage(f"m{i + j}") for j in range(10)])
+                await _send_spread(sender)
                 later = datetime.now(UTC) + timedelta(hours=1)
                 scheduled = []
                 for i in range(0, N // 2, 10):
@@ -185,8 +193,4 @@ def test_deferred_and_scheduled_messages_are_found_by_number_while_they_move(
             await aadmin.delete_queue(name)
         return wrong
 
-    async def main() -> list[str]:
-        return [w for _ in range(3) for w in await one_round()]
-
-    wrong = asyncio.run(main())
-    assert wrong == [], "\n".join(wrong)
+    _each_round(3, one_round)

@@ -417,6 +417,9 @@ def test_a_message_moved_twice_is_still_found_by_its_original_number(clock):
     assert b.locate([seq]) == [seq]
     move(b, c, {slot_of("k")})
     assert ids_of(c.peek(0, EVERYTHING)) == ["d"]
+    # Each source tells where it went (``migration.moved``); b knew it by an alias.
+    assert migration.moved(a, [seq]) == {seq: (1, None)}
+    assert migration.moved(b, [seq]) == {seq: (2, None)}
 
     assert c.locate([seq]) == [seq], "the deferred message is lost to its original number"
     [got] = c.receive_deferred([seq])
@@ -496,17 +499,3 @@ def test_the_source_tells_where_its_deferred_and_scheduled_messages_went(clock):
     migration.adopt(b, move_id2, bundle2)
     migration.finish(a, move_id2)
     assert migration.moved(a, [*asked, other]) == {other: (1, None)}
-
-
-def test_a_moved_in_message_asked_by_its_older_number_is_told_on_when_it_moves_again(clock):
-    a = part(clock, 0, ALL, **KEYED_QUEUE)
-    b = part(clock, 1, NONE, **KEYED_QUEUE)
-    c = part(clock, 2, NONE, **KEYED_QUEUE)
-    [seq] = a.send([rec(message_id="d", partition_key="k")])
-    [r] = a.receive(1)
-    settle_one(a, DEFER, r.lock_token)
-    move(a, b, {slot_of("k")})
-    move(b, c, {slot_of("k")})
-    assert migration.moved(a, [seq]) == {seq: (1, None)}
-    assert migration.moved(b, [seq]) == {seq: (2, None)}  # b knew it by an alias
-    assert c.locate([seq]) == [seq]
