@@ -707,6 +707,12 @@ class PartitionActor(Guarded):
                 return held, {s: t for s, (t, move_id) in where.items() if move_id is None}
             await asyncio.sleep(MOVE_POLL_S)
 
+    @guarded(LISTEN, lane=True)
+    async def moving(self) -> bool:
+        """Whether a partition change moves messages out of here, or did a moment ago
+        (``migration.moving``): ``peek_partitioned`` then peeks again."""
+        return migration.moving(self._core)
+
     # -------------------------------------------------------------- partition changes
 
     @guarded(INTERNAL)

@@ -41,11 +41,25 @@ from .partition import Partition
 from .record import ACTIVE, DEFERRED, SCHEDULED, MessageRecord
 from .slots import SLOTS, partition_key, slot_of
 
-__all__ = ["MOVED_OUT_KEEP_S", "Bundle", "adopt", "finish", "hand_over", "is_empty", "moved"]
+__all__ = [
+    "MOVED_OUT_KEEP_S",
+    "RECENT_MOVE_S",
+    "Bundle",
+    "adopt",
+    "finish",
+    "hand_over",
+    "is_empty",
+    "moved",
+    "moving",
+]
 
 # How long a source remembers where a finished move took its deferred and scheduled messages:
 # a client's lookup in flight when the move finished needs it for one call; a minute is ample.
 MOVED_OUT_KEEP_S = 60.0
+
+# How long after a move out of a partition ``moving`` still says so: longer than any peek
+# across the partitions that the move could have overlapped.
+RECENT_MOVE_S = 5.0
 
 
 @dataclass
@@ -214,6 +228,7 @@ def finish(p: Partition, move_id: str) -> None:
         return
     p._record(journal.OUTBOX_DONE, p._main, 0, move_id)
     now = p._clock.now()
+    p.last_move_end = now
     kept = p.moved_out
     while kept and next(iter(kept.values()))[1] < now - MOVED_OUT_KEEP_S:
         del kept[next(iter(kept))]
@@ -238,6 +253,13 @@ def moved(p: Partition, sequence_numbers: Iterable[int]) -> dict[int, tuple[int,
         if done is not None and asked not in out:
             out[asked] = (done[0], None)
     return out
+
+
+def moving(p: Partition) -> bool:
+    """Whether messages are on their way out of ``p``, or were less than ``RECENT_MOVE_S``
+    ago: a peek across the partitions answered meanwhile may have missed them (in neither
+    store while they travel)."""
+    return bool(p.outbox) or p._clock.now() - p.last_move_end < RECENT_MOVE_S
 
 
 def _addressed(bundle: Bundle) -> Iterator[int]:

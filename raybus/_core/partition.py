@@ -152,6 +152,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         # Deferred and scheduled messages whose move finished: number here -> (target, when),
         # oldest first, for ``migration.moved`` (in memory only; kept MOVED_OUT_KEEP_S).
         self.moved_out: dict[int, tuple[int, float]] = {}
+        self.last_move_end = float("-inf")  # when the last move out of here was confirmed
         # Transactions (raybus._core.transactions): prepared ones by id, the lock tokens they
         # pin (those locks neither expire nor settle outside the transaction), and the bytes
         # their sends reserve against the quota.

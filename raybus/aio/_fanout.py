@@ -300,6 +300,22 @@ async def receive_single(
             return rows
 
 
+# A peek across partitions that a partition change overlapped is made again (up to this many
+# times, this long apart): a moved bundle is in neither partition while it travels, and a peek
+# during a scale-down from 4 partitions to 1 missed 50-150 of 200 messages in 34 of 519 reads.
+# Asking costs a peek of 10 over 4 partitions 0.3 ms (0.95 against 0.62 ms median, over the
+# lanes; 3.8 ms as Ray calls).
+PEEK_AGAIN = 3
+PEEK_PAUSE_S = 0.05
+
+
+async def _moving(route: Route, parts: list[tuple[int, Any]]) -> bool:
+    """Whether any of ``parts`` moves messages out, or did a moment ago (asked after the
+    peek's answers, so a move that overlapped the peek is seen)."""
+    name = route.properties.name
+    return any(await asyncio.gather(*(_rpc.call(name, h.moving) for _pid, h in parts)))
+
+
 async def peek_partitioned(
     receiver: SequenceReads, count: int, sequence_number: int, timeout: Any
 ) -> list[ServiceBusReceivedMessage]:
@@ -312,13 +328,17 @@ async def peek_partitioned(
             return []
         return await receiver._peek_call(sequence_number, count, pid, timeout)
     parts = route.existing()
-    # Each partition may answer all of count: each call sizes its pieces for that.
-    results = await asyncio.gather(
-        *(
-            receiver._peek_call(receiver._peek_cursors.get(pid, pid << 48), count, pid, timeout)
-            for pid, _h in parts
+    for again in range(PEEK_AGAIN + 1):
+        # Each partition may answer all of count: each call sizes its pieces for that.
+        results = await asyncio.gather(
+            *(
+                receiver._peek_call(receiver._peek_cursors.get(pid, pid << 48), count, pid, timeout)
+                for pid, _h in parts
+            )
         )
-    )
+        if len(parts) == 1 or again == PEEK_AGAIN or not await _moving(route, parts):
+            break
+        await asyncio.sleep(PEEK_PAUSE_S)
     merged = [m for peeked in results for m in peeked]
     merged.sort(key=lambda m: (m._record.enqueued_time, m.sequence_number))
     return merged[:count]

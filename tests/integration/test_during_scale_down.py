@@ -9,6 +9,8 @@ messages and removes retiring partitions.
 * A source partition tells where it moved a deferred or scheduled message, once the target
   has it (``PartitionActor.locate``). Before, ``receive_deferred_messages`` raised
   ``MessageNotFoundError`` for 1 or 2 of 200 deferred messages in every round.
+* A peek across the partitions is made again when a move overlapped it
+  (``raybus.aio._fanout.peek_partitioned``). Before, 34 of 519 peeks missed 50-150 of 200.
 """
 
 from __future__ import annotations
@@ -189,6 +191,33 @@ def test_deferred_and_scheduled_messages_are_found_by_number_while_they_move(
                 wrong.append(f"left: {runtime}")
             if partitions != 1:
                 wrong.append(f"{partitions} partitions at the end")
+        finally:
+            await aadmin.delete_queue(name)
+        return wrong
+
+    _each_round(3, one_round)
+
+
+def test_a_peek_across_the_partitions_sees_every_message_while_they_move(
+    aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient
+) -> None:
+    async def one_round() -> list[str]:
+        name = f"retire-{uuid.uuid4().hex[:8]}"
+        await aadmin.create_queue(name, partition_count=4)
+        wrong: list[str] = []
+        try:
+            async with aclient.get_queue_sender(name) as sender:
+                await _send_spread(sender)
+            await aadmin.update_queue(await aadmin.get_queue(name), partition_count=1)
+            done = asyncio.ensure_future(aadmin.wait_for_partitions(name))
+            reads = after = 0
+            while after < 5:
+                after += done.done()
+                async with aclient.get_queue_receiver(name) as receiver:  # peeks from the start
+                    bodies = sorted(str(m) for m in await receiver.peek_messages(2 * N))
+                reads += 1
+                if bodies != sorted(f"m{i}" for i in range(N)):
+                    wrong.append(f"read {reads}: {len(set(bodies))} of {N} messages")
         finally:
             await aadmin.delete_queue(name)
         return wrong

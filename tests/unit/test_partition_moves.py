@@ -499,3 +499,21 @@ def test_the_source_tells_where_its_deferred_and_scheduled_messages_went(clock):
     migration.adopt(b, move_id2, bundle2)
     migration.finish(a, move_id2)
     assert migration.moved(a, [*asked, other]) == {other: (1, None)}
+
+
+def test_a_source_says_it_is_moving_while_a_move_travels_and_a_moment_after(clock):
+    a = part(clock, 0, ALL, **KEYED_QUEUE)
+    b = part(clock, 1, NONE, **KEYED_QUEUE)
+    a.send([rec(message_id="m", partition_key="k")])
+    assert not migration.moving(a)
+    out, _ = migration.hand_over(a, {1: frozenset({slot_of("k")})}, None)
+    assert migration.moving(a) and not migration.moving(b)
+    clock.advance(migration.RECENT_MOVE_S * 2)  # on its way however long it takes
+    assert migration.moving(a)
+    [(move_id, (_target, bundle))] = out.items()
+    migration.adopt(b, move_id, bundle)
+    migration.finish(a, move_id)
+    clock.advance(migration.RECENT_MOVE_S - 0.1)
+    assert migration.moving(a) and not migration.moving(b)
+    clock.advance(0.2)
+    assert not migration.moving(a)
