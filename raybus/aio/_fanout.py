@@ -311,9 +311,14 @@ PEEK_PAUSE_S = 0.05
 
 async def _moving(route: Route, parts: list[tuple[int, Any]]) -> bool:
     """Whether any of ``parts`` moves messages out, or did a moment ago (asked after the
-    peek's answers, so a move that overlapped the peek is seen)."""
+    peek's answers, so a move that overlapped the peek is seen). A partition that fails to
+    answer (restarting, or removed) counts as moving: the peek is made again, with the
+    client's retry policy, and raises what it meets."""
     name = route.properties.name
-    return any(await asyncio.gather(*(_rpc.call(name, h.moving) for _pid, h in parts)))
+    answers = await asyncio.gather(
+        *(_rpc.call(name, h.moving) for _pid, h in parts), return_exceptions=True
+    )
+    return any(a is not False for a in answers)
 
 
 async def peek_partitioned(
