@@ -699,13 +699,14 @@ class PartitionActor(Guarded):
             return held, {}
         kept = set(held)
         rest = [s for s in sequence_numbers if s not in kept]
-        deadline = time.monotonic() + MOVE_WAIT_S
-        while True:
+        where = migration.moved(core, rest)
+        travelling = {move_id for _target, move_id in where.values() if move_id is not None}
+        if travelling:  # wait for those moves to leave the outbox, then ask once more
+            deadline = time.monotonic() + MOVE_WAIT_S
+            while travelling & core.outbox.keys() and time.monotonic() < deadline:
+                await asyncio.sleep(MOVE_POLL_S)
             where = migration.moved(core, rest)
-            on_the_way = any(move_id is not None for _target, move_id in where.values())
-            if not on_the_way or time.monotonic() >= deadline:
-                return held, {s: t for s, (t, move_id) in where.items() if move_id is None}
-            await asyncio.sleep(MOVE_POLL_S)
+        return held, {s: t for s, (t, move_id) in where.items() if move_id is None}
 
     @guarded(LISTEN, lane=True)
     async def moving(self) -> bool:

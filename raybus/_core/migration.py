@@ -73,6 +73,32 @@ class Bundle:
     # Earlier numbers of moved records (moved before): number at the source -> older numbers.
     aliases: dict[int, list[int]] = field(default_factory=dict)
 
+    def tally(self) -> tuple[int, int, int, int]:
+        """(active, dead-lettered, scheduled, bytes) of what it carries, session states
+        included in the bytes (``Partition.counts`` of a source)."""
+        active = dead = scheduled = size = 0
+        for store_id, rec in self._messages():
+            size += rec.size
+            if store_id != journal.MAIN:
+                dead += 1
+            elif rec.state == SCHEDULED:
+                scheduled += 1
+            else:
+                active += 1
+        size += sum(len(state) for _sid, state, _at in self.sessions)
+        return active, dead, scheduled, size
+
+    def addressed(self) -> Iterator[int]:
+        """Numbers (at the source) of its messages that are asked for by number: the
+        deferred and scheduled ones of the main store."""
+        for store_id, rec in self._messages():
+            if store_id == journal.MAIN and rec.state in (DEFERRED, SCHEDULED):
+                yield rec.sequence_number
+
+    def _messages(self) -> Iterator[tuple[int, MessageRecord]]:
+        for store_id, row in self.records:
+            yield store_id, MessageRecord(*row)
+
 
 def hand_over(
     p: Partition, moves: dict[int, frozenset[int]], spill: int | None
@@ -233,7 +259,7 @@ def finish(p: Partition, move_id: str) -> None:
     while kept and next(iter(kept.values()))[1] < now - MOVED_OUT_KEEP_S:
         del kept[next(iter(kept))]
     target, bundle = entry
-    for seq in _addressed(bundle):
+    for seq in bundle.addressed():
         kept[seq] = (target, now)
 
 
@@ -245,7 +271,7 @@ def moved(p: Partition, sequence_numbers: Iterable[int]) -> dict[int, tuple[int,
     wanted = {p.resolve(s): s for s in sequence_numbers}
     out: dict[int, tuple[int, str | None]] = {}
     for move_id, (target, bundle) in p.outbox.items():
-        for seq in _addressed(bundle):
+        for seq in bundle.addressed():
             if seq in wanted:
                 out[wanted[seq]] = (target, move_id)
     for seq, asked in wanted.items():
@@ -260,14 +286,6 @@ def moving(p: Partition) -> bool:
     ago: a peek across the partitions answered meanwhile may have missed them (in neither
     store while they travel)."""
     return bool(p.outbox) or p._clock.now() - p.last_move_end < RECENT_MOVE_S
-
-
-def _addressed(bundle: Bundle) -> Iterator[int]:
-    """Numbers (at the source) of the bundle's messages that are asked for by number."""
-    for store_id, row in bundle.records:
-        rec = MessageRecord(*row)
-        if store_id == journal.MAIN and rec.state in (DEFERRED, SCHEDULED):
-            yield rec.sequence_number
 
 
 def is_empty(p: Partition) -> bool:

@@ -724,7 +724,10 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         namespace reads counts only between the steps of a change, which hold both calls,
         so that is seen only for a bundle resent in the background after a failed target."""
         self.tick()
-        active, dead, scheduled, size = self._in_transit() if self.outbox else (0, 0, 0, 0)
+        active = dead = scheduled = size = 0
+        for _target, bundle in self.outbox.values():
+            a, d, s, b = bundle.tally()
+            active, dead, scheduled, size = active + a, dead + d, scheduled + s, size + b
         return PartitionCounts(
             active=len(self._main.messages) - self._scheduled_count + active,
             dead_letter=len(self._dlq.messages) + dead,
@@ -732,22 +735,6 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
             size_in_bytes=self._size + size,
             accessed_at=self.accessed_at,
         )
-
-    def _in_transit(self) -> tuple[int, int, int, int]:
-        """(active, dead-lettered, scheduled, bytes) of the outbox's bundles."""
-        active = dead = scheduled = size = 0
-        for _target, bundle in self.outbox.values():
-            for store_id, row in bundle.records:
-                rec = MessageRecord(*row)
-                size += rec.size
-                if store_id != journal.MAIN:
-                    dead += 1
-                elif rec.state == SCHEDULED:
-                    scheduled += 1
-                else:
-                    active += 1
-            size += sum(len(state) for _sid, state, _at in bundle.sessions)
-        return active, dead, scheduled, size
 
     # ------------------------------------------------------------------ internals
 

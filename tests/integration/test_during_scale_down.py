@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -68,6 +69,23 @@ async def _send_spread(sender: aio.ServiceBusSender) -> None:
         await sender.send_messages([ServiceBusMessage(f"m{i + j}") for j in range(10)])
 
 
+@asynccontextmanager
+async def _queue(aadmin: aio.ServiceBusAdministrationClient) -> AsyncIterator[str]:
+    """A fresh queue of 4 partitions (its name), deleted afterwards."""
+    name = f"retire-{uuid.uuid4().hex[:8]}"
+    await aadmin.create_queue(name, partition_count=4)
+    try:
+        yield name
+    finally:
+        await aadmin.delete_queue(name)
+
+
+async def _scale_down(aadmin: aio.ServiceBusAdministrationClient, name: str) -> asyncio.Task[int]:
+    """Start the queue's change to 1 partition; a task that ends with it (its partitions)."""
+    await aadmin.update_queue(await aadmin.get_queue(name), partition_count=1)
+    return asyncio.ensure_future(aadmin.wait_for_partitions(name))
+
+
 def _each_round(rounds: int, one_round: Callable[[], Awaitable[list[str]]]) -> None:
     """Run ``one_round`` (a fresh entity each) ``rounds`` times; nothing may go wrong."""
 
@@ -82,30 +100,26 @@ def test_queue_settings_and_counts_while_partitions_retire(
     aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient
 ) -> None:
     async def one_round() -> list[str]:
-        name = f"retire-{uuid.uuid4().hex[:8]}"
-        await aadmin.create_queue(name, partition_count=4)
+        async with _queue(aadmin) as name:
 
-        async def send() -> None:
-            async with aclient.get_queue_sender(name) as sender:
-                await _send_spread(sender)
+            async def send() -> None:
+                async with aclient.get_queue_sender(name) as sender:
+                    await _send_spread(sender)
 
-        async def scale_down() -> None:
-            await aadmin.update_queue(await aadmin.get_queue(name), partition_count=1)
+            async def scale_down() -> None:
+                await aadmin.update_queue(await aadmin.get_queue(name), partition_count=1)
 
-        async def change(i: int) -> None:
-            props = await aadmin.get_queue(name)
-            await aadmin.update_queue(props, max_delivery_count=5 + i % 3)
+            async def change(i: int) -> None:
+                props = await aadmin.get_queue(name)
+                await aadmin.update_queue(props, max_delivery_count=5 + i % 3)
 
-        async def active() -> int:
-            return (await aadmin.get_queue_runtime_properties(name)).active_message_count
+            async def active() -> int:
+                return (await aadmin.get_queue_runtime_properties(name)).active_message_count
 
-        async def settled() -> int:
-            return await aadmin.wait_for_partitions(name)
+            async def settled() -> int:
+                return await aadmin.wait_for_partitions(name)
 
-        try:
             return await _during_scale_down(send, scale_down, change, active, settled)
-        finally:
-            await aadmin.delete_queue(name)
 
     _each_round(3, one_round)
 
@@ -155,10 +169,8 @@ def test_deferred_and_scheduled_messages_are_found_by_number_while_they_move(
     aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient
 ) -> None:
     async def one_round() -> list[str]:
-        name = f"retire-{uuid.uuid4().hex[:8]}"
-        await aadmin.create_queue(name, partition_count=4)
         wrong: list[str] = []
-        try:
+        async with _queue(aadmin) as name:
             async with aclient.get_queue_sender(name) as sender:
                 await _send_spread(sender)
                 later = datetime.now(UTC) + timedelta(hours=1)
@@ -172,8 +184,7 @@ def test_deferred_and_scheduled_messages_are_found_by_number_while_they_move(
                         for msg in await receiver.receive_messages(50, max_wait_time=2):
                             await receiver.defer_message(msg)
                             deferred.append(msg.sequence_number)
-                    await aadmin.update_queue(await aadmin.get_queue(name), partition_count=1)
-                    done = asyncio.ensure_future(aadmin.wait_for_partitions(name))
+                    done = await _scale_down(aadmin, name)
                     for i, seq in enumerate(deferred):
                         try:
                             [msg] = await receiver.receive_deferred_messages([seq])
@@ -191,8 +202,6 @@ def test_deferred_and_scheduled_messages_are_found_by_number_while_they_move(
                 wrong.append(f"left: {runtime}")
             if partitions != 1:
                 wrong.append(f"{partitions} partitions at the end")
-        finally:
-            await aadmin.delete_queue(name)
         return wrong
 
     _each_round(3, one_round)
@@ -202,14 +211,11 @@ def test_a_peek_across_the_partitions_sees_every_message_while_they_move(
     aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient
 ) -> None:
     async def one_round() -> list[str]:
-        name = f"retire-{uuid.uuid4().hex[:8]}"
-        await aadmin.create_queue(name, partition_count=4)
         wrong: list[str] = []
-        try:
+        async with _queue(aadmin) as name:
             async with aclient.get_queue_sender(name) as sender:
                 await _send_spread(sender)
-            await aadmin.update_queue(await aadmin.get_queue(name), partition_count=1)
-            done = asyncio.ensure_future(aadmin.wait_for_partitions(name))
+            done = await _scale_down(aadmin, name)
             reads = after = 0
             while after < 5:
                 after += done.done()
@@ -218,8 +224,6 @@ def test_a_peek_across_the_partitions_sees_every_message_while_they_move(
                 reads += 1
                 if bodies != sorted(f"m{i}" for i in range(N)):
                     wrong.append(f"read {reads}: {len(set(bodies))} of {N} messages")
-        finally:
-            await aadmin.delete_queue(name)
         return wrong
 
     _each_round(3, one_round)
