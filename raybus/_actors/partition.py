@@ -454,16 +454,24 @@ class PartitionActor(Guarded):
         dead_letter: bool,
         session_id: str | None = None,
         pieces: int = 1,
-    ) -> list[WireRecord] | tuple[list[WireRecord], ...]:
+        moving: bool = False,
+    ) -> list[WireRecord] | tuple[Any, ...]:
         """Up to ``max_count`` messages from ``from_sequence_number`` on, locking nothing, in
         ``pieces`` values as ``receive`` returns them (a peek of 100 messages of 1 KiB is
-        over what Ray carries inside the call)."""
+        over what Ray carries inside the call).
+
+        With ``moving``, one value more, last: whether a partition change moves messages out
+        of here or did a moment ago (``migration.moving``), read with the peek in one step of
+        the loop; ``peek_partitioned`` then peeks again. Messages on their way out are in no
+        partition's peek, so the source's word is what tells."""
         core = await self._read_core()
         peeked = core.peek(
             from_sequence_number, max_count, dead_letter=dead_letter, session_id=session_id
         )
         rows = to_wire(peeked)
-        return _in_pieces(rows, pieces)
+        if not moving:
+            return _in_pieces(rows, pieces)
+        return (*split_rows(rows, pieces), migration.moving(core))
 
     # -------------------------------------------------------------- sessions
 
@@ -707,12 +715,6 @@ class PartitionActor(Guarded):
                 await asyncio.sleep(MOVE_POLL_S)
             where = migration.moved(core, rest)
         return held, {s: t for s, (t, move_id) in where.items() if move_id is None}
-
-    @guarded(LISTEN, lane=True)
-    async def moving(self) -> bool:
-        """Whether a partition change moves messages out of here, or did a moment ago
-        (``migration.moving``): ``peek_partitioned`` then peeks again."""
-        return migration.moving(self._core)
 
     # -------------------------------------------------------------- partition changes
 

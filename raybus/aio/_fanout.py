@@ -303,22 +303,9 @@ async def receive_single(
 # A peek across partitions that a partition change overlapped is made again (up to this many
 # times, this long apart): a moved bundle is in neither partition while it travels, and a peek
 # during a scale-down from 4 partitions to 1 missed 50-150 of 200 messages in 34 of 519 reads.
-# Asking costs a peek of 10 over 4 partitions 0.3 ms (0.95 against 0.62 ms median, over the
-# lanes; 3.8 ms as Ray calls).
+# Each partition tells whether it moved messages out in its peek's answer (one value more).
 PEEK_AGAIN = 3
 PEEK_PAUSE_S = 0.05
-
-
-async def _moving(route: Route, parts: list[tuple[int, Any]]) -> bool:
-    """Whether any of ``parts`` moves messages out, or did a moment ago (asked after the
-    peek's answers, so a move that overlapped the peek is seen). A partition that fails to
-    answer (restarting, or removed) counts as moving: the peek is made again, with the
-    client's retry policy, and raises what it meets."""
-    name = route.properties.name
-    answers = await asyncio.gather(
-        *(_rpc.call(name, h.moving) for _pid, h in parts), return_exceptions=True
-    )
-    return any(a is not False for a in answers)
 
 
 async def peek_partitioned(
@@ -335,15 +322,16 @@ async def peek_partitioned(
     parts = route.existing()
     for again in range(PEEK_AGAIN + 1):
         # Each partition may answer all of count: each call sizes its pieces for that.
+        cursors = receiver._peek_cursors
         results = await asyncio.gather(
             *(
-                receiver._peek_call(receiver._peek_cursors.get(pid, pid << 48), count, pid, timeout)
+                receiver._peek_moving(cursors.get(pid, pid << 48), count, pid, timeout)
                 for pid, _h in parts
             )
         )
-        if len(parts) == 1 or again == PEEK_AGAIN or not await _moving(route, parts):
+        if not any(moving for _peeked, moving in results) or again == PEEK_AGAIN:
             break
         await asyncio.sleep(PEEK_PAUSE_S)
-    merged = [m for peeked in results for m in peeked]
+    merged = [m for peeked, _moving in results for m in peeked]
     merged.sort(key=lambda m: (m._record.enqueued_time, m.sequence_number))
     return merged[:count]

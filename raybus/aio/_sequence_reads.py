@@ -58,6 +58,17 @@ class SequenceReads:
             self, method_name: str, *args: Any, partition: int = 0, timeout: Any = None
         ) -> list[WireRecord]: ...
 
+        async def _call(
+            self,
+            method_name: str,
+            *args: Any,
+            partition: int = 0,
+            timeout: Any = None,
+            returns: int = 1,
+        ) -> Any: ...
+
+        def _rows(self, result: Any, pieces: int) -> list[WireRecord]: ...
+
         def _pieces(self, count: int) -> int: ...
 
         def _session_args(self) -> tuple[Any, ...]: ...
@@ -219,3 +230,24 @@ class SequenceReads:
             timeout=timeout,
         )
         return self._wrap(rows, "peeked")
+
+    async def _peek_moving(
+        self, start: int, count: int, pid: int, timeout: Any
+    ) -> tuple[list[ServiceBusReceivedMessage], bool]:
+        """``_peek_call`` of one partition of several, and whether that partition moves
+        messages out or did a moment ago, told in the same call (``peek_partitioned``)."""
+        pieces = self._pieces(count)
+        *values, moving = await self._call(
+            "peek",
+            start,
+            count,
+            self._dead_letter,
+            None,
+            pieces,
+            True,
+            partition=pid,
+            timeout=timeout,
+            returns=pieces + 1,
+        )
+        rows = self._rows(values if pieces > 1 else values[0], pieces)
+        return self._wrap(rows, "peeked"), bool(moving)
