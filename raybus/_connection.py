@@ -31,6 +31,7 @@ from ._retry import RetryPolicy
 from .auth import CredentialLike, as_credential, resource_path
 from .exceptions import (
     InvalidArgumentError,
+    MessagesMovedError,
     MessagingEntityNotFoundError,
     ServiceBusCommunicationError,
     ServiceBusError,
@@ -120,6 +121,9 @@ def resolve_storage_path(storage_path: str | None) -> str | None:
 # changed: receivers must learn of new partitions even if no send is ever redirected).
 ROUTE_TTL_S = 1.0
 ROUTE_RETRIES = 5
+# A deferred or scheduled message that a partition change moves between a client's lookup and
+# its call is followed to where it went, up to this many times (``Connection.follow_moves``).
+MOVE_HOPS = 3
 T = TypeVar("T")
 
 
@@ -344,6 +348,43 @@ class Connection:
                 if attempt == ROUTE_RETRIES - 1 or not await self.recheck(name):
                     raise
         raise AssertionError("unreachable")
+
+    async def follow_moves(
+        self,
+        name: str,
+        pid: int,
+        share: list[int],
+        call: Callable[[int, list[int]], Awaitable[T]],
+        hops: int = MOVE_HOPS,
+    ) -> list[T | Exception]:
+        """``call(pid, share)`` for sequence numbers of deferred or scheduled messages, made
+        again where partition ``pid`` answers that a partition change moved some of them
+        away (``MessagesMovedError``, which names where; the partition did nothing, as it
+        answers all or none): the moved numbers go to their new partitions, the rest back to
+        ``pid``. Up to ``hops`` times; past them, the last ``MessagesMovedError`` (a
+        ``MessageNotFoundError``) stands. A new partition missing from this client's map
+        fetches a fresh one first.
+
+        Returns the outcome of each call made last, in no set order: its result, or the
+        error it raised (the caller decides what a failed share means: all or none for a
+        deferred receive, the share alone for a cancel)."""
+        try:
+            return [await call(pid, share)]
+        except MessagesMovedError as moved:
+            if hops == 0:
+                return [moved]
+            shares: dict[int, list[int]] = {}
+            for seq in share:
+                shares.setdefault(moved.moved.get(seq, pid), []).append(seq)
+            route = await self.route(name)
+            if any(route.handle(target) is None for target in shares):
+                await self.recheck(name)
+            outcomes = await asyncio.gather(
+                *(self.follow_moves(name, t, ss, call, hops - 1) for t, ss in shares.items())
+            )
+            return [outcome for each in outcomes for outcome in each]
+        except Exception as exc:
+            return [exc]
 
     def forget(self, name: str) -> None:
         self._routes.pop(name.lower(), None)

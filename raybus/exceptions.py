@@ -26,6 +26,7 @@ __all__ = [
     "MessageLockLostError",
     "MessageNotFoundError",
     "MessageSizeExceededError",
+    "MessagesMovedError",
     "MessagingEntityAlreadyExistsError",
     "MessagingEntityDisabledError",
     "MessagingEntityNotFoundError",
@@ -239,6 +240,25 @@ class MessageNotFoundError(ServiceBusError):
     ) -> None:
         super().__init__(message, entity, sequence_numbers)
         self.sequence_numbers = list(sequence_numbers or [])
+
+
+class MessagesMovedError(MessageNotFoundError):
+    """A partition change moved these messages to other partitions of the entity: ``moved``
+    maps each sequence number asked for to the partition that holds it now. Raised by a
+    partition for deferred or scheduled messages it gave away; raybus's clients call the new
+    partition by themselves, so you see this only if the messages kept moving. It is a
+    ``MessageNotFoundError``: nothing was locked, received or cancelled by the call."""
+
+    def __init__(
+        self,
+        message: str,
+        entity: str | None = None,
+        sequence_numbers: list[int] | None = None,
+        moved: dict[int, int] | None = None,
+    ) -> None:
+        super().__init__(message, entity, sequence_numbers)
+        self.moved = dict(moved or {})
+        self.args = (*self.args, self.moved)
 
 
 class TransactionAbortedError(ServiceBusError):

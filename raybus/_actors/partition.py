@@ -34,7 +34,7 @@ from .._metrics import EXPORT_INTERVAL_S, PartitionMetrics
 from .._models import EXPRESS_FLUSH_INTERVAL, QueueProperties
 from .._storage import DurableLog, StorageCorruptedError, StorageUnavailableError
 from ..auth import AccessRights
-from ..exceptions import ServiceBusError
+from ..exceptions import MessageNotFoundError, MessagesMovedError, ServiceBusError
 from .access import BROKER_ACTOR_OPTIONS, Guarded, guarded, internal, named_actor
 from .self_call import call_self_until_answered
 
@@ -282,7 +282,13 @@ class PartitionActor(Guarded):
 
     @guarded(SEND, lane=True)
     async def cancel_scheduled(self, sequence_numbers: list[int]) -> None:
-        self._core.cancel_scheduled(sequence_numbers)
+        """Cancel scheduled messages, all or none; ``MessagesMovedError`` if those not here
+        were moved away by a partition change (see ``_or_moved``)."""
+        core = self._core
+        try:
+            core.cancel_scheduled(sequence_numbers)
+        except MessageNotFoundError as missing:
+            raise await self._or_moved(core, sequence_numbers, missing) from None
         await self._commit.durable()
 
     # -------------------------------------------------------------- receiving
@@ -437,11 +443,13 @@ class PartitionActor(Guarded):
         pieces: int = 1,
     ) -> list[WireRecord] | tuple[list[WireRecord], ...]:
         """The deferred messages ``sequence_numbers`` (all or none), in ``pieces`` values
-        as ``receive`` returns them."""
+        as ``receive`` returns them; ``MessagesMovedError`` if those not here were moved away
+        by a partition change (see ``_or_moved``)."""
+        core = self._core
         try:
-            rows = to_wire(
-                self._core.receive_deferred(sequence_numbers, delete=delete, session=session)
-            )
+            rows = to_wire(core.receive_deferred(sequence_numbers, delete=delete, session=session))
+        except MessageNotFoundError as missing:
+            raise await self._or_moved(core, sequence_numbers, missing) from None
         finally:  # expired deferred messages were removed even when this raises
             await self._commit.durable()
         return _in_pieces(rows, pieces)
@@ -703,18 +711,46 @@ class PartitionActor(Guarded):
         core = self._core
         core.tick()
         held = core.locate(sequence_numbers, state)
-        if not (core.outbox or core.moved_out) or len(held) == len(sequence_numbers):
+        if len(held) == len(sequence_numbers):
             return held, {}
         kept = set(held)
-        rest = [s for s in sequence_numbers if s not in kept]
-        where = migration.moved(core, rest)
+        return held, await self._moved_to(core, [s for s in sequence_numbers if s not in kept])
+
+    async def _moved_to(self, core: Partition, sequence_numbers: list[int]) -> dict[int, int]:
+        """The partition each of these deferred or scheduled messages went to, for those a
+        partition change moved from here (``migration.moved``). A move still on its way is
+        waited for (up to ``MOVE_WAIT_S``) so that its target holds the message when this
+        answers; one that does not arrive in time leaves its messages out."""
+        if not (core.outbox or core.moved_out):
+            return {}
+        where = migration.moved(core, sequence_numbers)
         travelling = {move_id for _target, move_id in where.values() if move_id is not None}
         if travelling:  # wait for those moves to leave the outbox, then ask once more
             deadline = time.monotonic() + MOVE_WAIT_S
             while travelling & core.outbox.keys() and time.monotonic() < deadline:
                 await asyncio.sleep(MOVE_POLL_S)
-            where = migration.moved(core, rest)
-        return held, {s: t for s, (t, move_id) in where.items() if move_id is None}
+            where = migration.moved(core, sequence_numbers)
+        return {s: t for s, (t, move_id) in where.items() if move_id is None}
+
+    async def _or_moved(
+        self, core: Partition, asked: list[int], missing: MessageNotFoundError
+    ) -> MessageNotFoundError:
+        """What a receive or cancel by number raises when some of ``asked`` are not here:
+        ``MessagesMovedError`` naming where each went, when a partition change moved every
+        one of them away (the client calls those partitions on: ``Connection.follow_moves``),
+        else ``missing`` itself. A client locates the numbers first (``locate``), but a move
+        may take a message between that answer and this call."""
+        gone = set(missing.sequence_numbers)
+        lost = [s for s in dict.fromkeys(asked) if core.resolve(s) in gone]
+        moved = await self._moved_to(core, lost)
+        if not lost or len(moved) < len(lost):
+            return missing
+        return MessagesMovedError(
+            f"sequence number(s) {lost} moved to other partitions by a partition change",
+            missing.entity,
+            lost,
+            moved,
+        )
 
     # -------------------------------------------------------------- partition changes
 

@@ -343,35 +343,46 @@ class ServiceBusSender:
             await self._at_router(route, route.router.cancel_scheduled, seqs, timeout=timeout_s)
             return
 
-        await self._cancel_located(seqs, timeout_s, again=True)
+        await self._cancel_located(seqs, timeout_s)
 
-    async def _cancel_located(self, seqs: list[int], timeout_s: float | None, again: bool) -> None:
+    async def _cancel_located(self, seqs: list[int], timeout_s: float | None) -> None:
         """Cancel ``seqs`` at the partitions that hold them. A message that activates between
         the check and its cancellation makes its partition's share fail (all or none within a
         partition); the others are cancelled. A share that a partition change moved between
-        the two is located again (``again``) and cancelled where it went."""
+        the two is followed to where it went (``Connection.follow_moves``)."""
 
-        async def located() -> tuple[Route, tuple[dict[int, list[int]], list[int]]]:
+        async def located() -> tuple[dict[int, list[int]], list[int]]:
             # The cached route; a fresh one after ``retrying`` found it lacks a partition.
-            queue = await self._route()
-            return queue, await self._conn.locate(queue, seqs, SCHEDULED)
+            return await self._conn.locate(await self._route(), seqs, SCHEDULED)
 
-        route, (by_partition, missing) = await self._conn.retrying(self.entity_path, located)
+        by_partition, missing = await self._conn.retrying(self.entity_path, located)
         if missing:  # checked in every partition before anything is cancelled
             raise MessageNotFoundError(
                 f"no scheduled message has sequence number(s) {missing}", self.entity_path, missing
             )
 
         async def cancel(pid: int, share: list[int]) -> None:
-            method = route.partitions[pid].cancel_scheduled
-            try:
-                await _rpc.call(route.properties.name, method, share, timeout=timeout_s)
-            except MessageNotFoundError:
-                if not again or route.single:
-                    raise
-                await self._cancel_located(share, timeout_s, again=False)
+            route = await self._route()
+            handle = route.handle(pid)
+            if handle is None:
+                raise MessageNotFoundError(
+                    f"no scheduled message has sequence number(s) {share}: partition {pid} is gone",
+                    self.entity_path,
+                    share,
+                )
+            await _rpc.call(
+                route.properties.name, handle.cancel_scheduled, share, timeout=timeout_s
+            )
 
-        await asyncio.gather(*(cancel(pid, share) for pid, share in by_partition.items()))
+        outcomes = await asyncio.gather(
+            *(
+                self._conn.follow_moves(self.entity_path, pid, share, cancel)
+                for pid, share in by_partition.items()
+            )
+        )
+        errors = [o for each in outcomes for o in each if isinstance(o, Exception)]
+        if errors:
+            raise errors[0]
 
     async def _at_router(
         self, route: TopicRoute, method: Any, *args: Any, timeout: float | None

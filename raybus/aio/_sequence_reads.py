@@ -149,34 +149,33 @@ class SequenceReads:
                 timeout=timeout,
             )
             return await self._deferred_received(rows, kind)
-        try:
-            rows = await self._receive_deferred_located(seqs, timeout)
-        except MessageNotFoundError:
-            if (await self._conn.route(self.entity_path)).single:
-                raise
-            # Located, then moved by a partition change before the call reached it: located
-            # again, the partition that moved it names the one that has it now.
-            rows = await self._receive_deferred_located(seqs, timeout)
+        rows = await self._receive_deferred_located(seqs, timeout)
         return await self._deferred_received(rows, kind)
 
     async def _receive_deferred_located(self, seqs: list[int], timeout: Any) -> list[WireRecord]:
-        """``receive_deferred`` at the partitions holding ``seqs``, all or none."""
+        """``receive_deferred`` at the partitions holding ``seqs``, all or none; a share that
+        a partition change moved after the lookup is followed to where it went
+        (``Connection.follow_moves``)."""
         by_partition = await self._conn.retrying(self.entity_path, lambda: self._locate(seqs))
-        results = await asyncio.gather(
+
+        async def receive(pid: int, share: list[int]) -> list[WireRecord]:
+            return await self._call_rows(
+                "receive_deferred",
+                share,
+                self._delete,
+                None,
+                self._pieces(len(share)),
+                partition=pid,
+                timeout=timeout,
+            )
+
+        outcomes = await asyncio.gather(
             *(
-                self._call_rows(
-                    "receive_deferred",
-                    ss,
-                    self._delete,
-                    None,
-                    self._pieces(len(ss)),
-                    partition=pid,
-                    timeout=timeout,
-                )
+                self._conn.follow_moves(self.entity_path, pid, ss, receive)
                 for pid, ss in by_partition.items()
-            ),
-            return_exceptions=True,
+            )
         )
+        results = [outcome for each in outcomes for outcome in each]
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:  # all or none: give back what the other partitions locked
             got = [row for r in results if not isinstance(r, BaseException) for row in r]

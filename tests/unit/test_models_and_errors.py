@@ -277,6 +277,10 @@ EXAMPLES: dict[str, tuple[tuple, dict]] = {
         },
     ),
     "MessageNotFoundError": (("missing", "orders", [3, 4]), {"sequence_numbers": [3, 4]}),
+    "MessagesMovedError": (
+        ("moved", "orders", [3, 4], {3: 1, 4: 2}),
+        {"sequence_numbers": [3, 4], "moved": {3: 1, 4: 2}},
+    ),
     "MessagingEntityDisabledError": (("disabled", "orders", "Disabled"), {"status": "Disabled"}),
     "MessageAlreadySettled": (("already settled",), {"message": "already settled"}),
     "FilterSyntaxError": (

@@ -1,0 +1,208 @@
+"""A receive or cancel by number that reaches a partition after a partition change took the
+message away: the partition answers where it went (``PartitionActor._or_moved``, raising
+``MessagesMovedError``), and the client calls that partition on (``Connection.follow_moves``).
+
+Without Ray: the actor's two helpers run on plain ``Partition`` objects on a ``FakeClock``
+(``self`` stands in, as they use nothing of the actor but the core), and ``follow_moves`` on a
+stand-in connection whose partitions answer from a script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from partition_moves_support import ALL, KEYED_QUEUE, NONE, move, part, rec, settle_one
+
+from raybus._actors import partition as partition_actor
+from raybus._actors.partition import PartitionActor
+from raybus._connection import MOVE_HOPS, Connection
+from raybus._core import migration
+from raybus._core.partition import DEFER, Partition
+from raybus._core.slots import slot_of
+from raybus.exceptions import MessageNotFoundError, MessagesMovedError, ServiceBusError
+
+# ------------------------------------------------------------------ the partition's answer
+
+
+def _answer(core: Partition, asked: list[int], *, deferred: bool = True) -> MessageNotFoundError:
+    """What the actor raises for ``asked`` at ``core``: the core's own error, as
+    ``receive_deferred`` or ``cancel_scheduled`` raises it, passed through ``_or_moved``."""
+    actor = SimpleNamespace()
+    actor._moved_to = lambda c, seqs: PartitionActor._moved_to(actor, c, seqs)  # type: ignore[arg-type]
+    try:
+        core.receive_deferred(asked) if deferred else core.cancel_scheduled(asked)
+    except MessageNotFoundError as missing:
+        return asyncio.run(PartitionActor._or_moved(actor, core, asked, missing))  # type: ignore[arg-type]
+    raise AssertionError("the core found them all")
+
+
+def _deferred(p: Partition, key: str = "k") -> int:
+    [seq] = p.send([rec(message_id=f"d-{key}", partition_key=key)])
+    [r] = p.receive(1)
+    settle_one(p, DEFER, r.lock_token)
+    return seq
+
+
+def test_a_partition_names_where_its_moved_messages_went(clock):
+    a, b = part(clock, 0, ALL, **KEYED_QUEUE), part(clock, 1, NONE, **KEYED_QUEUE)
+    seq = _deferred(a)
+    [scheduled] = a.send([rec(partition_key="k", scheduled_enqueue_time=clock.now() + 60)])
+    move(a, b, {slot_of("k")})
+
+    moved = _answer(a, [seq])
+    assert isinstance(moved, MessagesMovedError)
+    assert moved.moved == {seq: 1} and moved.sequence_numbers == [seq]
+    cancel = _answer(a, [scheduled], deferred=False)
+    assert isinstance(cancel, MessagesMovedError) and cancel.moved == {scheduled: 1}
+    # The target has them, by the numbers the client asked with.
+    assert [r.message_id for r in b.receive_deferred([seq])] == ["d-k"]
+    b.cancel_scheduled([scheduled])
+
+
+def test_a_message_moved_twice_is_named_by_the_partition_it_last_left(clock):
+    a, b, c = (part(clock, pid, ALL if pid == 0 else NONE, **KEYED_QUEUE) for pid in range(3))
+    seq = _deferred(a)
+    move(a, b, {slot_of("k")})
+    move(b, c, {slot_of("k")})
+    moved = _answer(b, [seq])  # b knew it by an alias of a's number
+    assert isinstance(moved, MessagesMovedError) and moved.moved == {seq: 2}
+
+
+def test_a_number_that_was_never_moved_is_not_found_as_before(clock):
+    a, b = part(clock, 0, ALL, **KEYED_QUEUE), part(clock, 1, NONE, **KEYED_QUEUE)
+    seq = _deferred(a)
+    move(a, b, {slot_of("k")})
+    # One moved, one that never existed: the call is all or none, so it fails as the core
+    # says, not found.
+    answer = _answer(a, [seq, 12345])
+    assert type(answer) is MessageNotFoundError and answer.sequence_numbers == [seq, 12345]
+    [kept] = [_deferred(a, "other")]  # a's own slot after the move: not in any move
+    a.receive_deferred([kept])
+    answer = _answer(a, [kept])  # locked now, not deferred: not found, nowhere moved
+    assert type(answer) is MessageNotFoundError
+
+
+def test_a_move_still_on_its_way_is_waited_for_then_named(clock):
+    a, b = part(clock, 0, ALL, **KEYED_QUEUE), part(clock, 1, NONE, **KEYED_QUEUE)
+    seq = _deferred(a)
+    out, _ = migration.hand_over(a, {1: frozenset({slot_of("k")})}, None)
+    [(move_id, (_target, bundle))] = out.items()
+
+    async def arrive() -> None:
+        await asyncio.sleep(0.05)
+        migration.adopt(b, move_id, bundle)
+        migration.finish(a, move_id)
+
+    async def ask() -> MessageNotFoundError:
+        actor = SimpleNamespace()
+        actor._moved_to = lambda c, s: PartitionActor._moved_to(actor, c, s)  # type: ignore[arg-type]
+        try:
+            a.receive_deferred([seq])
+        except MessageNotFoundError as missing:
+            arriving = asyncio.create_task(arrive())
+            answer = await PartitionActor._or_moved(actor, a, [seq], missing)  # type: ignore[arg-type]
+            await arriving
+            return answer
+        raise AssertionError("found at the source")
+
+    answer = asyncio.run(ask())
+    assert isinstance(answer, MessagesMovedError) and answer.moved == {seq: 1}
+    assert b.locate([seq]) == [seq]  # the target holds it when the answer names it
+
+
+def test_a_move_that_does_not_arrive_in_time_leaves_the_number_not_found(clock, monkeypatch):
+    monkeypatch.setattr(partition_actor, "MOVE_WAIT_S", 0.05)
+    a = part(clock, 0, ALL, **KEYED_QUEUE)
+    seq = _deferred(a)
+    migration.hand_over(a, {1: frozenset({slot_of("k")})}, None)  # never delivered
+    answer = _answer(a, [seq])
+    assert type(answer) is MessageNotFoundError and answer.sequence_numbers == [seq]
+
+
+# ------------------------------------------------------------------ the client following on
+
+
+class _Connection:
+    """``Connection.follow_moves`` on a route that knows the partitions in ``known``; a
+    ``recheck`` (a fresh route) learns every partition."""
+
+    follow_moves = Connection.follow_moves
+
+    def __init__(self, known: set[int]) -> None:
+        self.known = set(known)
+        self.rechecked = 0
+
+    async def route(self, name: str) -> Any:
+        assert name == "q"
+        return SimpleNamespace(handle=lambda pid: object() if pid in self.known else None)
+
+    async def recheck(self, name: str) -> bool:
+        self.rechecked += 1
+        self.known |= set(range(8))
+        return True
+
+
+def _follow(conn: _Connection, pid: int, share: list[int], answers: dict[int, Any]) -> Any:
+    """Follow ``share`` from ``pid``; partition p answers each call with the next of
+    ``answers[p]``: an exception (raised) or True (it holds the share: returns it)."""
+    calls: list[tuple[int, list[int]]] = []
+
+    async def call(p: int, ss: list[int]) -> tuple[int, list[int]]:
+        calls.append((p, ss))
+        answer = answers[p].pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        assert p in conn.known, "called a partition missing from the route"
+        return p, ss
+
+    outcomes = asyncio.run(conn.follow_moves("q", pid, share, call))  # type: ignore[arg-type]
+    return outcomes, calls
+
+
+def _moved(moved: dict[int, int]) -> MessagesMovedError:
+    return MessagesMovedError("moved", "q", list(moved), moved)
+
+
+def test_a_moved_share_is_split_between_the_new_partitions_and_the_rest_stays():
+    conn = _Connection({0, 1, 2})
+    outcomes, calls = _follow(
+        conn, 0, [10, 11, 12], {0: [_moved({10: 1, 11: 2}), True], 1: [True], 2: [True]}
+    )
+    assert sorted(outcomes) == [(0, [12]), (1, [10]), (2, [11])]
+    assert calls[0] == (0, [10, 11, 12]) and conn.rechecked == 0
+
+
+def test_a_new_partition_missing_from_the_route_fetches_a_fresh_one_first():
+    conn = _Connection({0})
+    outcomes, _calls = _follow(conn, 0, [10], {0: [_moved({10: 3})], 3: [True]})
+    assert outcomes == [(3, [10])] and conn.rechecked == 1
+
+
+def test_a_message_that_keeps_moving_is_followed_up_to_the_hops_then_not_found():
+    conn = _Connection({0, 1})
+    answers = {0: [_moved({10: 1})] * 5, 1: [_moved({10: 0})] * 5}
+    [outcome], calls = _follow(conn, 0, [10], answers)
+    assert isinstance(outcome, MessageNotFoundError) and len(calls) == MOVE_HOPS + 1
+
+
+def test_other_errors_are_outcomes_of_their_share():
+    conn = _Connection({0, 1})
+    refused = ServiceBusError("refused", "q")
+    outcomes, _calls = _follow(conn, 0, [10, 11], {0: [_moved({10: 1}), True], 1: [refused]})
+    assert refused in outcomes and (0, [11]) in outcomes and len(outcomes) == 2
+
+
+@pytest.mark.parametrize("hops", [0, 1])
+def test_a_call_that_is_answered_needs_no_follow(hops):
+    conn = _Connection({0})
+    outcomes = asyncio.run(
+        conn.follow_moves("q", 0, [1], lambda p, ss: _true(), hops)  # type: ignore[arg-type]
+    )
+    assert outcomes == [True]
+
+
+async def _true() -> bool:
+    return True
