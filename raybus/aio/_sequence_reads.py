@@ -12,7 +12,7 @@ as ``Settlement`` is; it owns the peek cursors.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._core.record import WireRecord
@@ -58,14 +58,7 @@ class SequenceReads:
             self, method_name: str, *args: Any, partition: int = 0, timeout: Any = None
         ) -> list[WireRecord]: ...
 
-        async def _call(
-            self,
-            method_name: str,
-            *args: Any,
-            partition: int = 0,
-            timeout: Any = None,
-            returns: int = 1,
-        ) -> Any: ...
+        _call: Callable[..., Awaitable[Any]]  # ServiceBusReceiver._call
 
         def _rows(self, result: Any, pieces: int) -> list[WireRecord]: ...
 
