@@ -288,7 +288,7 @@ class PartitionActor(Guarded):
         try:
             core.cancel_scheduled(sequence_numbers)
         except MessageNotFoundError as missing:
-            raise await self._or_moved(core, sequence_numbers, missing) from None
+            raise await self._or_moved(core, sequence_numbers, missing, "scheduled") from None
         await self._commit.durable()
 
     # -------------------------------------------------------------- receiving
@@ -449,7 +449,7 @@ class PartitionActor(Guarded):
         try:
             rows = to_wire(core.receive_deferred(sequence_numbers, delete=delete, session=session))
         except MessageNotFoundError as missing:
-            raise await self._or_moved(core, sequence_numbers, missing) from None
+            raise await self._or_moved(core, sequence_numbers, missing, "deferred") from None
         finally:  # expired deferred messages were removed even when this raises
             await self._commit.durable()
         return _in_pieces(rows, pieces)
@@ -733,23 +733,33 @@ class PartitionActor(Guarded):
         return {s: t for s, (t, move_id) in where.items() if move_id is None}
 
     async def _or_moved(
-        self, core: Partition, asked: list[int], missing: MessageNotFoundError
+        self, core: Partition, asked: list[int], missing: MessageNotFoundError, what: str
     ) -> MessageNotFoundError:
         """What a receive or cancel by number raises when some of ``asked`` are not here:
         ``MessagesMovedError`` naming where each went, when a partition change moved every
-        one of them away (the client calls those partitions on: ``Connection.follow_moves``),
-        else ``missing`` itself. A client locates the numbers first (``locate``), but a move
-        may take a message between that answer and this call."""
+        one of them away (the client calls those partitions on: ``Connection.follow_moves``);
+        when it moved only some, a ``MessageNotFoundError`` naming the ``what`` (deferred,
+        scheduled) messages that are nowhere; else ``missing`` itself. A client locates the
+        numbers first (``locate``), but a move may take a message between that answer and
+        this call."""
         gone = set(missing.sequence_numbers)
         lost = [s for s in dict.fromkeys(asked) if core.resolve(s) in gone]
         moved = await self._moved_to(core, lost)
-        if not lost or len(moved) < len(lost):
+        if not moved:
             return missing
-        return MessagesMovedError(
-            f"sequence number(s) {lost} moved to other partitions by a partition change",
+        if len(moved) == len(lost):
+            return MessagesMovedError(
+                f"sequence number(s) {lost} moved to other partitions by a partition change",
+                missing.entity,
+                lost,
+                moved,
+            )
+        # Some moved, some not anywhere: the call fails (all or none), naming those alone.
+        absent = [s for s in lost if s not in moved]
+        return MessageNotFoundError(
+            f"no {what} message is available with sequence number(s) {absent}",
             missing.entity,
-            lost,
-            moved,
+            absent,
         )
 
     # -------------------------------------------------------------- partition changes

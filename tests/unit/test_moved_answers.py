@@ -32,10 +32,11 @@ def _answer(core: Partition, asked: list[int], *, deferred: bool = True) -> Mess
     ``receive_deferred`` or ``cancel_scheduled`` raises it, passed through ``_or_moved``."""
     actor = SimpleNamespace()
     actor._moved_to = lambda c, seqs: PartitionActor._moved_to(actor, c, seqs)  # type: ignore[arg-type]
+    what = "deferred" if deferred else "scheduled"
     try:
         core.receive_deferred(asked) if deferred else core.cancel_scheduled(asked)
     except MessageNotFoundError as missing:
-        return asyncio.run(PartitionActor._or_moved(actor, core, asked, missing))  # type: ignore[arg-type]
+        return asyncio.run(PartitionActor._or_moved(actor, core, asked, missing, what))  # type: ignore[arg-type]
     raise AssertionError("the core found them all")
 
 
@@ -71,14 +72,15 @@ def test_a_message_moved_twice_is_named_by_the_partition_it_last_left(clock):
     assert isinstance(moved, MessagesMovedError) and moved.moved == {seq: 2}
 
 
-def test_a_number_that_was_never_moved_is_not_found_as_before(clock):
+def test_numbers_found_nowhere_are_named_alone_as_not_found(clock):
     a, b = part(clock, 0, ALL, **KEYED_QUEUE), part(clock, 1, NONE, **KEYED_QUEUE)
     seq = _deferred(a)
     move(a, b, {slot_of("k")})
-    # One moved, one that never existed: the call is all or none, so it fails as the core
-    # says, not found.
-    answer = _answer(a, [seq, 12345])
-    assert type(answer) is MessageNotFoundError and answer.sequence_numbers == [seq, 12345]
+    # One moved, one that never existed: the call is all or none, so it fails, not found,
+    # naming the one that is nowhere.
+    answer = _answer(a, [seq, 777])
+    assert type(answer) is MessageNotFoundError and answer.sequence_numbers == [777]
+    assert answer.message == "no deferred message is available with sequence number(s) [777]"
     [kept] = [_deferred(a, "other")]  # a's own slot after the move: not in any move
     a.receive_deferred([kept])
     answer = _answer(a, [kept])  # locked now, not deferred: not found, nowhere moved
@@ -103,7 +105,7 @@ def test_a_move_still_on_its_way_is_waited_for_then_named(clock):
             a.receive_deferred([seq])
         except MessageNotFoundError as missing:
             arriving = asyncio.create_task(arrive())
-            answer = await PartitionActor._or_moved(actor, a, [seq], missing)  # type: ignore[arg-type]
+            answer = await PartitionActor._or_moved(actor, a, [seq], missing, "deferred")  # type: ignore[arg-type]
             await arriving
             return answer
         raise AssertionError("found at the source")
