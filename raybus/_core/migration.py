@@ -34,6 +34,7 @@ import heapq
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from . import journal
@@ -73,6 +74,10 @@ class Bundle:
     # Earlier numbers of moved records (moved before): number at the source -> older numbers.
     aliases: dict[int, list[int]] = field(default_factory=dict)
 
+    # A bundle does not change once handed over, and a source evacuating many messages is
+    # asked for these by every count and every lookup by number while the move travels:
+    # each is derived once (not pickled: the journal and the target get the fields alone).
+    @cached_property
     def tally(self) -> tuple[int, int, int, int]:
         """(active, dead-lettered, scheduled, bytes) of what it carries, session states
         included in the bytes (``Partition.counts`` of a source)."""
@@ -88,16 +93,22 @@ class Bundle:
         size += sum(len(state) for _sid, state, _at in self.sessions)
         return active, dead, scheduled, size
 
-    def addressed(self) -> Iterator[int]:
+    @cached_property
+    def addressed(self) -> frozenset[int]:
         """Numbers (at the source) of its messages that are asked for by number: the
         deferred and scheduled ones of the main store."""
-        for store_id, rec in self._messages():
-            if store_id == journal.MAIN and rec.state in (DEFERRED, SCHEDULED):
-                yield rec.sequence_number
+        return frozenset(
+            rec.sequence_number
+            for store_id, rec in self._messages()
+            if store_id == journal.MAIN and rec.state in (DEFERRED, SCHEDULED)
+        )
 
     def _messages(self) -> Iterator[tuple[int, MessageRecord]]:
         for store_id, row in self.records:
             yield store_id, MessageRecord(*row)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("tally", "addressed")}
 
 
 def hand_over(
@@ -259,7 +270,7 @@ def finish(p: Partition, move_id: str) -> None:
     while kept and next(iter(kept.values()))[1] < now - MOVED_OUT_KEEP_S:
         del kept[next(iter(kept))]
     target, bundle = entry
-    for seq in bundle.addressed():
+    for seq in bundle.addressed:
         kept[seq] = (target, now)
 
 
@@ -271,9 +282,8 @@ def moved(p: Partition, sequence_numbers: Iterable[int]) -> dict[int, tuple[int,
     wanted = {p.resolve(s): s for s in sequence_numbers}
     out: dict[int, tuple[int, str | None]] = {}
     for move_id, (target, bundle) in p.outbox.items():
-        for seq in bundle.addressed():
-            if seq in wanted:
-                out[wanted[seq]] = (target, move_id)
+        for seq in bundle.addressed & wanted.keys():
+            out[wanted[seq]] = (target, move_id)
     for seq, asked in wanted.items():
         done = p.moved_out.get(seq)
         if done is not None and asked not in out:

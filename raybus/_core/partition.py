@@ -726,7 +726,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         self.tick()
         active = dead = scheduled = size = 0
         for _target, bundle in self.outbox.values():
-            a, d, s, b = bundle.tally()
+            a, d, s, b = bundle.tally
             active, dead, scheduled, size = active + a, dead + d, scheduled + s, size + b
         return PartitionCounts(
             active=len(self._main.messages) - self._scheduled_count + active,

@@ -80,6 +80,17 @@ async def _queue(aadmin: aio.ServiceBusAdministrationClient) -> AsyncIterator[st
         await aadmin.delete_queue(name)
 
 
+@asynccontextmanager
+async def _spread_queue(
+    aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient
+) -> AsyncIterator[tuple[str, aio.ServiceBusSender]]:
+    """A fresh queue of 4 partitions holding N messages spread over them, and its open
+    sender."""
+    async with _queue(aadmin) as name, aclient.get_queue_sender(name) as sender:
+        await _send_spread(sender)
+        yield name, sender
+
+
 async def _scale_down(aadmin: aio.ServiceBusAdministrationClient, name: str) -> asyncio.Task[int]:
     """Start the queue's change to 1 partition; a task that ends with it (its partitions)."""
     await aadmin.update_queue(await aadmin.get_queue(name), partition_count=1)
@@ -170,30 +181,28 @@ def test_deferred_and_scheduled_messages_are_found_by_number_while_they_move(
 ) -> None:
     async def one_round() -> list[str]:
         wrong: list[str] = []
-        async with _queue(aadmin) as name:
-            async with aclient.get_queue_sender(name) as sender:
-                await _send_spread(sender)
-                later = datetime.now(UTC) + timedelta(hours=1)
-                scheduled = []
-                for i in range(0, N // 2, 10):
-                    batch = [ServiceBusMessage(f"s{i + j}") for j in range(10)]
-                    scheduled += await sender.schedule_messages(batch, later)
-                async with aclient.get_queue_receiver(name) as receiver:
-                    deferred: list[int] = []
-                    while len(deferred) < N:
-                        for msg in await receiver.receive_messages(50, max_wait_time=2):
-                            await receiver.defer_message(msg)
-                            deferred.append(msg.sequence_number)
-                    done = await _scale_down(aadmin, name)
-                    for i, seq in enumerate(deferred):
-                        try:
-                            [msg] = await receiver.receive_deferred_messages([seq])
-                            await receiver.complete_message(msg)
-                            if i % 4 == 0 and scheduled:
-                                await sender.cancel_scheduled_messages(scheduled.pop())
-                        except Exception as exc:
-                            wrong.append(f"{i}: {type(exc).__name__}: {exc}")
-                    partitions = await done
+        async with _spread_queue(aadmin, aclient) as (name, sender):
+            later = datetime.now(UTC) + timedelta(hours=1)
+            scheduled = []
+            for i in range(0, N // 2, 10):
+                batch = [ServiceBusMessage(f"s{i + j}") for j in range(10)]
+                scheduled += await sender.schedule_messages(batch, later)
+            async with aclient.get_queue_receiver(name) as receiver:
+                deferred: list[int] = []
+                while len(deferred) < N:
+                    for msg in await receiver.receive_messages(50, max_wait_time=2):
+                        await receiver.defer_message(msg)
+                        deferred.append(msg.sequence_number)
+                done = await _scale_down(aadmin, name)
+                for i, seq in enumerate(deferred):
+                    try:
+                        [msg] = await receiver.receive_deferred_messages([seq])
+                        await receiver.complete_message(msg)
+                        if i % 4 == 0 and scheduled:
+                            await sender.cancel_scheduled_messages(scheduled.pop())
+                    except Exception as exc:
+                        wrong.append(f"{i}: {type(exc).__name__}: {exc}")
+                partitions = await done
             runtime = await aadmin.get_queue_runtime_properties(name)
             if (runtime.active_message_count, runtime.scheduled_message_count) != (
                 0,
@@ -212,9 +221,7 @@ def test_a_peek_across_the_partitions_sees_every_message_while_they_move(
 ) -> None:
     async def one_round() -> list[str]:
         wrong: list[str] = []
-        async with _queue(aadmin) as name:
-            async with aclient.get_queue_sender(name) as sender:
-                await _send_spread(sender)
+        async with _spread_queue(aadmin, aclient) as (name, _sender):
             done = await _scale_down(aadmin, name)
             reads = after = 0
             while after < 5:

@@ -8,6 +8,8 @@ C a spill target (id 2). Slots and maps: ``test_partition_slots.py``; journals a
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from partition_moves_support import (
     ALL,
@@ -458,6 +460,22 @@ def test_counts_keep_what_is_in_transit_at_the_source_until_it_is_confirmed(cloc
     migration.adopt(b, move_id, bundle)
     migration.finish(a, move_id)
     assert counted(a) == (0, 0, 0, 0) and counted(b) == held
+
+
+def test_a_bundles_summaries_are_derived_once_and_never_journaled(clock):
+    a = part(clock, 0, ALL, **KEYED_QUEUE)
+    [d_seq] = a.send([rec(message_id="d", partition_key="k")])
+    [d] = a.receive(1)
+    settle_one(a, DEFER, d.lock_token)
+    a.send([rec(message_id="active", partition_key="k")])
+    out, _ = migration.hand_over(a, {1: frozenset({slot_of("k")})}, None)
+    [(_target, bundle)] = out.values()
+    # Deferred counts as active, as in the stores; only the deferred one is asked by number.
+    assert (bundle.tally[:3], bundle.addressed) == ((2, 0, 0), frozenset({d_seq}))
+    assert "tally" in vars(bundle)  # derived once, kept for the next count or lookup
+    copy = pickle.loads(pickle.dumps(bundle))  # as the journal and the target get it
+    assert not {"tally", "addressed"} & vars(copy).keys()
+    assert copy == bundle and copy.tally == bundle.tally
 
 
 def test_the_source_tells_where_its_deferred_and_scheduled_messages_went(clock):
