@@ -462,24 +462,24 @@ class PartitionActor(Guarded):
         dead_letter: bool,
         session_id: str | None = None,
         pieces: int = 1,
-        moving: bool = False,
+        quiet: bool = False,
     ) -> list[WireRecord] | tuple[Any, ...]:
         """Up to ``max_count`` messages from ``from_sequence_number`` on, locking nothing, in
         ``pieces`` values as ``receive`` returns them (a peek of 100 messages of 1 KiB is
         over what Ray carries inside the call).
 
-        With ``moving``, one value more, last: whether a partition change moves messages out
-        of here or did a moment ago (``migration.moving``), read with the peek in one step of
-        the loop; ``peek_partitioned`` then peeks again. Messages on their way out are in no
-        partition's peek, so the source's word is what tells."""
+        With ``quiet``, one value more, last: the seconds since a partition change last moved
+        messages out of here, 0 while some travel (``migration.quiet_for``), read with the
+        peek in one step of the loop. Messages on their way out are in no partition's peek,
+        so the source's word is what tells ``peek_partitioned`` to peek again."""
         core = await self._read_core()
         peeked = core.peek(
             from_sequence_number, max_count, dead_letter=dead_letter, session_id=session_id
         )
         rows = to_wire(peeked)
-        if not moving:
+        if not quiet:
             return _in_pieces(rows, pieces)
-        return (*split_rows(rows, pieces), migration.moving(core))
+        return (*split_rows(rows, pieces), migration.quiet_for(core))
 
     # -------------------------------------------------------------- sessions
 

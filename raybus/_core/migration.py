@@ -44,23 +44,18 @@ from .slots import SLOTS, partition_key, slot_of
 
 __all__ = [
     "MOVED_OUT_KEEP_S",
-    "RECENT_MOVE_S",
     "Bundle",
     "adopt",
     "finish",
     "hand_over",
     "is_empty",
     "moved",
-    "moving",
+    "quiet_for",
 ]
 
 # How long a source remembers where a finished move took its deferred and scheduled messages:
 # a client's lookup in flight when the move finished needs it for one call; a minute is ample.
 MOVED_OUT_KEEP_S = 60.0
-
-# How long after a move out of a partition ``moving`` still says so: longer than any peek
-# across the partitions that the move could have overlapped.
-RECENT_MOVE_S = 5.0
 
 
 @dataclass
@@ -291,11 +286,18 @@ def moved(p: Partition, sequence_numbers: Iterable[int]) -> dict[int, tuple[int,
     return out
 
 
-def moving(p: Partition) -> bool:
-    """Whether messages are on their way out of ``p``, or were less than ``RECENT_MOVE_S``
-    ago: a peek across the partitions answered meanwhile may have missed them (in neither
-    store while they travel)."""
-    return bool(p.outbox) or p._clock.now() - p.last_move_end < RECENT_MOVE_S
+def quiet_for(p: Partition) -> float:
+    """Seconds since the last move out of ``p`` was confirmed: 0 while one travels, infinity
+    if none ever did.
+
+    A peek across the partitions misses a moved message only if the source's peek came after
+    the message left and the target's came before it arrived; the move is confirmed after it
+    arrived, so it ended after the target's peek and before the source's, inside the peek's
+    round trip. A source quiet for longer than that round trip moved nothing the peek missed
+    (``raybus.aio._fanout.peek_partitioned``)."""
+    if p.outbox:
+        return 0.0
+    return max(0.0, p._clock.now() - p.last_move_end)
 
 
 def is_empty(p: Partition) -> bool:

@@ -106,6 +106,9 @@ class SnapshotOps:
         self._adopted = state.adopted
         self.delivered = state.delivered
         self.outbox = state.outbox
+        # When a move out last ended is not journaled: say "just now", so a peek that a move
+        # and this restart both overlapped is made again (``migration.quiet_for``).
+        self.last_move_end = self._clock.now()
         self._next_seq = max(self._next_seq, state.next_seq)
         for store in (self._main, self._dlq):
             for seq, rec in store.messages.items():

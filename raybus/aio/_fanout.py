@@ -300,38 +300,57 @@ async def receive_single(
             return rows
 
 
-# A peek across partitions that a partition change overlapped is made again (up to this many
-# times, this long apart): a moved bundle is in neither partition while it travels, and a peek
-# during a scale-down from 4 partitions to 1 missed 50-150 of 200 messages in 34 of 519 reads.
-# Each partition tells whether it moved messages out in its peek's answer (one value more).
-PEEK_AGAIN = 3
-PEEK_PAUSE_S = 0.05
+# A peek across partitions that a partition change overlapped is made again: a moved bundle is
+# in neither partition while it travels (before, a peek during a scale-down from 4 partitions
+# to 1 missed 50-150 of 200 messages in 34 of 519 reads). Each partition's answer says how long
+# ago it last moved messages out (``migration.quiet_for``, 0 while some travel). A move the
+# round missed was confirmed within the round's own round trip, so a round stands once every
+# partition was quiet for longer than that (and PEEK_SLACK_S, for the partitions' wall clocks
+# against this one). Rounds go on PEEK_PAUSE_S apart for PEEK_BUDGET_S at most; then the last
+# one stands (a change moving messages without a pause for that long).
+PEEK_BUDGET_S = 2.0
+PEEK_PAUSE_S = 0.01
+PEEK_SLACK_S = 0.005
 
 
 async def peek_partitioned(
     receiver: SequenceReads, count: int, sequence_number: int, timeout: Any
 ) -> list[ServiceBusReceivedMessage]:
     """Peek a partitioned queue: from ``sequence_number`` within the partition it names,
-    else from where this receiver left off in every partition, oldest first."""
-    route = await receiver._conn.route(receiver.entity_path)
+    else from where this receiver left off in every partition, oldest first.
+
+    A partition that moved messages out since this client's route was last known current
+    (its quiet time shorter than the route's age) may have moved them to a partition the
+    route lacks (a scale-up's): the route is fetched again, once, and the peek made again."""
+    name = receiver.entity_path
+    route = await receiver._conn.route(name)
     if sequence_number:
         pid = sequence_number >> 48
         if route.handle(pid) is None:
             return []
         return await receiver._peek_call(sequence_number, count, pid, timeout)
     parts = route.existing()
-    for again in range(PEEK_AGAIN + 1):
+    give_up = time.monotonic() + PEEK_BUDGET_S
+    refreshed = False
+    while True:
         # Each partition may answer all of count: each call sizes its pieces for that.
         cursors = receiver._peek_cursors
+        began = time.monotonic()
         results = await asyncio.gather(
             *(
-                receiver._peek_moving(cursors.get(pid, pid << 48), count, pid, timeout)
+                receiver._peek_quiet(cursors.get(pid, pid << 48), count, pid, timeout)
                 for pid, _h in parts
             )
         )
-        if not any(moving for _peeked, moving in results) or again == PEEK_AGAIN:
+        ended = time.monotonic()
+        quiet = min(q for _peeked, q in results)
+        if not refreshed and quiet < receiver._conn.route_age(name) + PEEK_SLACK_S:
+            refreshed = True
+            parts = (await receiver._conn.route(name, refresh=True)).existing()
+            continue
+        if quiet > ended - began + PEEK_SLACK_S or ended >= give_up:
             break
         await asyncio.sleep(PEEK_PAUSE_S)
-    merged = [m for peeked, _moving in results for m in peeked]
+    merged = [m for peeked, _quiet in results for m in peeked]
     merged.sort(key=lambda m: (m._record.enqueued_time, m.sequence_number))
     return merged[:count]

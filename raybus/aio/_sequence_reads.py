@@ -223,13 +223,14 @@ class SequenceReads:
         )
         return self._wrap(rows, "peeked")
 
-    async def _peek_moving(
+    async def _peek_quiet(
         self, start: int, count: int, pid: int, timeout: Any
-    ) -> tuple[list[ServiceBusReceivedMessage], bool]:
-        """``_peek_call`` of one partition of several, and whether that partition moves
-        messages out or did a moment ago, told in the same call (``peek_partitioned``)."""
+    ) -> tuple[list[ServiceBusReceivedMessage], float]:
+        """``_peek_call`` of one partition of several, and the seconds since that partition
+        last moved messages out (0 while some travel), told in the same call
+        (``peek_partitioned``)."""
         pieces = self._pieces(count)
-        *values, moving = await self._call(
+        *values, quiet = await self._call(
             "peek",
             start,
             count,
@@ -242,4 +243,4 @@ class SequenceReads:
             returns=pieces + 1,
         )
         rows = self._rows(values if pieces > 1 else values[0], pieces)
-        return self._wrap(rows, "peeked"), bool(moving)
+        return self._wrap(rows, "peeked"), float(quiet)

@@ -148,10 +148,10 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     async def recording(entity: str | None, method: Any, *args: Any, **kwargs: Any) -> Any:
         name = getattr(method, "_method_name", "")
         if name in ("peek", "receive_deferred"):
-            # A peek across partitions asks each for one value more, last: whether it moved
-            # messages out (its ``moving`` argument); the rest are the rows' pieces.
-            flag = name == "peek" and len(args) > 5 and args[5]
-            calls.append((name, kwargs.get("returns", 1) - flag))
+            # A peek across partitions asks each for one value more, last: how long since it
+            # moved messages out (its ``quiet`` argument); the rest are the rows' pieces.
+            quiet = name == "peek" and len(args) > 5 and args[5]
+            calls.append((name, kwargs.get("returns", 1) - quiet))
         return await real(entity, method, *args, **kwargs)
 
     monkeypatch.setattr(_rpc, "call", recording)

@@ -519,19 +519,31 @@ def test_the_source_tells_where_its_deferred_and_scheduled_messages_went(clock):
     assert migration.moved(a, [*asked, other]) == {other: (1, None)}
 
 
-def test_a_source_says_it_is_moving_while_a_move_travels_and_a_moment_after(clock):
+def test_a_source_says_how_long_it_has_been_quiet_and_zero_while_a_move_travels(clock):
     a = part(clock, 0, ALL, **KEYED_QUEUE)
     b = part(clock, 1, NONE, **KEYED_QUEUE)
     a.send([rec(message_id="m", partition_key="k")])
-    assert not migration.moving(a)
+    assert migration.quiet_for(a) == migration.quiet_for(b) == float("inf")  # never moved
     out, _ = migration.hand_over(a, {1: frozenset({slot_of("k")})}, None)
-    assert migration.moving(a) and not migration.moving(b)
-    clock.advance(migration.RECENT_MOVE_S * 2)  # on its way however long it takes
-    assert migration.moving(a)
+    clock.advance(30.0)  # on its way however long it takes
+    assert migration.quiet_for(a) == 0.0
     [(move_id, (_target, bundle))] = out.items()
     migration.adopt(b, move_id, bundle)
+    assert migration.quiet_for(a) == 0.0  # the target has it, the source is not told yet
     migration.finish(a, move_id)
-    clock.advance(migration.RECENT_MOVE_S - 0.1)
-    assert migration.moving(a) and not migration.moving(b)
-    clock.advance(0.2)
-    assert not migration.moving(a)
+    assert migration.quiet_for(a) == 0.0 and migration.quiet_for(b) == float("inf")
+    clock.advance(0.25)
+    assert migration.quiet_for(a) == pytest.approx(0.25)
+
+
+def test_a_restarted_partition_says_it_was_quiet_only_since_it_restarted(clock):
+    """When a move last ended is not journaled: a partition loaded from its checkpoint
+    answers as if one had ended as it started."""
+    a = part(clock, 0, ALL, **KEYED_QUEUE)
+    a.send([rec(message_id="m", partition_key="k")])
+    clock.advance(30.0)
+    restarted = type(a)(a.properties, clock, a.partition_id)
+    restarted.load(journal.replay(a.snapshot_entries()))
+    assert migration.quiet_for(restarted) == 0.0
+    clock.advance(0.5)
+    assert migration.quiet_for(restarted) == pytest.approx(0.5)
