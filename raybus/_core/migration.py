@@ -297,7 +297,7 @@ def quiet_for(p: Partition) -> float:
     (``raybus.aio._fanout.peek_partitioned``)."""
     if p.outbox:
         return 0.0
-    return max(0.0, p._clock.now() - p.last_move_end)
+    return max(0.0, float(p._clock.now()) - p.last_move_end)
 
 
 def is_empty(p: Partition) -> bool:

@@ -16,6 +16,7 @@ from .sessions import SessionTable
 from .store import Store
 
 if TYPE_CHECKING:
+    from .._clock import Clock
     from .partition import Partition
 
 __all__ = ["SnapshotOps"]
@@ -43,6 +44,8 @@ class SnapshotOps:
         owned: frozenset[int] | None
         retiring: bool
         outbox: dict[str, tuple[int, Any]]
+        last_move_end: float
+        _clock: Clock
         prepared: dict[str, Any]
         delivered: dict[str, int]
         visible_seq: int | None
