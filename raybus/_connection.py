@@ -31,6 +31,7 @@ from ._retry import RetryPolicy
 from .auth import CredentialLike, as_credential, resource_path
 from .exceptions import (
     InvalidArgumentError,
+    MessageNotFoundError,
     MessagesMovedError,
     MessagingEntityNotFoundError,
     ServiceBusCommunicationError,
@@ -367,7 +368,9 @@ class Connection:
         answers all or none): the moved numbers go to their new partitions, the rest back to
         ``pid``. Up to ``hops`` times; past them, the last ``MessagesMovedError`` (a
         ``MessageNotFoundError``) stands. A new partition missing from this client's map
-        fetches a fresh one first.
+        fetches a fresh one first; a share whose partition that map still lacks (a scale-down
+        removed it meanwhile) is not found, and every share is ``MessagingEntityNotFoundError``
+        if the entity turns out deleted.
 
         Returns the outcome of each call made last, in no set order: its result, or the
         error it raised (the caller decides what a failed share means: all or none for a
@@ -382,11 +385,29 @@ class Connection:
                 shares.setdefault(moved.moved.get(seq, pid), []).append(seq)
             route = await self.route(name)
             if any(route.handle(target) is None for target in shares):
-                await self.recheck(name)
+                if not await self.recheck(name):
+                    return [MessagingEntityNotFoundError(f"{name} was deleted", name)]
+                route = await self.route(name)
+            gone = [t for t in shares if route.handle(t) is None]
             outcomes = await asyncio.gather(
-                *(self.follow_moves(name, t, ss, call, hops - 1) for t, ss in shares.items())
+                *(
+                    self.follow_moves(name, t, ss, call, hops - 1)
+                    for t, ss in shares.items()
+                    if t not in gone
+                )
             )
-            return [outcome for each in outcomes for outcome in each]
+            return [
+                *(outcome for each in outcomes for outcome in each),
+                *(
+                    MessageNotFoundError(
+                        f"no message has sequence number(s) {shares[t]}: partition {t}, "
+                        "where they were to be found, was removed by a partition change",
+                        name,
+                        shares[t],
+                    )
+                    for t in gone
+                ),
+            ]
         except Exception as exc:
             return [exc]
 

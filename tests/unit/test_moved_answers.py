@@ -22,7 +22,12 @@ from raybus._connection import MOVE_HOPS, Connection
 from raybus._core import migration
 from raybus._core.partition import DEFER, Partition
 from raybus._core.slots import slot_of
-from raybus.exceptions import MessageNotFoundError, MessagesMovedError, ServiceBusError
+from raybus.exceptions import (
+    MessageNotFoundError,
+    MessagesMovedError,
+    MessagingEntityNotFoundError,
+    ServiceBusError,
+)
 
 # ------------------------------------------------------------------ the partition's answer
 
@@ -133,8 +138,9 @@ class _Connection:
 
     follow_moves = Connection.follow_moves
 
-    def __init__(self, known: set[int]) -> None:
+    def __init__(self, known: set[int], *, fresh: set[int] | None = None) -> None:
         self.known = set(known)
+        self.fresh = set(range(8)) if fresh is None else fresh  # what a fresh route has
         self.rechecked = 0
 
     async def route(self, name: str) -> Any:
@@ -142,9 +148,10 @@ class _Connection:
         return SimpleNamespace(handle=lambda pid: object() if pid in self.known else None)
 
     async def recheck(self, name: str) -> bool:
+        """True if the entity still exists (an empty fresh route: it was deleted)."""
         self.rechecked += 1
-        self.known |= set(range(8))
-        return True
+        self.known = set(self.fresh)
+        return bool(self.fresh)
 
 
 def _follow(conn: _Connection, pid: int, share: list[int], answers: dict[int, Any]) -> Any:
@@ -197,6 +204,24 @@ def test_other_errors_are_outcomes_of_their_share():
     assert refused in outcomes and (0, [11]) in outcomes and len(outcomes) == 2
 
 
+def test_a_share_whose_partition_a_scale_down_removed_meanwhile_is_not_found():
+    """The partition named is missing from the fresh route too: that share fails as
+    not-found without a call, the others go on."""
+    conn = _Connection({0}, fresh={0})
+    outcomes, calls = _follow(conn, 0, [10, 11], {0: [_moved({10: 1}), True]})
+    [gone] = [o for o in outcomes if isinstance(o, Exception)]
+    assert type(gone) is MessageNotFoundError and gone.sequence_numbers == [10]
+    assert "partition 1" in str(gone) and (0, [11]) in outcomes and len(outcomes) == 2
+    assert calls == [(0, [10, 11]), (0, [11])] and conn.rechecked == 1
+
+
+def test_an_entity_deleted_while_its_messages_moved_fails_every_share():
+    conn = _Connection({0}, fresh=set())
+    outcomes, calls = _follow(conn, 0, [10, 11], {0: [_moved({10: 3})]})
+    assert [type(o) for o in outcomes] == [MessagingEntityNotFoundError]
+    assert calls == [(0, [10, 11])]
+
+
 @pytest.mark.parametrize("hops", [0, 1])
 def test_a_call_that_is_answered_needs_no_follow(hops):
     conn = _Connection({0})
@@ -208,3 +233,32 @@ def test_a_call_that_is_answered_needs_no_follow(hops):
 
 async def _true() -> bool:
     return True
+
+
+def test_a_cancel_whose_partition_left_the_route_after_the_lookup_is_not_found():
+    """``ServiceBusSender._cancel_located``: the lookup named partition 5; by the call, a
+    fresh route no longer has it. Nothing is called; the numbers are not found."""
+    from raybus.aio._sender import ServiceBusSender
+
+    located = SimpleNamespace(handle=lambda pid: object() if pid == 5 else None)
+    now = SimpleNamespace(handle=lambda pid: None)
+    routes = [located, now]
+
+    async def route(name: str, refresh: bool = False) -> Any:
+        return routes.pop(0)
+
+    async def retrying(name: str, op: Any) -> Any:
+        return await op()
+
+    async def locate(route: Any, seqs: list[int], state: Any) -> Any:
+        assert route is located
+        return {5: list(seqs)}, []
+
+    conn = _Connection({0})
+    conn.retrying, conn.locate = retrying, locate  # type: ignore[attr-defined]
+    conn.route = route  # type: ignore[method-assign]
+    sender = SimpleNamespace(entity_path="q", _conn=conn, _closed=False)
+    sender._route = lambda refresh=False: ServiceBusSender._route(sender, refresh)  # type: ignore[arg-type]
+    with pytest.raises(MessageNotFoundError, match="partition 5 is gone") as gone:
+        asyncio.run(ServiceBusSender._cancel_located(sender, [10, 11], None))  # type: ignore[arg-type]
+    assert gone.value.sequence_numbers == [10, 11] and routes == []
