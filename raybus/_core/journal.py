@@ -283,6 +283,9 @@ class ReplayedState:
         self.adopted: set[str] = set()
         self.dedup_slots: dict[str, int] = {}
         self.outbox: dict[str, tuple[int, Any]] = {}  # move id -> (target, bundle)
+        # deferred or scheduled message's number -> the partition a move finished since the
+        # checkpoint took it to (``migration.moved``: a lookup racing the move and a restart)
+        self.moved_out: dict[int, int] = {}
         self.prepared: dict[str, tuple[Any, ...]] = {}  # transaction id -> logged share
         self.delivered: dict[str, int] = {}  # router source key -> last delivery applied
 
@@ -350,7 +353,10 @@ def replay(entries: Iterable[Entry], state: ReplayedState | None = None) -> Repl
             move_id, target, bundle = payload
             st.outbox[move_id] = (target, bundle)
         elif op == OUTBOX_DONE:
-            st.outbox.pop(payload, None)
+            done = st.outbox.pop(payload, None)
+            if done is not None:
+                to, bundle = done
+                st.moved_out.update(dict.fromkeys(bundle.addressed, to))
         elif op == TXN_PREPARE:
             txn_id, share = payload
             st.prepared[txn_id] = share

@@ -45,6 +45,7 @@ class SnapshotOps:
         retiring: bool
         outbox: dict[str, tuple[int, Any]]
         last_move_end: float
+        moved_out: dict[int, tuple[int, float]]
         _clock: Clock
         prepared: dict[str, Any]
         delivered: dict[str, int]
@@ -110,8 +111,10 @@ class SnapshotOps:
         self.delivered = state.delivered
         self.outbox = state.outbox
         # When a move out last ended is not journaled: say "just now", so a peek that a move
-        # and this restart both overlapped is made again (``migration.quiet_for``).
-        self.last_move_end = self._clock.now()
+        # and this restart both overlapped is made again (``migration.quiet_for``). Where the
+        # moves finished since the checkpoint took numbers is remembered as of now too.
+        self.last_move_end = now = self._clock.now()
+        self.moved_out = {seq: (target, now) for seq, target in state.moved_out.items()}
         self._next_seq = max(self._next_seq, state.next_seq)
         for store in (self._main, self._dlq):
             for seq, rec in store.messages.items():

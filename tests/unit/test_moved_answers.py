@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from partition_moves_support import ALL, KEYED_QUEUE, NONE, move, part, rec, settle_one
+from transactions_core_support import durable, flush, rebuilt
 
 from raybus._actors import partition as partition_actor
 from raybus._actors.partition import PartitionActor
@@ -75,6 +76,30 @@ def test_a_message_moved_twice_is_named_by_the_partition_it_last_left(clock):
     move(b, c, {slot_of("k")})
     moved = _answer(b, [seq])  # b knew it by an alias of a's number
     assert isinstance(moved, MessagesMovedError) and moved.moved == {seq: 2}
+
+
+def test_a_source_restarted_after_a_move_still_names_where_it_went(clock):
+    """Where a move finished since the last checkpoint took a number comes back with the
+    journal (its hand-over and its end are logged): a lookup racing the move and a restart
+    is answered, not told "not found". A checkpoint keeps no such memory."""
+    a, b = part(clock, 0, ALL, **KEYED_QUEUE), part(clock, 1, NONE, **KEYED_QUEUE)
+    log = durable(a)
+    [seq] = a.send([rec(message_id="d", partition_key="k")])
+    [scheduled] = a.send([rec(partition_key="k", scheduled_enqueue_time=clock.now() + 60)])
+    flush(a, log)  # visible once durable
+    [r] = a.receive(1)
+    settle_one(a, DEFER, r.lock_token)
+    move(a, b, {slot_of("k")})
+    flush(a, log)
+
+    restarted = rebuilt(a, clock, log)
+    assert migration.moved(restarted, [seq, scheduled]) == {seq: (1, None), scheduled: (1, None)}
+    moved = _answer(restarted, [seq])
+    assert isinstance(moved, MessagesMovedError) and moved.moved == {seq: 1}
+    clock.advance(migration.MOVED_OUT_KEEP_S + 1)  # remembered for as long as before
+    migration.finish(restarted, "another move")  # (a move's end is what forgets old ones)
+    assert migration.moved(rebuilt(a, clock, log), [seq]) == {seq: (1, None)}
+    assert migration.moved(rebuilt(a, clock, a.snapshot_entries()), [seq]) == {}
 
 
 def test_numbers_found_nowhere_are_named_alone_as_not_found(clock):
