@@ -319,9 +319,11 @@ async def peek_partitioned(
     """Peek a partitioned queue: from ``sequence_number`` within the partition it names,
     else from where this receiver left off in every partition, oldest first.
 
-    A partition that moved messages out since this client's route was last known current
-    (its quiet time shorter than the route's age) may have moved them to a partition the
-    route lacks (a scale-up's): the route is fetched again, once, and the peek made again."""
+    A partition that moved messages out since the route peeked was last known current (its
+    quiet time shorter than that route's age) may have moved them to a partition the route
+    lacks (a scale-up's): the route is fetched again, once, and the peek made again. The age
+    is read when the route is taken, since a check in the background may store a newer
+    route while the peek goes on with this one's partitions."""
     name = receiver.entity_path
     route = await receiver._conn.route(name)
     if sequence_number:
@@ -330,6 +332,9 @@ async def peek_partitioned(
             return []
         return await receiver._peek_call(sequence_number, count, pid, timeout)
     parts = route.existing()
+    # When ``route`` was last known current: a check in the background may store a newer one
+    # while this peek goes on with these partitions.
+    known = time.monotonic() - receiver._conn.route_age(name)
     give_up = time.monotonic() + PEEK_BUDGET_S
     refreshed = False
     while True:
@@ -344,8 +349,8 @@ async def peek_partitioned(
         )
         ended = time.monotonic()
         quiet = min(q for _peeked, q in results)
-        if not refreshed and quiet < receiver._conn.route_age(name) + PEEK_SLACK_S:
-            refreshed = True
+        if not refreshed and quiet < ended - known + PEEK_SLACK_S:
+            refreshed, known = True, time.monotonic()
             parts = (await receiver._conn.route(name, refresh=True)).existing()
             continue
         if quiet > ended - began + PEEK_SLACK_S or ended >= give_up:

@@ -28,8 +28,13 @@ class _Receiver:
     entity_path = "q"
 
     def __init__(
-        self, *quiet: list[float], later: tuple[list[float], ...] = (), age: float = 0.0
+        self,
+        *quiet: list[float],
+        later: tuple[list[float], ...] = (),
+        age: float = 0.0,
+        checked: bool = False,
     ) -> None:
+        self.checked = checked  # a check in the background stores a new route meanwhile
         self.quiet = quiet + later
         self.now = 0.0
         self.fetched = -age  # when the route was last known current
@@ -58,6 +63,8 @@ class _Receiver:
         assert start == pid << 48 and count == 5
         if pid == 0:
             self.now += ROUND_S
+            if self.checked:
+                self.checked, self.fetched = False, self.now
         n = self.asked.count(pid)
         self.asked.append(pid)
         message = SimpleNamespace(_record=SimpleNamespace(enqueued_time=pid), sequence_number=n)
@@ -116,6 +123,18 @@ def test_a_move_since_the_route_was_current_peeks_a_fresh_routes_partitions_once
     peeked = _peek(monkeypatch, receiver)
     assert receiver.refreshed == 1
     assert (_rounds(receiver, 0), _rounds(receiver, 1), _rounds(receiver, 2)) == (4, 4, 3)
+    assert sorted(m._record.enqueued_time for m in peeked) == [0, 1, 2]
+
+
+def test_a_route_stored_by_a_check_during_the_round_does_not_stand_for_the_one_peeked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The peek went on with the partitions of the 60 s old route; a check in the background
+    stored a current one meanwhile (the connection's age is then 0). The partitions peeked
+    are what count: the route is fetched again and the new partition peeked."""
+    receiver = _Receiver([5.0, 60.0], [INF], later=([INF],), age=60.0, checked=True)
+    peeked = _peek(monkeypatch, receiver)
+    assert receiver.refreshed == 1
     assert sorted(m._record.enqueued_time for m in peeked) == [0, 1, 2]
 
 
