@@ -306,8 +306,9 @@ async def receive_single(
 # ago it last moved messages out (``migration.quiet_for``, 0 while some travel). A move the
 # round missed was confirmed within the round's own round trip, so a round stands once every
 # partition was quiet for longer than that (and PEEK_SLACK_S, for the partitions' wall clocks
-# against this one). Rounds go on PEEK_PAUSE_S apart for PEEK_BUDGET_S at most; then the last
-# one stands (a change moving messages without a pause for that long).
+# against this one). Rounds go on PEEK_PAUSE_S apart for PEEK_BUDGET_S at most (or the peek's
+# own timeout, if shorter); then the last one stands (a change moving messages without a pause
+# for that long).
 PEEK_BUDGET_S = 2.0
 PEEK_PAUSE_S = 0.01
 PEEK_SLACK_S = 0.005
@@ -335,7 +336,10 @@ async def peek_partitioned(
     # When ``route`` was last known current: a check in the background may store a newer one
     # while this peek goes on with these partitions.
     known = time.monotonic() - receiver._conn.route_age(name)
-    give_up = time.monotonic() + PEEK_BUDGET_S
+    from ._receiver import _check_wait  # _receiver imports this module
+
+    limit = _check_wait(timeout, "timeout", name)  # the operation's bound covers the rounds
+    give_up = time.monotonic() + (PEEK_BUDGET_S if limit is None else min(limit, PEEK_BUDGET_S))
     refreshed = False
     while True:
         # Each partition may answer all of count: each call sizes its pieces for that.

@@ -15,6 +15,7 @@ import pytest
 
 from raybus.aio import _fanout
 from raybus.aio._fanout import PEEK_BUDGET_S, PEEK_SLACK_S, peek_partitioned
+from raybus.exceptions import InvalidArgumentError
 
 ROUND_S = 0.1
 INF = math.inf
@@ -72,10 +73,10 @@ class _Receiver:
         return [message], script[min(n, len(script) - 1)]
 
 
-def _peek(monkeypatch: pytest.MonkeyPatch, receiver: _Receiver) -> list[Any]:
+def _peek(monkeypatch: pytest.MonkeyPatch, receiver: _Receiver, timeout: Any = None) -> list[Any]:
     monkeypatch.setattr(_fanout, "PEEK_PAUSE_S", 0.0)
     monkeypatch.setattr(_fanout, "time", SimpleNamespace(monotonic=lambda: receiver.now))
-    return asyncio.run(peek_partitioned(receiver, 5, 0, None))  # type: ignore[arg-type]
+    return asyncio.run(peek_partitioned(receiver, 5, 0, timeout))  # type: ignore[arg-type]
 
 
 def _rounds(receiver: _Receiver, pid: int = 0) -> int:
@@ -112,6 +113,19 @@ def test_a_change_that_goes_on_lets_the_last_round_stand_after_the_budget(
     peeked = _peek(monkeypatch, receiver)
     assert _rounds(receiver) == round(PEEK_BUDGET_S / ROUND_S)
     assert [m.sequence_number for m in peeked] == [_rounds(receiver) - 1] * 2
+
+
+def test_a_shorter_timeout_ends_the_rounds_sooner(monkeypatch: pytest.MonkeyPatch) -> None:
+    receiver = _Receiver([0.0], [INF])
+    _peek(monkeypatch, receiver, timeout=0.5)
+    assert _rounds(receiver) == round(0.5 / ROUND_S)
+
+
+def test_a_bad_timeout_is_refused_before_any_peek(monkeypatch: pytest.MonkeyPatch) -> None:
+    receiver = _Receiver([INF], [INF])
+    with pytest.raises(InvalidArgumentError, match="timeout"):
+        _peek(monkeypatch, receiver, timeout="soon")
+    assert receiver.asked == []
 
 
 def test_a_move_since_the_route_was_current_peeks_a_fresh_routes_partitions_once(
