@@ -279,13 +279,14 @@ class Connection:
         key = name.lower()
         return None if self._stale(key) else self._routes.get(key)
 
-    def route_age(self, name: str) -> float:
-        """Seconds since the route cached for ``name`` was fetched or found current."""
-        return time.monotonic() - self._fetched.get(name.lower(), 0.0)
+    def known_current(self, name: str) -> float:
+        """When (``time.monotonic``) the route cached for ``name`` was fetched or found
+        current; 0 if none is."""
+        return self._fetched.get(name.lower(), 0.0)
 
     def _stale(self, key: str) -> bool:
         """Whether the route cached under ``key`` (if any) is due for a check."""
-        return time.monotonic() - self._fetched.get(key, 0.0) > ROUTE_TTL_S
+        return time.monotonic() - self.known_current(key) > ROUTE_TTL_S
 
     async def locate(
         self, route: Route, seqs: list[int], state: int | None = None

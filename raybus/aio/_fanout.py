@@ -335,7 +335,7 @@ async def peek_partitioned(
     parts = route.existing()
     # When ``route`` was last known current: a check in the background may store a newer one
     # while this peek goes on with these partitions.
-    known = time.monotonic() - receiver._conn.route_age(name)
+    known = receiver._conn.known_current(name)
     from ._receiver import _check_wait  # _receiver imports this module
 
     limit = _check_wait(timeout, "timeout", name)  # the operation's bound covers the rounds

@@ -53,10 +53,10 @@ class _Receiver:
                 self.fetched = self.now
             return fresh if refresh else first
 
-        def route_age(_entity: str) -> float:
-            return self.now - self.fetched
+        def known_current(_entity: str) -> float:
+            return self.fetched
 
-        self._conn = SimpleNamespace(route=route, route_age=route_age)
+        self._conn = SimpleNamespace(route=route, known_current=known_current)
 
     async def _peek_quiet(
         self, start: int, count: int, pid: int, timeout: Any
