@@ -214,7 +214,7 @@ def adopt(p: Partition, move_id: str, b: Bundle) -> bool:
         new = p._take_seq()
         rec.sequence_number = new
         store = p._main if store_id == journal.MAIN else p._dlq
-        store.messages[new] = rec
+        store.put(new, rec)
         p._size += rec.size
         p._record(journal.PUT, store, new, journal.put_payload(rec))
         if store is p._dlq:

@@ -268,7 +268,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         for rec in fresh:
             seq = self._take_seq()
             dead = stamp_accepted(rec, seq, now, default_ttl, session_queue)
-            self._main.messages[seq] = rec
+            self._main.put(seq, rec)
             self._size += rec.size
             if dead is not None:
                 self._dead_letter(rec, *dead)
@@ -475,20 +475,20 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
             self._activated = {s for s in self._activated if s > limit}
         shown: set[int] = set() if dead_letter else self._activated
         msgs = store.messages
-        seqs = [
-            s
-            for s in msgs
-            if from_sequence_number <= s
-            and (s <= limit or s in shown)
-            and (session_id is None or msgs[s].session_id == session_id)
-        ]
-        if dead_letter:  # the dead-letter store is in dead-lettering order, not sequence order
-            seqs.sort()
-        out = []
-        for seq in seqs[:max_count]:
-            rec = snapshot(store.messages[seq])
+        out: list[MessageRecord] = []
+        if max_count <= 0:
+            return out
+        for seq in store.numbers_from(from_sequence_number):  # ascending (``Store``)
+            if seq > limit and seq not in shown:
+                continue
+            rec = msgs[seq]
+            if session_id is not None and rec.session_id != session_id:
+                continue
+            rec = snapshot(rec)
             rec.lock_token, rec.locked_until = None, 0.0
             out.append(rec)
+            if len(out) == max_count:
+                break
         return out
 
     # ------------------------------------------------------------------ settling
@@ -634,7 +634,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
             rec.sequence_number = rec.enqueued_sequence_number = new_seq
             # enqueued_time stays the scheduled time: the time to live counts from there, even
             # when nothing touched the partition until later (the sweep below expires it then).
-            self._main.messages[new_seq] = rec
+            self._main.put(new_seq, rec)
             if self.visible_seq is not None:
                 self._activated.add(new_seq)
             self._make_active(rec, now)
@@ -833,7 +833,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         rec.state = ACTIVE
         rec.dead_letter_reason = reason
         rec.dead_letter_error_description = description
-        self._dlq.messages[rec.sequence_number] = rec
+        self._dlq.put(rec.sequence_number, rec)
         heapq.heappush(self._dlq.available, rec.sequence_number)
         self._record(
             journal.MOVE,

@@ -102,6 +102,8 @@ class SnapshotOps:
         if state.properties is not None:
             self._props = state.properties
         self._main.messages, self._dlq.messages = state.main, state.dead_letter
+        self._main.reindex()
+        self._dlq.reindex()
         self._dedup = state.dedup
         self._dedup_slots = state.dedup_slots
         if state.slots is not None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,16 +63,75 @@ class LockTokens:
         return f"{self._prefix}{self._count & 0xFFFFFFFFFFFF:012x}"
 
 
-class Store:
-    """The messages of one queue or sub-queue and the heap of those ready for delivery."""
+# How many removed numbers the index of a store may hold beyond twice its live ones.
+INDEX_SLACK = 1024
 
-    __slots__ = ("available", "id", "messages", "name")
+
+class Store:
+    """The messages of one queue or sub-queue and the heap of those ready for delivery.
+
+    Messages are added with ``put``, which also appends the number to an index in ascending
+    order, so that ``numbers_from`` (a peek's walk) finds where to start by bisection and
+    steps only over the numbers it returns, and those removed since the index was last
+    rebuilt. Why: a peek filtered every number the store held, 51 ms for a peek of 10 on a
+    partition holding 1,000,000 messages (35 ms from its middle), on the partition's event
+    loop, so browsing a backlog page by page took time quadratic in its length. Removals do
+    not touch the index (``messages`` is the truth): a number no longer stored is skipped,
+    the leading ones for good, and the index is rebuilt once it holds more than twice as
+    many numbers as the store plus ``INDEX_SLACK``, so it stays within a small multiple of
+    the live messages (8 bytes each) at an amortised constant cost per message. Numbers are
+    added in ascending order (a partition takes each new one above the last); one added out
+    of order (the dead-letter sub-queue keeps a message's number, in dead-lettering order)
+    marks the index for a rebuild, by sorting, at the next walk.
+    """
+
+    __slots__ = ("_head", "_last", "_order", "available", "id", "messages", "name")
 
     def __init__(self, name: str, store_id: int) -> None:
         self.name = name
         self.id = store_id  # journal.MAIN or journal.SUB_DLQ
         self.messages: dict[int, MessageRecord] = {}
         self.available: list[int] = []  # min-heap of sequence numbers; may hold stale entries
+        self._order = array("q")  # numbers added, ascending; may hold removed ones
+        self._head = 0  # the numbers before it in ``_order`` are all removed
+        self._last = -1  # the last number indexed; -2 once one came out of order
+
+    def put(self, seq: int, rec: MessageRecord) -> None:
+        """Store ``rec`` as number ``seq`` and index it (class docstring)."""
+        self.messages[seq] = rec
+        if seq > self._last >= -1:
+            order = self._order
+            order.append(seq)
+            self._last = seq
+            if not len(order) & 1023 and self._bloated():  # looked at every 1,024 numbers
+                self.reindex()
+        else:
+            self._last = -2  # out of order, or stored again: rebuilt at the next walk
+
+    def _bloated(self) -> bool:
+        return len(self._order) - self._head > 2 * len(self.messages) + INDEX_SLACK
+
+    def reindex(self) -> None:
+        """Rebuild the index from ``messages`` (after it was replaced as a whole)."""
+        self._order = array("q", sorted(self.messages))
+        self._head = 0
+        self._last = self._order[-1] if self._order else -1
+
+    def numbers_from(self, start: int) -> Iterator[int]:
+        """The numbers stored from ``start`` on, ascending. The store must not change while
+        this is iterated."""
+        if self._last == -2 or self._bloated():
+            self.reindex()
+        order, messages = self._order, self.messages
+        end = len(order)
+        head = self._head
+        while head < end and order[head] not in messages:
+            head += 1
+        self._head = head
+        for i in range(bisect_left(order, start, head), end):
+            seq = order[i]
+            if seq in messages:
+                yield seq
 
     def is_available(self, seq: int) -> bool:
         rec = self.messages.get(seq)
