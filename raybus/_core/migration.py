@@ -212,6 +212,8 @@ def adopt(p: Partition, move_id: str, b: Bundle) -> bool:
         rec = MessageRecord(*row)
         old = rec.sequence_number
         new = p._take_seq()
+        # Its enqueued_sequence_number stays its first number: a receiver's peeks leave it
+        # out if they covered that one (``raybus.aio._sequence_reads.PeekedRanges``).
         rec.sequence_number = new
         store = p._main if store_id == journal.MAIN else p._dlq
         store.put(new, rec)

@@ -11,7 +11,9 @@ ones included (their messages are still delivered).
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -324,7 +326,17 @@ async def peek_partitioned(
     quiet time shorter than that route's age) may have moved them to a partition the route
     lacks (a scale-up's): the route is fetched again, once, and the peek made again. The age
     is read when the route is taken, since a check in the background may store a newer
-    route while the peek goes on with this one's partitions."""
+    route while the peek goes on with this one's partitions.
+
+    The partitions' answers are merged oldest first, each partition's taken in the order of
+    its numbers (``heapq.merge`` of the answers as they come), and cut at ``count``: so what
+    a partition gives is a prefix of its answer, and the receiver's cursor for it (after the
+    last number it showed) passes only messages it showed, and a partition's messages come
+    in the order a single partition's peek gives them. Two kinds of message have enqueued
+    times out of their partition's number order: a moved one keeps its time and takes a
+    new, higher number, and a scheduled one's time is its schedule's. Sorted by time alone
+    and cut, a peek could return messages numbered after such a one and leave it out, and
+    every later peek then skipped it."""
     name = receiver.entity_path
     route = await receiver._conn.route(name)
     if sequence_number:
@@ -360,6 +372,8 @@ async def peek_partitioned(
         if quiet > ended - began + PEEK_SLACK_S or ended >= give_up:
             break
         await asyncio.sleep(PEEK_PAUSE_S)
-    merged = [m for peeked, _quiet in results for m in peeked]
-    merged.sort(key=lambda m: (m._record.enqueued_time, m.sequence_number))
-    return merged[:count]
+    return list(islice(heapq.merge(*(peeked for peeked, _quiet in results), key=_age), count))
+
+
+def _age(message: ServiceBusReceivedMessage) -> tuple[float, int]:
+    return message._record.enqueued_time, message.sequence_number

@@ -12,7 +12,9 @@ as ``Settlement`` is; it owns the peek cursors.
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_left, bisect_right
 from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .._core.record import WireRecord
@@ -24,7 +26,64 @@ if TYPE_CHECKING:
     from .._connection import Connection
     from ._session import ServiceBusSession
 
-__all__ = ["SequenceReads", "check_sequence_numbers"]
+__all__ = [
+    "PEEKED_RUNS_MAX",
+    "PEEK_PAGES",
+    "PeekedRanges",
+    "SequenceReads",
+    "check_sequence_numbers",
+]
+
+# The most calls one ``peek_messages`` makes when it leaves out messages peeked before a
+# move: each call passes up to the peek's count of them, so 8 pass at least 7 counts' worth.
+PEEK_PAGES = 8
+PEEKED_RUNS_MAX = 100_000
+
+
+class PeekedRanges:
+    """The sequence numbers a receiver's peeks have shown, as merged runs ``[lo, hi)`` of
+    consecutive numbers (a partition numbers its messages without gaps, so a page is one run
+    less the messages settled meanwhile).
+
+    A partition change moves a message to another partition under a new number, and
+    raybus's moves keep its first number as its ``enqueued_sequence_number``
+    (``raybus._core.migration.adopt``; a message sent, forwarded or activated from a
+    schedule has the two equal). A receiver that was shown the message under that first
+    number leaves it out under the new one (``shown_before_move``). The numbers shown, not
+    the span a page covered: a scale-up moves some of a partition's messages and keeps the
+    rest, so a page of the source after the move spans numbers it never showed. Numbers are
+    unique across the partitions (the partition is in the top 16 bits), so one list serves
+    them all. At most ``PEEKED_RUNS_MAX`` runs (about 8 MB) are kept; past that the receiver
+    starts afresh, and a message it peeked before can show again after a move. Not covered
+    either: a message moved twice and peeked at the partition between (under a number that
+    is not its first) shows again.
+    """
+
+    __slots__ = ("_his", "_los")
+
+    def __init__(self) -> None:
+        self._los: list[int] = []
+        self._his: list[int] = []
+
+    def add(self, lo: int, hi: int) -> None:
+        if lo >= hi:
+            return
+        los, his = self._los, self._his
+        i = bisect_left(his, lo)  # the first run that ends at or after lo
+        j = bisect_right(los, hi)  # the runs from i to j touch [lo, hi)
+        if i < j:
+            lo, hi = min(lo, los[i]), max(hi, his[j - 1])
+        los[i:j], his[i:j] = [lo], [hi]
+        if len(los) > PEEKED_RUNS_MAX:  # start afresh (class docstring)
+            self._los, self._his = [lo], [hi]
+
+    def __contains__(self, seq: int) -> bool:
+        i = bisect_right(self._los, seq) - 1
+        return i >= 0 and seq < self._his[i]
+
+    def shown_before_move(self, msg: ServiceBusReceivedMessage) -> bool:
+        first = msg.enqueued_sequence_number
+        return first != msg.sequence_number and first in self
 
 
 def check_sequence_numbers(sequence_numbers: int | Iterable[int], entity: str) -> list[int]:
@@ -73,15 +132,20 @@ class SequenceReads:
         async def _release_rows(self, rows: list[WireRecord]) -> None: ...
 
     def _init_reads(self) -> None:
-        self._peek_cursor = 0
-        self._peek_cursors: dict[int, int] = {}  # per partition, on a partitioned queue
+        # Per partition, where the next peek goes on from: after the last number shown.
+        self._peek_cursors: dict[int, int] = {}
+        self._peeked = PeekedRanges()
 
     async def peek_messages(
         self, max_message_count: int = 1, *, sequence_number: int = 0, timeout: Any = None
     ) -> list[ServiceBusReceivedMessage]:
         """Up to ``max_message_count`` messages without locking them, from ``sequence_number``
         on (default: after the last one this receiver peeked). Includes locked, deferred and
-        scheduled messages; peeked messages cannot be settled."""
+        scheduled messages; peeked messages cannot be settled.
+
+        A message a partition change moved after this receiver peeked it is not shown again
+        under its new number (``PeekedRanges``); the peek then asks for as many more as it
+        left out, so it comes back short only where the queue has no more to show."""
         await self._settle_pending()
         from ._receiver import _check_count, _check_non_negative  # _receiver imports this
 
@@ -95,22 +159,42 @@ class SequenceReads:
             session_id, _token, pid = await self.session.ensure()
             start = sequence_number or self._peek_cursors.get(pid, 0)
             peeked = await self._peek_call(start, count, pid, timeout, session_id)
-        elif route.single:
-            start = sequence_number or self._peek_cursor
-            peeked = await self._peek_call(start, count, 0, timeout)
-        else:
-            peeked = await self._conn.retrying(
-                self.entity_path,
-                lambda: peek_partitioned(self, count, sequence_number, timeout),
-            )
-        if peeked:
-            self._peek_cursor = peeked[-1].sequence_number + 1
-            for msg in peeked:
-                pid = msg.partition_id
-                self._peek_cursors[pid] = max(
-                    self._peek_cursors.get(pid, 0), msg.sequence_number + 1
+            if peeked:  # a session's messages do not move while it is held
+                self._peek_cursors[pid] = peeked[-1].sequence_number + 1
+            return peeked
+        shown: list[ServiceBusReceivedMessage] = []
+        for _ in range(PEEK_PAGES):
+            # Asks for ``count`` each time: a page's left-out messages need room too.
+            if route.single:  # its one partition is 0; after a scale-down, the cursor is too
+                start = sequence_number or self._peek_cursors.get(0, 0)
+                page = await self._peek_call(start, count, 0, timeout)
+            else:
+                page = await self._conn.retrying(
+                    self.entity_path,
+                    partial(peek_partitioned, self, count, sequence_number, timeout),
                 )
-        return peeked
+            passed = len(page)  # up to here: a prefix of each partition's part of the page
+            for i, msg in enumerate(page):
+                if not self._peeked.shown_before_move(msg):
+                    shown.append(msg)
+                    if len(shown) == count:
+                        passed = i + 1
+                        break
+            self._went_past(page[:passed])
+            if len(shown) == count or len(page) < count:
+                break  # full, or the partitions had no more
+            if sequence_number:  # go on in its partition, after what this page passed
+                sequence_number = self._peek_cursors[sequence_number >> 48]
+            route = await self._conn.route(self.entity_path)
+        return shown
+
+    def _went_past(self, page: list[ServiceBusReceivedMessage]) -> None:
+        """Move the cursors of the partitions in ``page`` after its last message of each,
+        and note the numbers shown."""
+        for msg in page:
+            seq = msg.sequence_number
+            self._peeked.add(seq, seq + 1)
+            self._peek_cursors[msg.partition_id] = seq + 1
 
     async def receive_deferred_messages(
         self, sequence_numbers: int | Iterable[int], *, timeout: Any = None

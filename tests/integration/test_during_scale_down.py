@@ -290,3 +290,34 @@ def test_a_peek_sees_every_message_while_a_scale_up_moves_them_and_after(
         return [wrong for during, pause in ways for wrong in await one_round(during, pause)]
 
     _each_round(1, rounds)
+
+
+def test_a_receiver_pages_on_through_a_scale_down_and_sees_each_message_once(
+    aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient
+) -> None:
+    """A receiver peeks half the queue, the queue goes from 4 partitions to 1, and the same
+    receiver pages on. Before, it went on from its last number of any partition (nothing
+    more, had that been a removed partition's) and showed the messages it had peeked again
+    under the numbers the move gave them: 280 peeked, 80 of them twice."""
+
+    async def one_round() -> list[str]:
+        async with (
+            _spread_queue(aadmin, aclient) as (name, _sender),
+            aclient.get_queue_receiver(name) as receiver,
+        ):
+            seen = [str(m) for m in await receiver.peek_messages(N // 2)]
+            if (partitions := await (await _scale_down(aadmin, name))) != 1:
+                return [f"{partitions} partitions at the end"]
+            pages = 0
+            while page := await receiver.peek_messages(30):
+                seen += [str(m) for m in page]
+                pages += 1
+            wrong = []
+            if sorted(seen) != sorted(f"m{i}" for i in range(N)):
+                twice = sorted({b for b in seen if seen.count(b) > 1})
+                wrong.append(f"{len(seen)} peeked, {len(set(seen))} of {N}; twice: {twice}")
+            if pages < (N // 2) // 30:
+                wrong.append(f"only {pages} pages after the change")
+            return wrong
+
+    _each_round(2, one_round)

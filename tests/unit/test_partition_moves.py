@@ -428,6 +428,23 @@ def test_a_message_moved_twice_is_still_found_by_its_original_number(clock):
     assert got.message_id == "d"
 
 
+def test_a_moved_message_keeps_its_first_number_as_its_enqueued_sequence_number(clock):
+    """What a receiver's peeks use to leave out a message they were shown before it moved
+    (``raybus.aio._sequence_reads.PeekedRanges``): A -> B -> C, and through a restart."""
+    a = part(clock, 0, ALL, **KEYED_QUEUE)
+    b = part(clock, 1, NONE, **KEYED_QUEUE)
+    c = part(clock, 2, NONE, **KEYED_QUEUE)
+    [first] = a.send([rec(message_id="m", partition_key="k")])
+    move(a, b, {slot_of("k")})
+    move(b, c, {slot_of("k")})
+    [moved] = c.peek(0, EVERYTHING)
+    assert moved.sequence_number >> 48 == 2 and moved.enqueued_sequence_number == first
+    restarted = part(clock, 2, NONE, **KEYED_QUEUE)
+    restarted.load(journal.replay(c.snapshot_entries()))
+    [kept] = restarted.peek(0, EVERYTHING)
+    assert (kept.sequence_number, kept.enqueued_sequence_number) == (moved.sequence_number, first)
+
+
 def test_size_is_conserved_with_session_state_and_dead_letters(clock):
     a = part(clock, 0, ALL, **SESSION_QUEUE)
     b = part(clock, 1, NONE, **SESSION_QUEUE)
