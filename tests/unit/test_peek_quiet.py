@@ -15,7 +15,7 @@ import pytest
 
 from raybus.aio import _fanout
 from raybus.aio._fanout import PEEK_BUDGET_S, PEEK_SLACK_S, peek_partitioned
-from raybus.exceptions import InvalidArgumentError
+from raybus.exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 
 ROUND_S = 0.1
 INF = math.inf
@@ -36,6 +36,7 @@ class _Receiver:
         checked: bool = False,
     ) -> None:
         self.checked = checked  # a check in the background stores a new route meanwhile
+        self.deleted = False  # the entity was deleted: fetching its route again raises
         self.quiet = quiet + later
         self.now = 0.0
         self.fetched = -age  # when the route was last known current
@@ -49,6 +50,8 @@ class _Receiver:
 
         async def route(_entity: str, *, refresh: bool = False) -> Any:
             if refresh:
+                if self.deleted:
+                    raise MessagingEntityNotFoundError("deleted meanwhile", "q")
                 self.refreshed += 1
                 self.fetched = self.now
             return fresh if refresh else first
@@ -160,3 +163,16 @@ def test_a_route_current_since_the_last_move_is_kept(
     receiver = _Receiver([age * 2], [INF], later=([INF],), age=age)
     peeked = _peek(monkeypatch, receiver)
     assert receiver.refreshed == 0 and _rounds(receiver) == 1 and len(peeked) == 2
+
+
+def test_an_entity_deleted_before_the_route_is_fetched_again_fails_the_peek(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The error ``route(refresh=True)`` raises for a deleted entity ends the peek after its
+    one round (``peek_messages``'s ``Connection.retrying`` then finds the entity deleted on
+    its recheck and raises it too, as for any call)."""
+    receiver = _Receiver([5.0, 60.0], [INF], later=([INF],), age=60.0)
+    receiver.deleted = True
+    with pytest.raises(MessagingEntityNotFoundError, match="deleted meanwhile"):
+        _peek(monkeypatch, receiver)
+    assert sorted(receiver.asked) == [0, 1]
