@@ -283,8 +283,10 @@ def test_a_peek_sees_every_message_while_a_scale_up_moves_them_and_after(
         finally:
             await aadmin.delete_queue(name)
 
+    # Peeks during the change keep the route fresh, so a stale pause matters after a change
+    # nobody read during (a "during" way with it added about 6 s and nothing more).
     stale = ROUTE_TTL_S + 0.2
-    ways = ((True, 0.0), (True, stale), (False, 0.0), (False, stale))
+    ways = ((True, 0.0), (False, 0.0), (False, stale))
 
     async def rounds() -> list[str]:
         return [wrong for during, pause in ways for wrong in await one_round(during, pause)]
@@ -298,7 +300,8 @@ def test_a_receiver_pages_on_through_a_scale_down_and_sees_each_message_once(
     """A receiver peeks half the queue, the queue goes from 4 partitions to 1, and the same
     receiver pages on. Before, it went on from its last number of any partition (nothing
     more, had that been a removed partition's) and showed the messages it had peeked again
-    under the numbers the move gave them: 280 peeked, 80 of them twice."""
+    under the numbers the move gave them: 280 peeked, 80 of them twice. One round: the
+    unit tests (``tests/unit/test_peek_merge.py``) take the cases apart."""
 
     async def one_round() -> list[str]:
         async with (
@@ -320,4 +323,4 @@ def test_a_receiver_pages_on_through_a_scale_down_and_sees_each_message_once(
                 wrong.append(f"only {pages} pages after the change")
             return wrong
 
-    _each_round(2, one_round)
+    _each_round(1, one_round)
