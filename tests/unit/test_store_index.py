@@ -108,6 +108,19 @@ def test_the_index_stays_within_twice_the_live_numbers_plus_its_slack() -> None:
     assert list(store.numbers_from(0)) == list(range(199_990, 200_000))
 
 
+def test_the_index_stays_bounded_when_walks_move_its_head_on() -> None:
+    """A queue drained as fast as it fills, with a peek every 100 messages: each walk moves
+    the head past the removed numbers, and the array behind it must not keep them all."""
+    store = Store("main", 0)
+    for n in range(200_000):
+        store.put(n, _rec())
+        if n >= 10:
+            del store.messages[n - 10]
+        if n % 100 == 0:
+            assert next(store.numbers_from(0)) == max(0, n - 9)
+    assert len(store._order) <= 2 * 10 + INDEX_SLACK + 1024
+
+
 def test_the_dead_letter_order_is_walked_in_number_order() -> None:
     store = Store("dead-letter", 1)
     for n in (7, 3, 9, 1, 8):  # dead-lettering order
