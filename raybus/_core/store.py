@@ -85,7 +85,7 @@ class Store:
     marks the index for a rebuild, by sorting, at the next walk.
     """
 
-    __slots__ = ("_head", "_last", "_order", "available", "id", "messages", "name")
+    __slots__ = ("_head", "_last", "_order", "_sorted", "available", "id", "messages", "name")
 
     def __init__(self, name: str, store_id: int) -> None:
         self.name = name
@@ -94,19 +94,20 @@ class Store:
         self.available: list[int] = []  # min-heap of sequence numbers; may hold stale entries
         self._order = array("q")  # numbers added, ascending; may hold removed ones
         self._head = 0  # the numbers before it in ``_order`` are all removed
-        self._last = -1  # the last number indexed; -2 once one came out of order
+        self._last = -1  # the last number indexed
+        self._sorted = True  # False once a number came out of order: rebuilt at the next walk
 
     def put(self, seq: int, rec: MessageRecord) -> None:
         """Store ``rec`` as number ``seq`` and index it (class docstring)."""
         self.messages[seq] = rec
-        if seq > self._last >= -1:
+        if self._sorted and seq > self._last:
             order = self._order
             order.append(seq)
             self._last = seq
             if not len(order) & 1023 and self._bloated():  # looked at every 1,024 numbers
                 self.reindex()
         else:
-            self._last = -2  # out of order, or stored again: rebuilt at the next walk
+            self._sorted = False  # out of order, or stored again
 
     def _bloated(self) -> bool:
         # The whole array, the skipped head too: a queue drained as fast as it fills, and
@@ -119,11 +120,12 @@ class Store:
         self._order = array("q", sorted(self.messages))
         self._head = 0
         self._last = self._order[-1] if self._order else -1
+        self._sorted = True
 
     def numbers_from(self, start: int) -> Iterator[int]:
         """The numbers stored from ``start`` on, ascending. The store must not change while
         this is iterated."""
-        if self._last == -2 or self._bloated():
+        if not self._sorted or self._bloated():
             self.reindex()
         order, messages = self._order, self.messages
         end = len(order)

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raybus.aio import _sequence_reads
-from raybus.aio._sequence_reads import PeekedRanges, SequenceReads
+from raybus.aio._sequence_reads import PEEK_PAGES, PeekedRanges, SequenceReads
 
 
 def _message(pid: int, number: int, enqueued: float, first: int | None = None) -> Any:
@@ -223,3 +223,28 @@ def test_peeked_ranges_start_afresh_past_their_bound(monkeypatch: pytest.MonkeyP
     assert [n for n in range(8) if n in ranges] == [0, 2, 4, 5]
     ranges.add(7, 8)  # a fourth: forgets the rest first
     assert [n for n in range(8) if n in ranges] == [7]
+
+
+def test_a_peek_that_leaves_out_page_after_page_stops_after_its_budget() -> None:
+    """Every message of the only partition was peeked before it moved: each call passes a
+    count of them, and after ``PEEK_PAGES`` calls the peek returns what it has (nothing),
+    its cursor after all it passed, so the next peek goes on from there."""
+    count = 2
+    first = [_message(1, n, n) for n in range(count * (PEEK_PAGES + 1))]
+    receiver = _Receiver({1: first})
+
+    async def peeks() -> tuple[list[Any], list[Any]]:
+        seen = []
+        while len(seen) < len(first):
+            seen += await receiver.peek_messages(len(first) - len(seen))
+        moved = [_message(0, n, n, first=m.sequence_number) for n, m in enumerate(first)]
+        receiver.held = {0: [*moved, _message(0, len(first), 99)]}
+        receiver.single = True
+        receiver.calls = 0
+        short = await receiver.peek_messages(count)
+        assert short == [] and receiver.calls == PEEK_PAGES  # passed 8 x 2 of the 18
+        return short, await receiver.peek_messages(count)
+
+    _short, rest = asyncio.run(peeks())
+    assert [m._record.enqueued_time for m in rest] == [99]  # the last 2 passed, then the new
+    assert receiver.calls == PEEK_PAGES + 2
