@@ -767,14 +767,16 @@ class PartitionActor(Guarded):
     @guarded(INTERNAL)
     async def hand_over(
         self, moves: dict[int, frozenset[int]], spill: int | None
-    ) -> tuple[dict[int, frozenset[int]], frozenset[int], bool]:
+    ) -> tuple[dict[int, frozenset[int]], frozenset[int], bool, bool]:
         """Move slots to other partitions (see ``raybus._core.migration``).
 
         Returns (slots each target now serves, pinned slots kept here, whether this retiring
-        partition is now empty and may stop). A target that fails keeps its bundle in this
+        partition is now empty and may stop, whether it stopped spilling at a bundle's bound
+        and has more to spill at once). A target that fails keeps its bundle in this
         partition's outbox; ``flush_outbox`` (or the next call) sends it again.
         """
-        migration.hand_over(self._core, moves, spill)
+        out, _pinned = migration.hand_over(self._core, moves, spill)
+        more = any(bundle.bounded for _target, bundle in out.values())
         await self._commit.durable()  # removed here and kept in the outbox, durably
         adopted = await self._flush_outbox()
         done: dict[int, frozenset[int]] = {}
@@ -783,7 +785,9 @@ class PartitionActor(Guarded):
         pinned = frozenset(s for slots in moves.values() for s in slots) - frozenset(
             s for slots in done.values() for s in slots
         )
-        return done, pinned, migration.is_empty(self._core) and spill is not None
+        empty = migration.is_empty(self._core) and spill is not None
+        # Not at once while a bundle waits for its target: the retry of the outbox comes first.
+        return done, pinned, empty, more and not self._core.outbox
 
     @guarded(INTERNAL)
     async def flush_outbox(self) -> list[tuple[int, frozenset[int]]]:

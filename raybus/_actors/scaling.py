@@ -10,7 +10,8 @@ version of the partition map written durably to the registry:
   unkeyed message from then on (senders holding the old map are redirected).
 * **Move**: every partition whose slots differ from the balanced assignment hands the extra
   slots over (``raybus._core.migration``); a retiring partition also evacuates its other
-  messages. Slots pinned by a locked session stay and are retried on the next step.
+  messages, a bounded bundle per step, and the next step follows at once while it has more.
+  Slots pinned by a locked session stay and are retried on the next step.
 * **Remove**: a retiring partition that is empty (nothing left, nothing locked, nothing in
   transit) leaves the map; then its actor is stopped and its storage deleted.
 
@@ -151,14 +152,17 @@ class Scaler:
                         entry.pmap.version,
                     )
                     return
+                again = False
                 try:
-                    await self._step(entry)
+                    again = await self._step(entry)
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # a partition restarting: the next step tries again
                     _log.exception("partition change of %s: step failed", name)
                     failed = True
-            await asyncio.sleep(1.0 if failed else _STEP_PAUSE_S)
+            # A retiring partition that stopped at a bundle's bound goes on at once: the lock
+            # was let go in between, so the entity's other calls take their turn.
+            await asyncio.sleep(1.0 if failed else 0.0 if again else _STEP_PAUSE_S)
 
     async def _install(self, entry: EntityEntry, pmap: PartitionMap) -> EntityEntry:
         new = self._ns._registry.set_map(entry.properties.name, pmap)
@@ -169,7 +173,9 @@ class Scaler:
             raise
         return new
 
-    async def _step(self, entry: EntityEntry) -> None:
+    async def _step(self, entry: EntityEntry) -> bool:
+        """One step of the change; True if it should be followed at once (a retiring
+        partition has more to spill than one bundle carries)."""
         ns = self._ns
         props, pmap = entry.properties, entry.pmap
         handles = ns._handles[props.name.lower()]
@@ -191,14 +197,14 @@ class Scaler:
             grown = PartitionMap(pmap.version + 1, pmap.slots, tuple(live + new_ids), pmap.retiring)
             await self._install(entry, grown)
             _log.info("%s: added partitions %s", props.name, new_ids)
-            return
+            return False
         if len(live) > want:
             keep = tuple(sorted(live)[:want])
             retire = tuple(p for p in live if p not in keep)
             shrunk = PartitionMap(pmap.version + 1, pmap.slots, keep, pmap.retiring + retire)
             await self._install(entry, shrunk)
             _log.info("%s: retiring partitions %s", props.name, list(retire))
-            return
+            return False
         desired = pmap.balanced(pmap.live)
         moves: dict[int, dict[int, set[int]]] = {}
         for slot, (cur, dst) in enumerate(zip(pmap.slots, desired, strict=True)):
@@ -217,19 +223,21 @@ class Scaler:
         )
         slots = list(pmap.slots)
         empty: list[int] = []
+        more = False
         for src, result in zip(sources, results, strict=True):
             if isinstance(result, BaseException):
                 _log.warning("%s: partition %s could not hand over: %s", props.name, src, result)
                 continue
-            done, _pinned, is_empty = result
+            done, _pinned, is_empty, bounded = result
             for target, moved in done.items():
                 for slot in moved:
                     slots[slot] = target
             if is_empty:
                 empty.append(src)
+            more = more or bounded
         gone = [r for r in empty if r not in slots]
         if tuple(slots) == pmap.slots and not gone:
-            return
+            return more
         retiring = tuple(r for r in pmap.retiring if r not in gone)
         await self._install(
             entry, PartitionMap(pmap.version + 1, tuple(slots), pmap.live, retiring)
@@ -238,6 +246,7 @@ class Scaler:
             ray.kill(handles.pop(pid), no_restart=True)
             await self._delete_storage(entry, pid)
             _log.info("%s: removed partition %s", props.name, pid)
+        return more
 
     async def _delete_storage(self, entry: EntityEntry, pid: int) -> None:
         ns = self._ns

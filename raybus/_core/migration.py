@@ -8,10 +8,21 @@ map (``raybus._core.slots``) from a source partition to a target:
    hold a session locked by a receiver are *pinned*: they stay, so a session never moves while
    someone works on it. For the other slots the source takes out, in sequence order, the
    session messages (every state), the session states and the duplicate-detection ids; a
-   *retiring* source (scale-down) also takes out every other unlocked message, dead-lettered
-   ones included, for the ``spill`` partition. What is taken out is written to the source's
-   log as an *outbox* entry in the same durable step that removes it, so it is never lost and
-   never visible in two places.
+   *retiring* source (scale-down) also takes out its other unlocked messages, dead-lettered
+   ones included, for the ``spill`` partition, oldest first and at most
+   ``MOVE_BUNDLE_MESSAGES`` / ``MOVE_BUNDLE_BYTES`` of them per call: the namespace calls again
+   at once while a bundle stops at that bound (``Bundle.bounded``). What is taken out is
+   written to the source's log as an *outbox* entry in the same durable step that removes it,
+   so it is never lost and never visible in two places.
+
+   Why the bound: the target stores a bundle in one call, and its sends and receives wait
+   behind that call. With one bundle per retiring partition a send waited 1.3 s during a
+   4 -> 1 scale-down of 100,000 durable 1 KiB messages and 4.7 s at 400,000
+   (``benchmarks/move_backlog.py``); bounded, it waits about as long as a bundle's storing,
+   however deep the backlog, and receivers go on taking the messages not moved yet. Messages
+   whose slot moves go in one bundle, unbounded: from the moment the slot is the target's,
+   its sends go there, and a session's messages must arrive before them (a retiring
+   partition's slots move in its first call; later calls spill alone).
 2. ``adopt`` (target): stores the bundle durably, under new sequence numbers (taken in the
    original order, so a session's order holds). Deferred and scheduled messages keep working
    under their old numbers (an alias). Each bundle is applied at most once (its move id is
@@ -44,6 +55,8 @@ from .slots import SLOTS, partition_key, slot_of
 
 __all__ = [
     "MOVED_OUT_KEEP_S",
+    "MOVE_BUNDLE_BYTES",
+    "MOVE_BUNDLE_MESSAGES",
     "Bundle",
     "adopt",
     "finish",
@@ -57,6 +70,11 @@ __all__ = [
 # a client's lookup in flight when the move finished needs it for one call; a minute is ample.
 MOVED_OUT_KEEP_S = 60.0
 
+# The most a retiring partition spills in one bundle (the first bound reached ends it; a bundle
+# takes one message at least). Storing 4,096 durable 1 KiB messages takes a target about 60 ms.
+MOVE_BUNDLE_MESSAGES = 4096
+MOVE_BUNDLE_BYTES = 4 * 1024 * 1024
+
 
 @dataclass
 class Bundle:
@@ -68,6 +86,8 @@ class Bundle:
     sessions: list[tuple[str, bytes, float]] = field(default_factory=list)  # id, state, at
     # Earlier numbers of moved records (moved before): number at the source -> older numbers.
     aliases: dict[int, list[int]] = field(default_factory=dict)
+    # The source stopped spilling at MOVE_BUNDLE_MESSAGES / MOVE_BUNDLE_BYTES: more follows.
+    bounded: bool = False
 
     # A bundle does not change once handed over, and a source evacuating many messages is
     # asked for these by every count and every lookup by number while the move travels:
@@ -150,23 +170,45 @@ def hand_over(
     earlier: dict[int, list[int]] = {}
     for old, new in p._aliases.items():
         earlier.setdefault(new, []).append(old)
+    spilled = spilled_bytes = 0
+    bounded = False
     for store in (p._main, p._dlq):
-        for seq in sorted(store.messages):
+        going: list[tuple[MessageRecord, int]] = []
+        for seq in store.numbers_from(0):  # oldest first; the store changes after the walk
             rec = store.messages[seq]
             if rec.lock_token is not None:
                 continue  # in a receiver's hands: never moved
             key = partition_key(rec, dedup) if store is p._main else None
             target = slot_target.get(slot_of(key)) if key is not None else None
-            in_session = rec.session_id is not None and sessions is not None
             if target is None:
+                in_session = rec.session_id is not None and sessions is not None
                 if spill is None or (in_session and store is p._main):
                     continue  # stays: not retiring, or its session's slot is pinned
+                if bounded or (
+                    spilled
+                    and (
+                        spilled >= MOVE_BUNDLE_MESSAGES
+                        or spilled_bytes + rec.size > MOVE_BUNDLE_BYTES
+                    )
+                ):
+                    bounded = True
+                    if not slot_target:
+                        break  # spilling alone: nothing further along goes this time
+                    continue  # the rest of the walk finds the moving slots' messages
+                spilled += 1
+                spilled_bytes += rec.size
                 target = spill
+            going.append((rec, target))
+        for rec, target in going:
             _take_out(p, store, rec)
             b = bundle(target)
             b.records.append((store.id, journal.put_payload(rec)))
+            seq = rec.sequence_number
             if seq in earlier and store is p._main:
                 b.aliases[seq] = earlier[seq]
+    if bounded:
+        assert spill is not None
+        bundle(spill).bounded = True
     for message_id, (accepted_at, seq) in p._dedup.items():
         slot = p._dedup_slots.get(message_id, slot_of(message_id))
         target = slot_target.get(slot)
