@@ -5,14 +5,17 @@ waits meanwhile.
 A durable queue of ``--partitions`` partitions is filled with ``--messages`` unkeyed messages
 of ``--size`` bytes (lists of 1,000, spread over the partitions), then changed to one
 partition. While the change runs, one sender sends a single message every 50 ms and times
-each send. Printed: the fill rate, the time from ``update_queue`` to ``wait_for_partitions``
-returning, the sends made meanwhile and the longest, and whether the runtime properties count
-every message afterwards. A retiring partition hands its messages over in bundles of at most
+each send, and the runtime properties are read every 50 ms and timed (a count waits for the
+change's step in progress). Printed: the fill rate, the time from ``update_queue`` to
+``wait_for_partitions`` returning, the sends made meanwhile (the longest, the median), the
+counts read meanwhile (the longest), and whether the runtime properties count every message
+afterwards. A retiring partition hands its messages over in bundles of at most
 4,096 messages or 4 MiB (``raybus._core.migration.MOVE_BUNDLE_*``), so what a send waits for
 is about one bundle's storing at the target, three at once here (one per retiring partition),
-plus, at the deepest backlogs, the target's checkpoint capture (about 0.6 s at 400,000
-messages held). RESULTS.md and the README have the numbers. No peer runs beside it: read it
-size against size, and against the code before the bound (a worktree of it, as in RESULTS.md).
+plus, at the deepest backlogs, the target's checkpoint capture (about 0.3 s at 400,000
+messages held). The README ("Changing the partition count") has the numbers. No peer runs
+beside it: read it size against size, and against the code before the bound (a worktree of
+it, with this script copied in).
 
 Run: ``python benchmarks/move_backlog.py [--messages 100000,400000] [--partitions 4]``.
 """
@@ -58,6 +61,16 @@ async def one_size(storage: str, messages: int, partitions: int, size: int) -> s
         await admin.update_queue(await admin.get_queue("q"), partition_count=1)
         done = asyncio.ensure_future(admin.wait_for_partitions("q"))
         waits: list[float] = []
+        reads: list[float] = []
+
+        async def count_meanwhile() -> None:
+            while not done.done():
+                asked = time.monotonic()
+                await admin.get_queue_runtime_properties("q")
+                reads.append(time.monotonic() - asked)
+                await asyncio.sleep(SEND_EVERY_S)
+
+        counting = asyncio.ensure_future(count_meanwhile())
         while not done.done():
             sent = time.monotonic()
             await sender.send_messages(ServiceBusMessage(b"y"))
@@ -65,6 +78,7 @@ async def one_size(storage: str, messages: int, partitions: int, size: int) -> s
             await asyncio.sleep(SEND_EVERY_S)
         took = time.monotonic() - began
         left = await done
+        await counting
     counted = (await admin.get_queue_runtime_properties("q")).active_message_count
     await admin.delete_queue("q")
     expected = messages + len(waits)
@@ -73,7 +87,8 @@ async def one_size(storage: str, messages: int, partitions: int, size: int) -> s
         f"{messages:>9,} x {size} B: filled at {fill:,.0f} msg/s; {partitions} -> {left} "
         f"partitions in {took:.2f} s; {len(waits)} sends meanwhile, the longest "
         f"{max(waits, default=0) * 1e3:.0f} ms, the median "
-        f"{median(waits) * 1e3 if waits else 0:.0f} ms; {check}"
+        f"{median(waits) * 1e3 if waits else 0:.0f} ms; {len(reads)} counts read, the longest "
+        f"{max(reads, default=0) * 1e3:.0f} ms; {check}"
     )
 
 

@@ -11,7 +11,11 @@ the scan it replaced, run side by side on the same partition:
 - ``start``: from the first number (a new receiver's first peek);
 - ``middle``: from the number halfway through (``peek_messages(sequence_number=...)``);
 - ``pages``: a receiver paging through the first ``--pages`` pages, each peek from after
-  the last one (the time per peek).
+  the last one (the time per peek);
+- ``dlq``: a dead-letter sub-queue of as many messages, dead-lettered in a random order,
+  takes one more (numbered below its last) and is peeked from its start, per round. The
+  column "scan" is here the way before the late list: every stored number sorted again at
+  the first walk after such a message (``Store.reindex`` before the peek).
 
 A third of the messages (every third number) is completed first, so the walk steps over
 removed numbers as a working queue's does. Printed: microseconds per peek each way, and
@@ -23,6 +27,7 @@ Run: ``python benchmarks/peek_backlog.py [--sizes 10000,100000,1000000] [--count
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -94,6 +99,36 @@ def paging_us(
     return (time.perf_counter() - t) / pages * 1e6
 
 
+def dead_lettered(n: int, rounds: int) -> tuple[Partition, list[str]]:
+    """A partition whose dead-letter sub-queue holds ``n`` messages of 100 bytes, dead-lettered
+    in a random order, and the lock tokens of ``rounds`` more, numbered among them, to
+    dead-letter one at a time."""
+    p = Partition(QueueProperties(name="backlog"), FakeClock(), 0)
+    total = n + rounds
+    for lo in range(0, total, 1000):
+        p.send([_record() for _ in range(min(1000, total - lo))])
+    locked = [str(rec.lock_token) for rec in p.receive(total)]
+    random.Random(7).shuffle(locked)
+    for lo in range(0, n, 1000):
+        p.settle([SettleOp("dead_letter", token) for token in locked[lo : lo + 1000]])
+    return p, locked[n:]
+
+
+def dead_letter_then_peek_us(p: Partition, tokens: list[str], count: int, rebuild: bool) -> float:
+    """Per round: dead-letter one more message (numbered below the sub-queue's last, as
+    most are), then peek ``count`` of the sub-queue from its start. ``rebuild``: the way
+    before, which sorted every stored number at the first walk after such a one."""
+    samples = []
+    for token in tokens:
+        t = time.perf_counter()
+        p.settle([SettleOp("dead_letter", token)])
+        if rebuild:
+            p._dlq.reindex()
+        p.peek(0, count, dead_letter=True)
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples) * 1e6
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -127,6 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for name, ours, scan in rows:
             print(f"{held:>9,} {name:>7} {ours:>10.1f} {scan:>10.1f} {scan / ours:>13.1f}x")
+        del p
+        p, tokens = dead_lettered(n, 2 * args.runs)
+        half = len(tokens) // 2
+        ours = dead_letter_then_peek_us(p, tokens[:half], args.count, rebuild=False)
+        before = dead_letter_then_peek_us(p, tokens[half:], args.count, rebuild=True)
+        print(f"{n:>9,} {'dlq':>7} {ours:>10.1f} {before:>10.1f} {before / ours:>13.1f}x")
     return 0
 
 

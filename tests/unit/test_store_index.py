@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raybus._core import journal
+from raybus._core import store as store_module
 from raybus._core.partition import Partition
 from raybus._core.record import MessageRecord
 from raybus._core.store import INDEX_SLACK, SettleOp, Store
@@ -49,11 +50,7 @@ _ops = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(ops=_ops, starts=st.lists(st.integers(-1, 400), min_size=1, max_size=5))
-def test_the_walk_answers_as_a_scan_of_every_stored_number(
-    ops: list[tuple[str, int]], starts: list[int]
-) -> None:
+def _walks_as_a_scan(ops: list[tuple[str, int]], starts: list[int]) -> None:
     store = Store("main", 0)
     last = -1
     for op, k in ops:
@@ -69,6 +66,63 @@ def test_the_walk_answers_as_a_scan_of_every_stored_number(
                 store.put(pick - (k % 2), _rec())  # stored again, or a free number below
         for start in starts:
             assert list(store.numbers_from(start)) == _scan(store, start)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=_ops, starts=st.lists(st.integers(-1, 400), min_size=1, max_size=5))
+def test_the_walk_answers_as_a_scan_of_every_stored_number(
+    ops: list[tuple[str, int]], starts: list[int]
+) -> None:
+    _walks_as_a_scan(ops, starts)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=_ops, starts=st.lists(st.integers(-1, 400), min_size=1, max_size=5))
+def test_the_walk_answers_as_a_scan_when_late_numbers_are_merged_often(
+    ops: list[tuple[str, int]], starts: list[int]
+) -> None:
+    """As above with no slack: late numbers are merged into the array at most walks, and
+    the array is rebuilt whenever it holds more than twice the live numbers."""
+    saved = store_module.INDEX_SLACK
+    store_module.INDEX_SLACK = 0
+    try:
+        _walks_as_a_scan(ops, starts)
+    finally:
+        store_module.INDEX_SLACK = saved
+
+
+def test_a_dead_letter_walk_after_one_more_is_not_a_rebuild() -> None:
+    """A dead-letter sub-queue of 100,000 messages, stored in dead-lettering order, takes one
+    more below its last number: the next peek sorts that one, not the 100,000 (it had
+    sorted every stored number at the first walk after each late one)."""
+    store = Store("dead-letter", 1)
+    numbers = list(range(0, 200_000, 2))
+    random.Random(7).shuffle(numbers)
+    for n in numbers:
+        store.put(n, _rec())
+    assert list(store.numbers_from(0)) == list(range(0, 200_000, 2))  # merged once
+    array_before = store._order
+    store.messages = CountingDict(store.messages)
+    for n in (1, 99_999, 150_001):
+        store.put(n, _rec())
+        store.messages.looked = 0
+        got = list(islice(store.numbers_from(n - 1), 3))
+        assert got == [n - 1, n, n + 1]
+        assert store.messages.looked <= 4
+        assert store._order is array_before  # walked beside the array, not merged into it
+    assert list(islice(store.numbers_from(0), 4)) == [0, 1, 2, 4]
+
+
+def test_late_numbers_are_merged_once_they_are_many() -> None:
+    store = Store("dead-letter", 1)
+    for n in range(10_000, 20_000):
+        store.put(n, _rec())
+    for n in range(9_999, 5_999, -1):  # 4,000 late: past a quarter (2,500) plus the slack
+        store.put(n, _rec())
+    assert list(store.numbers_from(0)) == list(range(6_000, 20_000))
+    assert store._late == [] and list(store._order) == list(range(6_000, 20_000))
+    store.put(15_000, _rec())  # stored again: walked once
+    assert list(store.numbers_from(14_999))[:3] == [14_999, 15_000, 15_001]
 
 
 def test_a_walk_looks_at_what_it_returns_not_at_the_backlog() -> None:
