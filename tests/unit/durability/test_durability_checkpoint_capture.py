@@ -25,6 +25,7 @@ from raybus._core import journal
 from raybus._core.committer import Committer
 from raybus._core.partition import ABANDON, COMPLETE, SettleOp
 from raybus._storage import DurableLog
+from raybus.exceptions import ServiceBusError
 from raybus.testing import FakeClock
 
 
@@ -173,3 +174,22 @@ async def test_the_collector_stays_off_if_it_was_off(tmp_path: Path, clock: Fake
     gc.enable()
     assert c.durable_log is not None and c.durable_log.checkpoint_lsn is not None
     assert sorted(by_id(local(tmp_path, clock).core)) == ["a", "b"]
+
+
+async def test_a_failure_before_the_encoding_starts_turns_the_collector_on_again(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The capture succeeds and what follows it fails (here the size estimate): the
+    checkpoint is not captured, and the collector runs again."""
+    c = local(tmp_path, clock)
+    c.core.send(records("a"))
+    await c.durable()
+
+    def broken() -> int:
+        raise TypeError("injected: after the capture")
+
+    monkeypatch.setattr(c, "_live_bytes", broken)
+    with pytest.raises(ServiceBusError, match=r"checkpoint not captured.*after the capture"):
+        c._start_checkpoint()
+    assert gc.isenabled()
+    assert c._checkpointing is None
