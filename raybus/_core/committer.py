@@ -564,7 +564,7 @@ class Committer:
             upto = self._log.next_lsn - 1
             covered = (self._since_checkpoint, self._log_bytes, self._live_bytes())
             self._checkpointing = asyncio.ensure_future(
-                self._write_checkpoint(_Captured(entries), upto, covered, collecting)
+                self._write_checkpoint(entries, upto, covered, collecting)
             )
         except Exception as exc:
             if collecting:
@@ -573,17 +573,22 @@ class Committer:
             raise ServiceBusError(f"checkpoint not captured: {exc!r}", self.core.entity) from exc
 
     async def _write_checkpoint(
-        self, captured: _Captured, upto: int, covered: tuple[int, int, int], collecting: bool
+        self,
+        entries: list[journal.Entry],
+        upto: int,
+        covered: tuple[int, int, int],
+        collecting: bool,
     ) -> None:
-        """Encode and write ``captured`` as the state up to ``upto``; ``covered``: the
+        """Encode and write ``entries`` as the state up to ``upto``; ``covered``: the
         changes and bytes of log it replaces, and the estimate of its size when it was
         captured; ``collecting``: the garbage collector ran before the capture."""
         assert self._log is not None
         try:
             try:
-                table = await asyncio.to_thread(captured.encode)
+                table = await asyncio.to_thread(_encode, entries)
             finally:
-                if collecting:  # the captured tuples are gone: nothing for it to scan
+                del entries  # the last reference: nothing captured left for the collector
+                if collecting:
                     gc.enable()
         except Exception:
             self._since_checkpoint = 0  # the log stays complete: only its length grows
@@ -642,17 +647,6 @@ def _set_once(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-class _Captured:
-    """A checkpoint's entries until they are encoded: ``encode`` lets them go as it returns,
-    so no reference (the coroutine's, the thread's call) keeps the captured tuples alive
-    once the garbage collector runs again."""
-
-    __slots__ = ("_entries",)
-
-    def __init__(self, entries: list[journal.Entry]) -> None:
-        self._entries: list[journal.Entry] | None = entries
-
-    def encode(self) -> pa.Table:
-        entries, self._entries = self._entries, None
-        assert entries is not None
-        return journal.to_table(entries)
+def _encode(entries: list[journal.Entry]) -> pa.Table:
+    """A checkpoint's encoding, in the worker thread (tests hold it back here)."""
+    return journal.to_table(entries)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import uuid
 from array import array
 from bisect import bisect_left
@@ -173,22 +174,11 @@ class Store:
         while head < end and order[head] not in messages:
             head += 1
         self._head = head
-        first = bisect_left(order, start, head)
-        if not late:
-            for i in range(first, end):
-                seq = order[i]
-                if seq in messages:
-                    yield seq
-            return
-        i, j, k = first, bisect_left(late, start), len(late)
+        indexed: Iterator[int] = (order[i] for i in range(bisect_left(order, start, head), end))
+        if late:  # both ascending; a number stored again may be in both
+            indexed = heapq.merge(indexed, islice(late, bisect_left(late, start), None))
         last = -1
-        while i < end or j < k:
-            if j == k or (i < end and order[i] <= late[j]):
-                seq = order[i]
-                i += 1
-            else:
-                seq = late[j]
-                j += 1
+        for seq in indexed:
             if seq != last and seq in messages:
                 yield seq
             last = seq

@@ -162,6 +162,20 @@ def test_the_index_stays_within_twice_the_live_numbers_plus_its_slack() -> None:
     assert list(store.numbers_from(0)) == list(range(199_990, 200_000))
 
 
+def test_the_late_list_stays_bounded_without_walks() -> None:
+    """A dead-letter sub-queue taking numbers below its last, each removed soon after, and
+    never peeked: the late list is rebuilt away as the array is (checked every 1,024)."""
+    store = Store("dead-letter", 1)
+    store.put(10**9, _rec())
+    for n in range(200_000):
+        store.put(n, _rec())
+        if n >= 10:
+            del store.messages[n - 10]
+    assert len(store.messages) == 11
+    assert len(store._order) + len(store._late) <= 2 * 11 + INDEX_SLACK + 1024
+    assert list(store.numbers_from(0)) == [*range(199_990, 200_000), 10**9]
+
+
 def test_the_index_stays_bounded_when_walks_move_its_head_on() -> None:
     """A queue drained as fast as it fills, with a peek every 100 messages: each walk moves
     the head past the removed numbers, and the array behind it must not keep them all."""

@@ -53,22 +53,22 @@ async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
 
 
 class HeldEncoding:
-    """``_Captured.encode`` that waits for ``release`` in its thread, and records whether
-    the garbage collector ran meanwhile."""
+    """``_encode`` that waits for ``release`` in its thread, and records whether the garbage
+    collector ran meanwhile."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.started = threading.Event()
         self.released = threading.Event()
         self.collecting_while_held: list[bool] = []
-        real = committer_module._Captured.encode
+        real = committer_module._encode
 
-        def held(captured: Any) -> Any:
+        def held(entries: Any) -> Any:
             self.started.set()
             self.collecting_while_held.append(gc.isenabled())
             assert self.released.wait(5)
-            return real(captured)
+            return real(entries)
 
-        monkeypatch.setattr(committer_module._Captured, "encode", held)
+        monkeypatch.setattr(committer_module, "_encode", held)
 
     def release(self) -> None:
         self.released.set()
@@ -137,11 +137,11 @@ async def test_an_encoding_that_fails_is_logged_and_waits_for_another_threshold(
     attempts: list[int] = []
     settled: list[str] = []
 
-    def broken(captured: Any) -> Any:
+    def broken(entries: Any) -> Any:
         attempts.append(len(settled))
         raise TypeError("injected: a state that does not encode")
 
-    monkeypatch.setattr(committer_module._Captured, "encode", broken)
+    monkeypatch.setattr(committer_module, "_encode", broken)
     c.core.send(records(*(f"m{i}" for i in range(10))))
     await c.durable()
     with caplog.at_level(logging.ERROR, logger="raybus.commit"):
