@@ -30,10 +30,10 @@ ROOT_KEY = "R" * 44
 
 @pytest.fixture
 def closed(namespace: str) -> Iterator[ServiceBusAdministrationClient]:
-    """The namespace with a Manage rule ``root``; yields an admin client holding its key."""
+    """The namespace with a queue ``q`` and a Manage rule ``root``; yields an admin client
+    holding its key. (Tests that need a second queue make it: each is an actor to start.)"""
     open_admin = ServiceBusAdministrationClient(namespace)
     open_admin.create_queue("q")
-    open_admin.create_queue("other")
     open_admin.create_authorization_rule("root", ["Manage"], primary_key=ROOT_KEY)
     yield ServiceBusAdministrationClient(
         namespace, credential=SharedAccessKeyCredential("root", ROOT_KEY)
@@ -135,6 +135,7 @@ def test_send_and_listen_rights_are_enforced(
 def test_an_entity_rule_reaches_only_its_entity(
     namespace: str, closed: ServiceBusAdministrationClient
 ) -> None:
+    closed.create_queue("other")
     rule = closed.create_authorization_rule("q-send", ["Send"], entity="q")
     assert [r.key_name for r in closed.list_authorization_rules(entity="q")] == ["q-send"]
     with client_with(namespace, "q-send", rule.primary_key) as client:
@@ -300,6 +301,7 @@ def test_direct_actor_calls_without_a_token_get_nowhere(
 def test_topics_transactions_and_forwarding_work_in_a_closed_namespace(
     namespace: str, closed: ServiceBusAdministrationClient
 ) -> None:
+    closed.create_queue("other")
     closed.create_topic("t")
     closed.create_subscription("t", "s", forward_to="other")
     closed.create_subscription("t", "plain")
@@ -409,6 +411,7 @@ def test_the_coordinator_takes_only_partitions_of_the_entity_each_share_names(
     name). Shares carry no handle: the coordinator calls the partition named."""
     from raybus._core.record import MessageRecord, encoded_size
 
+    closed.create_queue("other")
     closed.create_topic("t")
     closed.create_subscription("t", "s")
     app = closed.create_authorization_rule("app", ["Send"])
@@ -495,6 +498,7 @@ def test_clients_made_from_a_connection_string_carry_its_key(
 def test_a_connection_strings_entity_path_is_the_only_entity_its_client_reaches(
     namespace: str, closed: ServiceBusAdministrationClient
 ) -> None:
+    closed.create_queue("other")
     with raybus.ServiceBusClient.from_connection_string(
         _conn_str(namespace, "root", ROOT_KEY, entity="q")
     ) as client:

@@ -1,7 +1,8 @@
 """The HTTP gateway's runtime API (Service Bus REST) against a real Serve application.
 
 One gateway per module (Serve starts a controller and a proxy: seconds), on a free loopback
-port, serving the module's namespace; each test uses its own queue. Serve is shut down after.
+port, serving the module's namespace; each test uses its own queue, except the tests of refused
+requests, which share one (``refusals``). Serve is shut down after.
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ def http(gateway: str) -> Iterator[httpx.Client]:
 @pytest.fixture
 def queue(pooled_queue: str) -> str:
     return pooled_queue  # a fresh queue started ahead of time (``QueuePool`` in conftest)
+
+
+@pytest.fixture(scope="module")
+def refusals(module_namespace: str) -> str:
+    """One queue for the module's tests of refused requests (22 of them, each a partition
+    actor to start with a fresh queue): a refusal stores nothing, and those that could store
+    something check that it did not, so each finds the queue as empty as a fresh one."""
+    name = f"refusals-{uuid.uuid4().hex[:8]}"
+    ServiceBusAdministrationClient(module_namespace).create_queue(name)
+    return name
 
 
 def _props(resp: httpx.Response) -> dict[str, object]:
@@ -517,21 +528,21 @@ def test_oversize_message_is_413_and_nothing_is_stored(
 )
 def test_malformed_input_is_400_with_a_reason_and_stores_nothing(
     http: httpx.Client,
-    queue: str,
+    refusals: str,
     admin: ServiceBusAdministrationClient,
     headers: dict[str, str],
     content: bytes,
     why: str,
 ) -> None:
-    resp = http.post(f"/{queue}/messages", content=content, headers=headers)
+    resp = http.post(f"/{refusals}/messages", content=content, headers=headers)
     assert resp.status_code == 400, resp.text
     assert why in _error_detail(resp)
-    assert admin.get_queue_runtime_properties(queue).active_message_count == 0
+    assert admin.get_queue_runtime_properties(refusals).active_message_count == 0
 
 
 @pytest.mark.parametrize("timeout", ["abc", "-1", "nan", "inf"])
-def test_bad_timeout_is_400(http: httpx.Client, queue: str, timeout: str) -> None:
-    assert http.post(f"/{queue}/messages/head", params={"timeout": timeout}).status_code == 400
+def test_bad_timeout_is_400(http: httpx.Client, refusals: str, timeout: str) -> None:
+    assert http.post(f"/{refusals}/messages/head", params={"timeout": timeout}).status_code == 400
 
 
 def test_wrong_methods_and_paths_are_refused(http: httpx.Client, queue: str) -> None:
@@ -560,13 +571,16 @@ def _raw_status(gateway: str, request: bytes) -> int:
         b"Bad Header Name: x\r\n",
     ],
 )
-def test_malformed_http_is_refused_with_400(gateway: str, queue: str, head: bytes) -> None:
+def test_malformed_http_is_refused_with_400(
+    gateway: str, refusals: str, admin: ServiceBusAdministrationClient, head: bytes
+) -> None:
     request = (
-        f"POST /{queue}/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+        f"POST /{refusals}/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
         + head
         + b"Connection: close\r\n\r\nhello"
     )
     assert _raw_status(gateway, request) == 400
+    assert admin.get_queue_runtime_properties(refusals).active_message_count == 0
 
 
 # ------------------------------------------------------------------ access control
