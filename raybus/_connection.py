@@ -122,6 +122,8 @@ def resolve_storage_path(storage_path: str | None) -> str | None:
 # changed: receivers must learn of new partitions even if no send is ever redirected).
 ROUTE_TTL_S = 1.0
 ROUTE_RETRIES = 5
+# Send calls one client has under way to one partition at a time (``raybus._batching``).
+SENDS_IN_FLIGHT = 2
 # A deferred or scheduled message that a partition change moves between a client's lookup and
 # its call is followed to where it went, up to this many times (``Connection.follow_moves``).
 MOVE_HOPS = 3
@@ -430,7 +432,11 @@ class Connection:
                 )
                 return result
 
-            co = self._senders[key] = Coalescer(dispatch)
+            co = self._senders[key] = Coalescer(
+                dispatch,
+                max_inflight=SENDS_IN_FLIGHT,
+                ordered=lambda: _rpc.over_lane(actor.send_groups),
+            )
         return co
 
     def publisher(self, entity: str, router: Any) -> Coalescer[Sequence[MessageRecord], None]:

@@ -109,6 +109,12 @@ async def _lane_broken(entity: str | None, handle: Any) -> BaseException:
     return ServiceBusConnectionError("the broker's connection broke during the call", entity)
 
 
+def over_lane(method: Any) -> bool:
+    """Whether a call of ``method`` (without object references among its arguments) made now
+    goes over a lane: calls over one lane reach the actor in the order they were made."""
+    return _over_lane(method, ()) is not None
+
+
 def _over_lane(method: Any, args: tuple[Any, ...]) -> tuple[Any, Any, dict[str, Any]] | None:
     """(lane, actor handle, keyword arguments) to make this call over a lane, or None."""
     token = getattr(method, "_token", None)
