@@ -13,11 +13,10 @@ carries it at once, over the same lane as the first (``raybus._lane``), so the p
 the calls in the order they were sent; while no lane is open, calls go one at a time. Measured
 (``benchmarks/profile_hot_paths.py --scenario latency``, 8,000 x 1 KiB at 1,000 msg/s, six
 alternating pairs in two runs): p50 send-to-receive 1.78-2.25 ms against 2.13-2.60, lower in
-each pair. Sends awaited one by
-one are unchanged (one call in flight either way). Messages sent without awaiting each other
-have no order promised between them (as with Service Bus), with one call in flight or two: a
-send waits for its route before it queues its call, and a call that is retried may store its
-messages after those of the next.
+each pair. Sends awaited one by one are unchanged (one call in flight either way). Messages
+sent without awaiting each other have no order promised between them (as with Service Bus),
+with one call in flight or two: a send waits for its route before it queues its call, and a
+call that is retried may store its messages after those of the next.
 """
 
 from __future__ import annotations
