@@ -138,8 +138,11 @@ async def test_a_request_submitted_as_the_last_drain_ends_is_dispatched(max_infl
         return items
 
     co: Coalescer[int, int] = Coalescer(dispatch, max_inflight=max_inflight)
-    for i in range(max_inflight + 2):
-        assert await asyncio.wait_for(co.submit(i), 2) == i
+    for i in range(0, 2 * (max_inflight + 2), 2):
+        first = co.submit(i)
+        assert await first == i  # woken straight from the answer, as the drain ends
+        again = co.submit(i + 1)  # before that drain's task has run its done callbacks
+        assert await asyncio.wait_for(again, 2) == i + 1
 
 
 async def test_requests_left_by_a_cancelled_drain_go_with_the_other_one() -> None:
