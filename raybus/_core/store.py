@@ -174,9 +174,12 @@ class Store:
         while head < end and order[head] not in messages:
             head += 1
         self._head = head
-        indexed: Iterator[int] = (order[i] for i in range(bisect_left(order, start, head), end))
+        # From the first number at or after ``start`` on, by index: ``islice`` would step over
+        # every number before it (one late list can hold a quarter of the array).
+        indexed: Iterator[int] = map(order.__getitem__, range(bisect_left(order, start, head), end))
         if late:  # both ascending; a number stored again may be in both
-            indexed = heapq.merge(indexed, islice(late, bisect_left(late, start), None))
+            tail = map(late.__getitem__, range(bisect_left(late, start), len(late)))
+            indexed = heapq.merge(indexed, tail)
         last = -1
         for seq in indexed:
             if seq != last and seq in messages:

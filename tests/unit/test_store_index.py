@@ -6,8 +6,9 @@ answers are those of a scan of every stored number."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import islice
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -111,6 +112,37 @@ def test_a_dead_letter_walk_after_one_more_is_not_a_rebuild() -> None:
         assert store.messages.looked <= 4
         assert store._order is array_before  # walked beside the array, not merged into it
     assert list(islice(store.numbers_from(0), 4)) == [0, 1, 2, 4]
+
+
+class CountingList(list[int]):
+    """A store's late numbers, counting those a walk reads (by index or by iterating)."""
+
+    read = 0
+
+    def __getitem__(self, i: Any) -> Any:
+        self.read += 1
+        return super().__getitem__(i)
+
+    def __iter__(self) -> Iterator[int]:
+        for n in super().__iter__():
+            self.read += 1
+            yield n
+
+
+def test_a_walk_from_the_end_of_a_long_late_list_reads_only_its_end() -> None:
+    """6,000 late numbers (within a quarter of the array plus the slack, so not merged): a
+    peek of 3 from near their end reads those its bisection and merge need, not the 5,500
+    before its start (``islice`` stepped over each)."""
+    store = Store("dead-letter", 1)
+    for n in range(0, 40_000, 2):
+        store.put(n, _rec())
+    for n in range(1, 12_000, 2):
+        store.put(n, _rec())
+    assert list(islice(store.numbers_from(0), 3)) == [0, 1, 2]  # sorted, not merged
+    assert len(store._late) == 6_000
+    store._late = late = CountingList(store._late)
+    assert list(islice(store.numbers_from(11_001), 3)) == [11_001, 11_002, 11_003]
+    assert late.read <= 20  # the bisection's 13 steps and the numbers merged
 
 
 def test_late_numbers_are_merged_once_they_are_many() -> None:
