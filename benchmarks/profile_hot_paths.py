@@ -8,6 +8,9 @@ receiver in this process:
 * ``e2e``: N x 1 KiB, sender ``send_messages(list of B)`` one call after another; receiver
   with ``prefetch_count`` P, ``receive_messages(B)`` + ``complete_messages``. Also the same
   batches through a bare Ray actor (put / get + ack) for the "share of bare actor calls" ratio.
+  ``--send-tasks T`` sends from T asyncio tasks of the one sender at once (the guide's
+  "asynchronous operations" per sender): the lists then arrive faster than the receiver takes
+  them, and the partition holds a backlog (its collector and checkpoints grow with it).
 * ``concurrent``: 100 asyncio senders in one process each sending single messages; a receiver
   doing ``receive_messages(1)`` + ``complete_message`` per message (prefetch P); against
   ``ray.util.queue.Queue`` with 100 concurrent ``put_async`` and one ``get`` per item.
@@ -100,14 +103,21 @@ class Sender:
         await s.create_message_batch()  # resolves the route before timing
         return s
 
-    async def lists(self, queue: str, n: int, b: int, size: int) -> tuple[float, float]:
+    async def lists(
+        self, queue: str, n: int, b: int, size: int, tasks: int = 1
+    ) -> tuple[float, float]:
         s = await self._sender(queue)
+        starts = iter(range(0, n, b))
         t0 = time.time()
-        for lo in range(0, n, b):
-            hi = min(n, lo + b)
-            await s.send_messages(
-                [ServiceBusMessage(body(i, size), message_id=str(i)) for i in range(lo, hi)]
-            )
+
+        async def worker() -> None:
+            for lo in starts:
+                hi = min(n, lo + b)
+                await s.send_messages(
+                    [ServiceBusMessage(body(i, size), message_id=str(i)) for i in range(lo, hi)]
+                )
+
+        await asyncio.gather(*(worker() for _ in range(tasks)))
         return t0, time.time()
 
     async def singles(self, queue: str, n: int, size: int, tasks: int) -> tuple[float, float]:
@@ -342,7 +352,7 @@ class Run:
     def e2e(self, label: str, n: int, b: int, size: int) -> dict[str, Any]:
         q = self.queue()
         with self.profiler(label, q) as prof:
-            ref = self.sender.lists.remote(q, n, b, size)
+            ref = self.sender.lists.remote(q, n, b, size, self.args.send_tasks)
             t_end, ids, _ = self.drain(q, n, b, self.args.prefetch, each=False)
             t0, t1 = ray.get(ref)
         self.check(label, ids, n)
@@ -515,6 +525,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--large-batch", type=int, default=16, help="large scenario's list length")
     p.add_argument("--prefetch", type=int, default=200)
+    p.add_argument(
+        "--send-tasks", type=int, default=1, help="e2e: sender tasks sending lists at once"
+    )
     p.add_argument("--rate", type=float, default=1000.0, help="latency scenario, msgs/s")
     p.add_argument("--py-spy", type=Path, help="record every process with py-spy into DIR")
     p.add_argument("--gil", action="store_true", help="py-spy: only the thread holding the GIL")
