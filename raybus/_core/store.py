@@ -180,7 +180,7 @@ class Store:
         if late:  # both ascending; a number stored again may be in both
             tail = map(late.__getitem__, range(bisect_left(late, start), len(late)))
             indexed = heapq.merge(indexed, tail)
-        last = -1
+        last: int | None = None  # any int may be stored, -1 too
         for seq in indexed:
             if seq != last and seq in messages:
                 yield seq
