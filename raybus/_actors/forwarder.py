@@ -116,11 +116,7 @@ class Forwarder:
             if not props.forward_to and not props.forward_dead_lettered_messages_to:
                 return  # no longer forwarding (update_properties restarts it if needed)
             if not moved:
-                changed = self._actor._changed
-                try:
-                    await asyncio.wait_for(changed.wait(), 1.0)
-                except asyncio.TimeoutError:
-                    pass
+                await self._actor._waits.wait(("forward",), 1.0)
 
     async def _step(self, dead_letter: bool, dest: str) -> int:
         actor = self._actor

@@ -15,8 +15,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 import ray
 
@@ -26,9 +26,10 @@ from .._core import migration, transactions
 from .._core.access import ANY, INTERNAL
 from .._core.committer import Committer
 from .._core.ended_waits import EndedWaits
-from .._core.partition import Partition, PartitionCounts, SettleOp
+from .._core.partition import Partition, PartitionCounts, SettleOp, makes_available
 from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
 from .._core.registry import partition_storage_dirs
+from .._core.wait_lines import WaitLines
 from .._core.wire import join_groups, split_rows, unpack_rows
 from .._metrics import EXPORT_INTERVAL_S, PartitionMetrics
 from .._models import EXPRESS_FLUSH_INTERVAL, QueueProperties
@@ -39,6 +40,8 @@ from .access import BROKER_ACTOR_OPTIONS, Guarded, guarded, internal, named_acto
 from .self_call import call_self_until_answered
 
 __all__ = ["PartitionActor"]
+
+_T = TypeVar("_T")
 
 # A partition whose log is damaged reads it again when called this long after the last try.
 BROKEN_RETRY_S = 5.0
@@ -105,7 +108,9 @@ class PartitionActor(Guarded):
         self._ask_slots = (
             storage_path is None and ray.get_runtime_context().was_current_actor_reconstructed
         )
-        self._changed = asyncio.Event()
+        # Receives (and other calls) waiting for a message, in lines by what they wait for,
+        # each change waking one per line (``raybus._core.wait_lines``).
+        self._waits = WaitLines()
         # The waits ended by ``end_waits``: dropped by their receive when it returns, or
         # after END_KEEP_S if none came for them (``raybus._core.ended_waits``).
         self._ended = EndedWaits()
@@ -200,7 +205,7 @@ class PartitionActor(Guarded):
         return self._entity if self._broken is not None else self._core.entity
 
     def _on_deleted(self) -> None:
-        self._notify()  # waiting receivers wake in ``_wait_change`` and raise
+        self._waits.notify_all()  # waiting receivers wake in ``_wait_change`` and raise
         commit: Committer | None = getattr(self, "_commit", None)  # unset: log unreadable
         if commit is not None:
             commit.stop_quiet_checkpoints()  # nothing written after the storage is deleted
@@ -210,9 +215,9 @@ class PartitionActor(Guarded):
         return self._commit.core
 
     def _notify(self) -> None:
-        """Wake every waiting receiver: messages may have become available."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        """Messages may have become available: wake the first waiter of every line (a woken
+        receive that took all it asked for wakes the next, ``raybus._core.wait_lines``)."""
+        self._waits.notify()
 
     @guarded(ANY)
     async def ready(self) -> int:
@@ -252,7 +257,8 @@ class PartitionActor(Guarded):
             await self._commit.durable()
         except ServiceBusError as exc:  # nothing of these groups was stored
             return [exc for _ in results]
-        self._notify()
+        if not self._commit.shows_when_durable:  # else the flush woke the receivers
+            self._notify()
         if len(self._send_times) < 1000:
             self._send_times.append(time.perf_counter() - started)
         return results
@@ -270,7 +276,7 @@ class PartitionActor(Guarded):
         applied = self._core.deliver(source, number, from_wire(rows))
         # Applied before, it may still be in a flush under way: answer once that is durable.
         await self._commit.durable()
-        if applied:
+        if applied and not self._commit.shows_when_durable:  # else the flush woke them
             self._notify()
         _failpoints.hit("participant.after_deliver")
         return self._core.room()
@@ -338,20 +344,41 @@ class PartitionActor(Guarded):
             _log.debug("time-driven changes of a read not flushed: %r", exc)
             return self._core
 
-    async def _wait_change(self, deadline: float) -> bool:
-        """Wait for a change or the core's next deadline; False once ``deadline`` passed."""
+    async def _wait_change(self, deadline: float, line: Hashable) -> bool | None:
+        """Wait in ``line`` for a change or the core's next deadline: whether a change woke
+        this call (it then owes the line a ``pass_on`` unless it finds the line's messages
+        exhausted), or None once ``deadline`` has passed (no wait)."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return False
+            return None
         due = self._core.next_deadline()
         if due is not None:
             remaining = min(remaining, max(0.0, due - time.time()) + 0.001)
+        woken = await self._waits.wait(line, remaining)
+        self._raise_if_deleted()  # deleting wakes every waiter: none owes a wake then
+        return woken
+
+    async def _look_or_wait(
+        self, wait_s: float, line: Hashable, look: Callable[[Partition], _T | None]
+    ) -> _T | None:
+        """``look`` at the settled core until it finds something (returned) or ``wait_s``
+        has passed (None), waiting in ``line`` between looks. A call a change woke that
+        finds something wakes the next in line (there may be more, or, for a look that
+        takes nothing, the same for them); one that finds nothing does not."""
+        deadline = time.monotonic() + wait_s
+        woken: bool | None = False
         try:
-            await asyncio.wait_for(self._changed.wait(), remaining)
-        except asyncio.TimeoutError:
-            pass
-        self._raise_if_deleted()
-        return True
+            while True:
+                found = look(await self._settled_core())
+                if found is not None:
+                    return found
+                woken = False  # nothing: the next in line would find nothing either
+                woken = await self._wait_change(deadline, line)
+                if woken is None:
+                    return None
+        finally:
+            if woken:
+                self._waits.pass_on(line)
 
     def _sample_wait(self, got: Sequence[MessageRecord]) -> None:
         """One metric sample per receiving call: how long its first message waited."""
@@ -383,6 +410,8 @@ class PartitionActor(Guarded):
         # Peek-lock receives of the main queue wait for their own changes only; the
         # dead-letter sub-queue shows messages moved there whose move may not be durable yet.
         own = not (delete or dead_letter)
+        line = (dead_letter, session[0] if session is not None else None)
+        owes = False  # woken by a change and not seen the line's messages exhausted
         try:
             while True:
                 core = await self._settled_core(pending=not own)
@@ -392,6 +421,8 @@ class PartitionActor(Guarded):
                 got = core.receive(
                     max_count, dead_letter=dead_letter, delete=delete, session=session
                 )
+                if len(got) < max_count:
+                    owes = False  # took all there was: nothing left for the next in line
                 if got or deadline <= time.monotonic():
                     if got:  # its receiver waits for its settlements' answers next
                         self._commit.hurry()
@@ -403,8 +434,10 @@ class PartitionActor(Guarded):
                     else:
                         await self._commit.durable(after_inflight=delete)
                     return _in_pieces(rows, pieces)
-                await self._wait_change(deadline)
+                owes = bool(await self._wait_change(deadline, line))
         finally:
+            if owes:
+                self._waits.pass_on(line)
             if waiter is not None:
                 self._ended.drop(waiter)
 
@@ -419,20 +452,19 @@ class PartitionActor(Guarded):
         receive-and-delete mode, deleted. An end that arrives before its receive (or after
         it) is kept ``END_KEEP_S`` and then forgotten (``raybus._core.ended_waits``)."""
         self._ended.end(waiters)
-        self._notify()  # the waiters look again, the ended ones return
+        self._waits.notify_all()  # the waiters look again, the ended ones return
 
     @guarded(LISTEN, lane=True)
     async def wait_available(self, wait_s: float, dead_letter: bool) -> bool:
         """Whether a message (or, on a session-enabled queue, a session to accept) became
         available within ``wait_s``. Locks nothing: a receiver of a partitioned queue waits
         on every partition at once and then receives from the first that answers."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            core = await self._settled_core()
-            if core.has_available(dead_letter=dead_letter):
-                return True
-            if not await self._wait_change(deadline):
-                return False
+        found = await self._look_or_wait(
+            wait_s,
+            ("available", dead_letter),
+            lambda core: True if core.has_available(dead_letter=dead_letter) else None,
+        )
+        return found is not None
 
     @guarded(LISTEN, lane=True)
     async def receive_deferred(
@@ -493,14 +525,7 @@ class PartitionActor(Guarded):
     @guarded(LISTEN, lane=True)
     async def accept_next_session(self, wait_s: float) -> tuple[str, str, float] | None:
         """Lock the next available session, waiting up to ``wait_s`` for one."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            core = await self._settled_core()
-            got = core.accept_next_session()
-            if got is not None:
-                return got
-            if not await self._wait_change(deadline):
-                return None
+        return await self._look_or_wait(wait_s, ("accept",), Partition.accept_next_session)
 
     @guarded(LISTEN, lane=True)
     async def renew_session_lock(self, session_id: str, token: str) -> float:
@@ -536,10 +561,12 @@ class PartitionActor(Guarded):
         this answer, so its flush may wait a moment for a call that is waited on to share it
         (``raybus._core.committer``, "Callers nobody waits on linger")."""
         self._kick()
-        results = self._core.settle([SettleOp(*op) for op in ops])
+        settles = [SettleOp(*op) for op in ops]
+        results = self._core.settle(settles)
         # raises the storage error for the whole call
         await self._commit.durable(lazy=not waited)
-        self._notify()  # abandoned or released messages are available again
+        if makes_available(settles, results):
+            self._notify()  # abandoned, released or dead-lettered messages to take
         return results
 
     @guarded(LISTEN, lane=True)
@@ -554,13 +581,15 @@ class PartitionActor(Guarded):
         """
         self._kick()
         self._core.receive_source(dead_letter)  # refused before settling: it changes nothing
-        results = self._core.settle([SettleOp(*op) for op in ops])
+        settles = [SettleOp(*op) for op in ops]
+        results = self._core.settle(settles)
         core = await self._settled_core(pending=dead_letter)
         got = core.receive(max_count, dead_letter=dead_letter, delete=False)
         self._sample_wait(got)
         rows = to_wire(got)
         await self._commit.durable()  # raises the storage error for the whole call
-        self._notify()  # abandoned or released messages are available again
+        if makes_available(settles, results):
+            self._notify()  # abandoned, released or dead-lettered messages to take
         return (results, *split_rows(rows, pieces))
 
     @guarded(LISTEN, lane=True)
@@ -577,7 +606,7 @@ class PartitionActor(Guarded):
     async def update_properties(self, properties: QueueProperties) -> None:
         self._core.update_properties(properties)
         await self._commit.durable()
-        self._notify()  # a status change may allow receiving again
+        self._waits.notify_all()  # a status change may allow receiving again
         self._forward()
 
     def _forward(self) -> None:
@@ -599,13 +628,17 @@ class PartitionActor(Guarded):
         totals: dict[str, float] = dict(self._core.stats)
         totals["flushes"] = self._commit.flushes
         totals["inline_flushes"] = self._commit.inline_flushes
+        totals["wakes"] = self._waits.wakes
+        totals["waiting"] = self._waits.waiting()
         return totals
 
     @guarded(MANAGE)
     async def stats(self) -> dict[str, float]:
         """Running totals of this partition (what the metrics export): messages sent,
         delivered, completed, dead-lettered, lock expiries, redeliveries, flushes (and of
-        those, the ones written on the event loop's thread: ``raybus._core.committer``)."""
+        those, the ones written on the event loop's thread: ``raybus._core.committer``), and
+        ``wakes``: waiting calls woken by a change (``raybus._core.wait_lines``); and, not a
+        total, ``waiting``: how many calls wait now."""
         return self._totals()
 
     async def _export_metrics(self) -> None:

@@ -257,6 +257,14 @@ class Committer:
         self._log_bytes = logged
         self._checkpoint_estimate = self._checkpoint_bytes
 
+    @property
+    def shows_when_durable(self) -> bool:
+        """Whether new messages become visible only once a flush has made them durable (a
+        durable partition that is not express), that flush then telling ``on_visible``.
+        Otherwise they are visible as they are stored, and whoever stores them must wake
+        the receivers itself."""
+        return self._log is not None and self._express is None
+
     async def durable(
         self, *, after_inflight: bool = True, force: bool = False, lazy: bool = False
     ) -> None:
@@ -389,12 +397,16 @@ class Committer:
                 self._since_checkpoint += changed
                 self._log_bytes += nbytes
                 core = self.core
+                # Only a flush that logged new numbers shows receivers something new: one
+                # of completions alone must not wake every waiting receiver to find nothing.
+                shown = core.visible_seq is None or last_seq > core.visible_seq
                 if self._express is None:
                     core.visible_seq = max(core.visible_seq or 0, last_seq)
                 for fut in waiting:  # first: they answer before the receivers woken below
                     if not fut.done():
                         fut.set_result(None)
-                self._on_visible()
+                if shown:
+                    self._on_visible()
                 if not core.has_journal() and self._checkpoint_due():
                     try:
                         self._start_checkpoint()

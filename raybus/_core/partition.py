@@ -68,6 +68,7 @@ __all__ = [
     "Partition",
     "PartitionCounts",
     "SettleOp",
+    "makes_available",
 ]
 
 COMPLETE, ABANDON, DEAD_LETTER, DEFER, RELEASE = (
@@ -78,6 +79,24 @@ COMPLETE, ABANDON, DEAD_LETTER, DEFER, RELEASE = (
     "release",
 )
 _SETTLE_KINDS = frozenset((COMPLETE, ABANDON, DEAD_LETTER, DEFER, RELEASE))
+# Settlements after which a waiting receiver may find a message it could not before: the
+# message is back in its queue (abandon, release) or new in the dead-letter sub-queue.
+_FREEING_KINDS = frozenset((ABANDON, DEAD_LETTER, RELEASE))
+
+
+def makes_available(ops: Sequence[SettleOp], results: Sequence[ServiceBusError | None]) -> bool:
+    """Whether ``Partition.settle(ops)``, answered with ``results``, may have given a waiting
+    receiver something to take: an abandon, release or dead-letter that succeeded. A
+    completion or deferral only takes a message out of reach, and a refused op changes
+    nothing, so the receivers waiting on the partition need not all wake to find nothing
+    (with 8 competing receivers, each completion woke all 8). Locks that expired while the
+    call applied what time made due are not counted: a waiting receiver wakes by itself at
+    the next lock expiry (``next_deadline``)."""
+    return any(
+        result is None and op.kind in _FREEING_KINDS
+        for op, result in zip(ops, results, strict=True)
+    )
+
 
 MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
 TTL_EXPIRED = "TTLExpiredException"

@@ -633,6 +633,61 @@ async def test_aio_receive_on_an_empty_queue_returns_nothing_after_max_wait_time
         assert await receiver.receive_messages() == []
 
 
+async def test_aio_competing_receivers_waiting_on_a_partition_wake_one_at_a_time(
+    aclient: aio.ServiceBusClient, queue: str, aeventually: Callable[..., Awaitable[None]]
+) -> None:
+    """Eight receivers wait on one partition (no prefetch: each receive waits there). A list
+    of five reaches five of them at once, one message each: each woken receive that took all
+    it asked for wakes the next in line (``raybus._core.wait_lines``); left to their own
+    timeouts the others would wait 30 s. Then messages sent one at a time each reach exactly
+    one receiver and wake about two (the one that takes it and the next in line, which finds
+    nothing), not all eight."""
+    route = await aclient._conn.registry.route.remote(queue)
+    partition = route.partitions[0]
+    receivers = [aclient.get_queue_receiver(queue) for _ in range(8)]
+    got: list[list[str]] = [[] for _ in receivers]
+    wanted = 5 + 20
+    done = asyncio.Event()
+
+    async def take(k: int) -> None:
+        while not done.is_set():
+            for m in await receivers[k].receive_messages(max_wait_time=30):
+                await receivers[k].complete_message(m)
+                got[k].append(str(m))
+                if sum(map(len, got)) == wanted:
+                    done.set()
+
+    async def all_waiting() -> None:
+        assert (await partition.stats.remote())["waiting"] == len(receivers)
+
+    async def received(n: int) -> None:
+        assert sum(map(len, got)) == n
+
+    tasks = [asyncio.ensure_future(take(k)) for k in range(len(receivers))]
+    try:
+        async with aclient.get_queue_sender(queue) as sender:
+            await aeventually(all_waiting)
+            started = time.monotonic()
+            await sender.send_messages([ServiceBusMessage(f"list{i}") for i in range(5)])
+            await aeventually(lambda: received(5), timeout=10)
+            assert time.monotonic() - started < 10
+            assert sum(1 for g in got if g) == 5  # one each: max_message_count is 1
+            before = (await partition.stats.remote())["wakes"]
+            for i in range(20):
+                await aeventually(all_waiting)
+                await sender.send_messages(ServiceBusMessage(f"one{i}"))
+                await aeventually(lambda i=i: received(5 + i + 1))
+            wakes = (await partition.stats.remote())["wakes"] - before
+        await asyncio.wait_for(done.wait(), 10)
+    finally:
+        for r in receivers:
+            await r.close()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    bodies = sorted(b for g in got for b in g)
+    assert bodies == sorted([f"list{i}" for i in range(5)] + [f"one{i}" for i in range(20)])
+    assert 20 <= wakes <= 2 * 20 + 4, wakes  # all eight woken each time would be 160
+
+
 # ------------------------------------------------------------------------------ duplicate detection
 
 

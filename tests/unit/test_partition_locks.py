@@ -14,6 +14,7 @@ from raybus._core.partition import (
     DEFER,
     RELEASE,
     SettleOp,
+    makes_available,
 )
 from raybus._core.record import ACTIVE, DEFERRED
 from raybus.exceptions import (
@@ -554,3 +555,35 @@ def test_lock_expiries_tell_each_lock_without_changing_it(queue, msg, clock, set
     assert isinstance(gone, MessageLockLostError)
     [again] = queue.receive(1)
     assert again.sequence_number == a.sequence_number and again.delivery_count == 1
+
+
+# ---------------------------------------------------------------- who to wake
+
+
+@pytest.mark.parametrize(
+    ("kind", "available"),
+    [(COMPLETE, False), (DEFER, False), (ABANDON, True), (RELEASE, True), (DEAD_LETTER, True)],
+)
+def test_a_settlement_makes_a_message_available_only_when_it_puts_one_back(
+    queue, msg, kind, available
+):
+    """``makes_available`` tells the partition actor whether to wake its waiting receivers:
+    and what it says matches what a receive finds (main queue or dead-letter sub-queue)."""
+    send(queue, msg)
+    [rec] = queue.receive(1)
+    ops = [SettleOp(kind, rec.lock_token)]
+    results = queue.settle(ops)
+    assert results == [None]
+    assert makes_available(ops, results) is available
+    found = queue.receive(1) + queue.receive(1, dead_letter=True)
+    assert bool(found) is available
+
+
+def test_a_refused_settlement_makes_nothing_available(queue, msg):
+    send(queue, msg)
+    [rec] = queue.receive(1)
+    ops = [SettleOp(ABANDON, "no-such-token"), SettleOp(COMPLETE, rec.lock_token)]
+    results = queue.settle(ops)
+    assert isinstance(results[0], MessageLockLostError) and results[1] is None
+    assert makes_available(ops, results) is False
+    assert queue.receive(1) == []
