@@ -565,8 +565,11 @@ class PartitionActor(Guarded):
         results = self._core.settle(settles)
         # raises the storage error for the whole call
         await self._commit.durable(lazy=not waited)
-        if makes_available(settles, results):
-            self._notify()  # abandoned, released or dead-lettered messages to take
+        if makes_available(settles, results) or self._commit.durable_log is None:
+            # Abandoned, released or dead-lettered messages to take. A completion's changes on
+            # the way (a lock that expired meanwhile) are announced by its flush, or, in
+            # memory, here.
+            self._notify()
         return results
 
     @guarded(LISTEN, lane=True)
@@ -588,8 +591,8 @@ class PartitionActor(Guarded):
         self._sample_wait(got)
         rows = to_wire(got)
         await self._commit.durable()  # raises the storage error for the whole call
-        if makes_available(settles, results):
-            self._notify()  # abandoned, released or dead-lettered messages to take
+        if makes_available(settles, results) or self._commit.durable_log is None:
+            self._notify()  # as in ``settle``
         return (results, *split_rows(rows, pieces))
 
     @guarded(LISTEN, lane=True)

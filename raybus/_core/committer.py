@@ -260,9 +260,9 @@ class Committer:
     @property
     def shows_when_durable(self) -> bool:
         """Whether new messages become visible only once a flush has made them durable (a
-        durable partition that is not express), that flush then telling ``on_visible``.
-        Otherwise they are visible as they are stored, and whoever stores them must wake
-        the receivers itself."""
+        durable partition that is not express), that flush then telling ``on_visible`` (as
+        every flush does). Otherwise they are visible as they are stored, and whoever stores
+        them must wake the receivers itself."""
         return self._log is not None and self._express is None
 
     async def durable(
@@ -397,16 +397,15 @@ class Committer:
                 self._since_checkpoint += changed
                 self._log_bytes += nbytes
                 core = self.core
-                # Only a flush that logged new numbers shows receivers something new: one
-                # of completions alone must not wake every waiting receiver to find nothing.
-                shown = core.visible_seq is None or last_seq > core.visible_seq
                 if self._express is None:
                     core.visible_seq = max(core.visible_seq or 0, last_seq)
                 for fut in waiting:  # first: they answer before the receivers woken below
                     if not fut.done():
                         fut.set_result(None)
-                if shown:
-                    self._on_visible()
+                # Every flush, not only one that logged new numbers: what the flushed calls
+                # changed on the way (a lock expired and requeued, a message expired into the
+                # dead-letter sub-queue) is announced nowhere else.
+                self._on_visible()
                 if not core.has_journal() and self._checkpoint_due():
                     try:
                         self._start_checkpoint()

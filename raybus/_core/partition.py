@@ -88,10 +88,9 @@ def makes_available(ops: Sequence[SettleOp], results: Sequence[ServiceBusError |
     """Whether ``Partition.settle(ops)``, answered with ``results``, may have given a waiting
     receiver something to take: an abandon, release or dead-letter that succeeded. A
     completion or deferral only takes a message out of reach, and a refused op changes
-    nothing, so the receivers waiting on the partition need not all wake to find nothing
-    (with 8 competing receivers, each completion woke all 8). Locks that expired while the
-    call applied what time made due are not counted: a waiting receiver wakes by itself at
-    the next lock expiry (``next_deadline``)."""
+    nothing, so a waiting receiver need not wake to find nothing. What else the call changed
+    on the way (a lock that expired meanwhile) is not counted here: the partition announces
+    it after the call's flush (``raybus._core.committer``, ``on_visible``)."""
     return any(
         result is None and op.kind in _FREEING_KINDS
         for op, result in zip(ops, results, strict=True)

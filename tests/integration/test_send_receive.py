@@ -21,6 +21,7 @@ from raybus import (
     ServiceBusMessage,
     ServiceBusMessageBatch,
     ServiceBusMessageState,
+    ServiceBusSubQueue,
     _connection,
     _rpc,
     _sync,
@@ -640,8 +641,8 @@ async def test_aio_competing_receivers_waiting_on_a_partition_wake_one_at_a_time
     of five reaches five of them at once, one message each: each woken receive that took all
     it asked for wakes the next in line (``raybus._core.wait_lines``); left to their own
     timeouts the others would wait 30 s. Then messages sent one at a time each reach exactly
-    one receiver and wake about two (the one that takes it and the next in line, which finds
-    nothing), not all eight."""
+    one receiver and wake about three (the one that takes it, the next in line, which finds
+    nothing, and one more at the completion's flush), not all eight at each."""
     route = await aclient._conn.registry.route.remote(queue)
     partition = route.partitions[0]
     receivers = [aclient.get_queue_receiver(queue) for _ in range(8)]
@@ -685,7 +686,36 @@ async def test_aio_competing_receivers_waiting_on_a_partition_wake_one_at_a_time
         await asyncio.gather(*tasks, return_exceptions=True)
     bodies = sorted(b for g in got for b in g)
     assert bodies == sorted([f"list{i}" for i in range(5)] + [f"one{i}" for i in range(20)])
-    assert 20 <= wakes <= 2 * 20 + 4, wakes  # all eight woken each time would be 160
+    assert 20 <= wakes <= 4 * 20, wakes  # all eight woken at each change: 160 and more
+
+
+async def test_aio_a_dead_letter_receiver_waiting_wakes_when_another_call_expires_a_message(
+    aclient: aio.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """A message expires into the dead-letter sub-queue while a dead-letter receive waits
+    (nothing times its expiry). The next call that touches the partition (here a peek of
+    the main queue) applies the expiry, and its flush wakes the waiting receive: it returns
+    the message at once, not at its 30 s wait."""
+    name = f"expiring-{uuid.uuid4().hex[:8]}"
+    admin.create_queue(name, dead_lettering_on_message_expiration=True)
+    async with aclient.get_queue_sender(name) as sender:
+        await sender.send_messages(ServiceBusMessage("doomed", time_to_live=timedelta(seconds=0.3)))
+    dead = aclient.get_queue_receiver(name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+    waiting = asyncio.ensure_future(dead.receive_messages(max_wait_time=30))
+    try:
+        await asyncio.sleep(1.0)  # expired by now; the dead-letter receive waits
+        assert not waiting.done()
+        started = time.monotonic()
+        async with aclient.get_queue_receiver(name) as main:
+            assert await main.peek_messages(10) == []  # applies the expiry
+        got = await asyncio.wait_for(waiting, 10)
+        assert time.monotonic() - started < 10
+        assert [str(m) for m in got] == ["doomed"]
+        assert got[0].dead_letter_reason == "TTLExpiredException"
+        await dead.complete_message(got[0])
+    finally:
+        waiting.cancel()
+        await dead.close()
 
 
 # ------------------------------------------------------------------------------ duplicate detection

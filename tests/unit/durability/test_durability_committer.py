@@ -241,29 +241,6 @@ async def test_new_messages_are_invisible_until_durable(tmp_path, clock):
     assert [r.message_id for r in c.core.receive(1)] == ["a"]
 
 
-async def test_only_a_flush_that_logged_new_numbers_wakes_the_receivers(tmp_path, clock):
-    """A flush of completions (or of anything that numbers no message) shows a waiting
-    receiver nothing new: ``on_visible`` is not told, so the receivers waiting on the
-    partition do not all wake to find nothing. A flush with a send after it is told again."""
-    woken: list[int] = []
-    c = Committer(
-        core_factory(clock),
-        DurableLog.from_storage_path(str(tmp_path), "p0"),
-        on_visible=lambda: woken.append(c.core.visible_seq or 0),
-    )
-    seqs = c.core.send(records("a", "b"))
-    await c.durable()
-    assert woken == [seqs[-1]]
-    locked = c.core.receive(2)
-    await settle_all(c, [SettleOp(COMPLETE, locked[0].lock_token)])
-    c.core.settle([SettleOp(DEFER, locked[1].lock_token)])
-    await c.durable()
-    assert c.flushes == 3 and woken == [seqs[-1]]
-    [seq] = c.core.send(records("c"))
-    await c.durable()
-    assert woken == [seqs[-1], seq]
-
-
 async def flush_held(
     fs: pafs.FileSystem, clock: FakeClock, message_id: str
 ) -> tuple[Committer, GatedLog, asyncio.Future[None]]:
