@@ -219,6 +219,13 @@ class PartitionActor(Guarded):
         receive that took all it asked for wakes the next, ``raybus._core.wait_lines``)."""
         self._waits.notify()
 
+    def _settled(self, settles: Sequence[SettleOp], results: Sequence[Any]) -> None:
+        """After a settlement is durable: wake the waiters if it put a message back
+        (abandoned, released or dead-lettered). What else it changed on the way (a lock that
+        expired meanwhile) is announced by its flush, or, in memory (no flush), here."""
+        if makes_available(settles, results) or self._commit.durable_log is None:
+            self._notify()
+
     @guarded(ANY)
     async def ready(self) -> int:
         """Answer once constructed; start the idle timer. Returns the partition id."""
@@ -565,11 +572,7 @@ class PartitionActor(Guarded):
         results = self._core.settle(settles)
         # raises the storage error for the whole call
         await self._commit.durable(lazy=not waited)
-        if makes_available(settles, results) or self._commit.durable_log is None:
-            # Abandoned, released or dead-lettered messages to take. A completion's changes on
-            # the way (a lock that expired meanwhile) are announced by its flush, or, in
-            # memory, here.
-            self._notify()
+        self._settled(settles, results)
         return results
 
     @guarded(LISTEN, lane=True)
@@ -591,8 +594,7 @@ class PartitionActor(Guarded):
         self._sample_wait(got)
         rows = to_wire(got)
         await self._commit.durable()  # raises the storage error for the whole call
-        if makes_available(settles, results) or self._commit.durable_log is None:
-            self._notify()  # as in ``settle``
+        self._settled(settles, results)
         return (results, *split_rows(rows, pieces))
 
     @guarded(LISTEN, lane=True)
