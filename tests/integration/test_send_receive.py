@@ -649,14 +649,22 @@ async def test_aio_competing_receivers_waiting_on_a_partition_wake_one_at_a_time
     got: list[list[str]] = [[] for _ in receivers]
     wanted = 5 + 20
     done = asyncio.Event()
+    listed = asyncio.Event()  # the list's five are in
 
     async def take(k: int) -> None:
         while not done.is_set():
-            for m in await receivers[k].receive_messages(max_wait_time=30):
+            taken = await receivers[k].receive_messages(max_wait_time=30)
+            got[k].extend(map(str, taken))
+            # A receiver that took one of the list waits for the other four to be taken
+            # before it settles and receives again. Otherwise a quick one could take two
+            # while the wakes pass down the line (a new receive looks before it waits), and
+            # its completion's flush would wake the next waiter itself: the wakes passed on
+            # would go untested.
+            await listed.wait()
+            for m in taken:
                 await receivers[k].complete_message(m)
-                got[k].append(str(m))
-                if sum(map(len, got)) == wanted:
-                    done.set()
+            if sum(map(len, got)) == wanted:
+                done.set()
 
     async def all_waiting() -> None:
         assert (await partition.stats.remote())["waiting"] == len(receivers)
@@ -673,6 +681,7 @@ async def test_aio_competing_receivers_waiting_on_a_partition_wake_one_at_a_time
             await aeventually(lambda: received(5), timeout=10)
             assert time.monotonic() - started < 10
             assert sum(1 for g in got if g) == 5  # one each: max_message_count is 1
+            listed.set()
             before = (await partition.stats.remote())["wakes"]
             for i in range(20):
                 await aeventually(all_waiting)
@@ -681,6 +690,8 @@ async def test_aio_competing_receivers_waiting_on_a_partition_wake_one_at_a_time
             wakes = (await partition.stats.remote())["wakes"] - before
         await asyncio.wait_for(done.wait(), 10)
     finally:
+        for t in tasks:
+            t.cancel()  # some may wait for ``listed`` if an assertion failed
         for r in receivers:
             await r.close()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -690,7 +701,9 @@ async def test_aio_competing_receivers_waiting_on_a_partition_wake_one_at_a_time
 
 
 async def test_aio_a_dead_letter_receiver_waiting_wakes_when_another_call_expires_a_message(
-    aclient: aio.ServiceBusClient, admin: ServiceBusAdministrationClient
+    aclient: aio.ServiceBusClient,
+    admin: ServiceBusAdministrationClient,
+    aeventually: Callable[..., Awaitable[None]],
 ) -> None:
     """A message expires into the dead-letter sub-queue while a dead-letter receive waits
     (nothing times its expiry). The next call that touches the partition (here a peek of
@@ -698,12 +711,22 @@ async def test_aio_a_dead_letter_receiver_waiting_wakes_when_another_call_expire
     the message at once, not at its 30 s wait."""
     name = f"expiring-{uuid.uuid4().hex[:8]}"
     admin.create_queue(name, dead_lettering_on_message_expiration=True)
+    partition = (await aclient._conn.registry.route.remote(name)).partitions[0]
+
+    async def one_waiting() -> None:
+        assert (await partition.stats.remote())["waiting"] == 1
+
+    ttl = 3.0  # long enough for the receive to be waiting before it on a loaded machine
     async with aclient.get_queue_sender(name) as sender:
-        await sender.send_messages(ServiceBusMessage("doomed", time_to_live=timedelta(seconds=0.3)))
+        sending = time.monotonic()
+        await sender.send_messages(ServiceBusMessage("doomed", time_to_live=timedelta(seconds=ttl)))
+        sent = time.monotonic()  # it expires between sending + ttl and sent + ttl
     dead = aclient.get_queue_receiver(name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
     waiting = asyncio.ensure_future(dead.receive_messages(max_wait_time=30))
     try:
-        await asyncio.sleep(1.0)  # expired by now; the dead-letter receive waits
+        await aeventually(one_waiting, timeout=ttl)
+        assert time.monotonic() - sending < ttl  # it waits from before the expiry
+        await asyncio.sleep(sent + ttl + 0.5 - time.monotonic())  # expired by now
         assert not waiting.done()
         started = time.monotonic()
         async with aclient.get_queue_receiver(name) as main:
