@@ -3,11 +3,13 @@
 ``ray.kill`` returns before the old process has died, and until it has, the old actor still
 answers: a test that acts at once may be answered by the process about to die (a receive it
 answered, then a complete that reached the successor, is refused). A partition actor's lane
-address names its process, so a new address means the successor is up.
+address names its process, so a new address means the successor is up; any actor's process
+id says the same (``restart_all``).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -36,3 +38,25 @@ def restart(handle: Any, timeout: float = 60.0) -> None:
     before = lane_address(handle)
     ray.kill(handle, no_restart=False)
     wait_for_successor(handle, before, timeout)
+
+
+def process_id(handle: Any) -> int | None:
+    """The process id of the actor behind ``handle``, or None while it restarts."""
+    try:
+        pid: int = ray.get(handle.__ray_call__.remote(lambda _actor: os.getpid()), timeout=5)
+    except ray.exceptions.RayError:
+        return None
+    return pid
+
+
+def restart_all(handles: list[Any], timeout: float = 60.0) -> None:
+    """Kill every actor of ``handles`` at once (Ray restarts each) and wait until each one's
+    successor answers (from a process other than the one killed)."""
+    before = [process_id(h) for h in handles]
+    for handle in handles:
+        ray.kill(handle, no_restart=False)
+    deadline = time.monotonic() + timeout
+    for handle, old in zip(handles, before, strict=True):
+        while process_id(handle) in (None, old):
+            assert time.monotonic() < deadline, "an actor did not come back"
+            time.sleep(0.2)

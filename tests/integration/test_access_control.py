@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import ray
+from restarts import restart_all
 
 import raybus
 from raybus import ServiceBusMessage, _connection, aio
@@ -331,9 +332,10 @@ def test_rules_survive_restarts_of_the_namespace_and_partition_actors(
     namespace: str, closed: ServiceBusAdministrationClient
 ) -> None:
     app = closed.create_authorization_rule("app", ["Send"])
-    for name in (namespace_actor_name(namespace), partition_actor_name(namespace, "q", 1, 0)):
-        ray.kill(ray.get_actor(name, namespace="raybus"), no_restart=False)
-    time.sleep(1.5)  # ray.kill returns before the old process is gone
+    names = (namespace_actor_name(namespace), partition_actor_name(namespace, "q", 1, 0))
+    # Both killed at once; then waited for, as ``ray.kill`` returns before the old process is
+    # gone (a send may meet it dying: a connection error, not repeated, as it may be stored).
+    restart_all([ray.get_actor(name, namespace="raybus") for name in names])
     with (
         raybus.ServiceBusClient(namespace) as anonymous,
         pytest.raises(ServiceBusAuthenticationError),
