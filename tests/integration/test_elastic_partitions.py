@@ -249,6 +249,75 @@ def test_scale_down_moves_deferred_scheduled_and_dead_lettered_messages(
     assert (runtime.active_message_count, runtime.scheduled_message_count) == (0, 0)
 
 
+def test_receivers_waiting_through_a_scale_down_get_moved_and_new_messages_at_once(
+    aadmin: aio.ServiceBusAdministrationClient, aclient: aio.ServiceBusClient
+) -> None:
+    """Four receivers wait (30 s each) on an empty 2-partition queue holding only scheduled
+    messages, on both partitions. A scale-down to one moves the retiring partition's into
+    the other while they wait. At their time all six reach the receivers, each once, and so
+    do messages sent after the change: far sooner than the receivers' own 30 s waits, which
+    is how long a receive left waiting on the retired partition, or in a line nobody wakes
+    at the remaining one, would take. (Measured by mutation: with the remaining partition's
+    wakes cut the scheduled six still arrive, as the receivers' waits move there with the
+    route and see their time, and the new messages do not.)"""
+
+    async def main() -> None:
+        name = _name()
+        await aadmin.create_queue(name, partition_count=2)
+        due = datetime.now(UTC) + timedelta(seconds=8)
+        async with aclient.get_queue_sender(name) as sender:
+            numbers = [
+                (await sender.schedule_messages(ServiceBusMessage(f"sched{i}"), due))[0]
+                for i in range(6)  # one by one: spread over the partitions
+            ]
+        assert {n >> 48 for n in numbers} == {0, 1}
+        receivers = [aclient.get_queue_receiver(name) for _ in range(4)]
+        got: dict[str, float] = {}
+        times: list[float] = []
+        wanted = 6 + 5
+
+        async def take(receiver: aio.ServiceBusReceiver) -> None:
+            while len(times) < wanted:
+                for msg in await receiver.receive_messages(max_wait_time=30):
+                    assert str(msg) not in got, f"{msg} delivered twice"
+                    got[str(msg)] = time.monotonic()
+                    times.append(got[str(msg)])
+                    await receiver.complete_message(msg)
+
+        tasks = [asyncio.ensure_future(take(r)) for r in receivers]
+        try:
+            await asyncio.sleep(1.0)  # all four waiting
+            await _scale(aadmin, name, 1)
+            assert await aadmin.wait_for_partitions(name, timeout=60) == 1
+            runtime = await aadmin.get_queue_runtime_properties(name)
+            assert runtime.scheduled_message_count == 6
+            assert datetime.now(UTC) < due - timedelta(seconds=1)  # moved while scheduled
+            wait = (due - datetime.now(UTC)).total_seconds()
+            started = time.monotonic()
+            while len(got) < 6 and time.monotonic() - started < wait + 10:
+                await asyncio.sleep(0.05)
+            assert sorted(got) == [f"sched{i}" for i in range(6)]
+            assert max(got.values()) - started < wait + 10  # not the 30 s waits
+            sent = time.monotonic()
+            async with aclient.get_queue_sender(name) as sender:
+                for i in range(5):
+                    await sender.send_messages(ServiceBusMessage(f"new{i}"))
+            while len(got) < wanted and time.monotonic() - sent < 10:
+                await asyncio.sleep(0.05)
+            assert len(got) == wanted
+            assert max(got.values()) - sent < 10
+        finally:
+            for t in tasks:
+                t.cancel()
+            for r in receivers:
+                await r.close()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        runtime = await aadmin.get_queue_runtime_properties(name)
+        assert (runtime.active_message_count, runtime.scheduled_message_count) == (0, 0)
+
+    asyncio.run(main())
+
+
 def test_a_held_session_stays_pinned_until_its_receiver_closes(
     admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
 ) -> None:
