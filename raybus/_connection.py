@@ -423,19 +423,23 @@ class Connection:
         key = actor._actor_id
         co = self._senders.get(key)
         if co is None:
+            # Looked up once: each read of a handle's method makes a new method object (two,
+            # through an ``AuthedHandle``), and a dispatch would read it twice. The token is
+            # still asked for at each call.
+            method = actor.send_groups
 
             async def dispatch(
                 groups: list[Sequence[MessageRecord]],
             ) -> list[list[int] | ServiceBusError]:
                 result: list[list[int] | ServiceBusError] = await _rpc.call(
-                    entity, actor.send_groups, *send_args(groups)
+                    entity, method, *send_args(groups)
                 )
                 return result
 
             co = self._senders[key] = Coalescer(
                 dispatch,
                 max_inflight=SENDS_IN_FLIGHT,
-                ordered=lambda: _rpc.over_lane(actor.send_groups),
+                ordered=lambda: _rpc.over_lane(method),
             )
         return co
 
@@ -444,12 +448,13 @@ class Connection:
         key = router._actor_id
         co = self._publishers.get(key)
         if co is None:
+            publish = router.publish  # looked up once, as ``sender``'s method
 
             async def dispatch(
                 groups: list[Sequence[MessageRecord]],
             ) -> list[ServiceBusError | None]:
                 result: list[ServiceBusError | None] = await _rpc.call(
-                    entity, router.publish, *send_args(groups)
+                    entity, publish, *send_args(groups)
                 )
                 return result
 
@@ -469,10 +474,11 @@ class Connection:
         key = (actor._actor_id, waited)
         co = self._settlers.get(key)
         if co is None:
+            settle = actor.settle  # looked up once, as ``sender``'s method
 
             async def dispatch(groups: list[list[SettleOp]]) -> list[SettleResults]:
                 wire = [op.to_wire() for group in groups for op in group]
-                flat: SettleResults = await _rpc.call(entity, actor.settle, wire, waited)
+                flat: SettleResults = await _rpc.call(entity, settle, wire, waited)
                 out, start = [], 0
                 for group in groups:
                     out.append(flat[start : start + len(group)])
