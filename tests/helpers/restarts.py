@@ -9,8 +9,10 @@ id says the same (``restart_all``).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -27,8 +29,12 @@ def lane_address(handle: Any) -> str | None:
 
 def wait_for_successor(handle: Any, before: str | None, timeout: float = 60.0) -> None:
     """Wait until the actor answers from a process other than the one at ``before``."""
-    deadline = time.monotonic() + timeout
-    while lane_address(handle) in (None, before):
+    _wait_changed(lambda: lane_address(handle), before, time.monotonic() + timeout)
+
+
+def _wait_changed(probe: Callable[[], object], before: object, deadline: float) -> None:
+    """Wait until ``probe()`` answers something other than ``before`` (None: restarting)."""
+    while probe() in (None, before):
         assert time.monotonic() < deadline, "the actor did not come back"
         time.sleep(0.2)
 
@@ -57,6 +63,4 @@ def restart_all(handles: list[Any], timeout: float = 60.0) -> None:
         ray.kill(handle, no_restart=False)
     deadline = time.monotonic() + timeout
     for handle, old in zip(handles, before, strict=True):
-        while process_id(handle) in (None, old):
-            assert time.monotonic() < deadline, "an actor did not come back"
-            time.sleep(0.2)
+        _wait_changed(functools.partial(process_id, handle), old, deadline)
