@@ -304,6 +304,7 @@ def test_client_caches_keep_one_coalescer_per_actor_behind_authed_handles() -> N
 
     class Handle:
         _actor_id = "partition-actor-id"
+        send_groups = settle = publish = None  # looked up as the coalescers are made
 
     plain = Handle()
     handle = AuthedHandle(plain, lambda: "token")
