@@ -221,8 +221,12 @@ class PartitionActor(Guarded):
 
     def _settled(self, settles: Sequence[SettleOp], results: Sequence[Any]) -> None:
         """After a settlement is durable: wake the waiters if it put a message back
-        (abandoned, released or dead-lettered). What else it changed on the way (a lock that
-        expired meanwhile) is announced by its flush, or, in memory (no flush), here."""
+        (abandoned, released or dead-lettered), unless the flush that made it durable woke
+        them already (a durable partition that is not express: every flush does, as for sends
+        and deliveries). In memory (no flush) also for what else it changed on the way (a
+        lock that expired meanwhile)."""
+        if self._commit.shows_when_durable:
+            return
         if makes_available(settles, results) or self._commit.durable_log is None:
             self._notify()
 

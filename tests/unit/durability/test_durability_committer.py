@@ -241,6 +241,26 @@ async def test_new_messages_are_invisible_until_durable(tmp_path, clock):
     assert [r.message_id for r in c.core.receive(1)] == ["a"]
 
 
+async def test_every_flush_tells_on_visible_even_one_that_logged_no_new_number(tmp_path, clock):
+    """A flush of settlements alone numbers no message, but what its calls changed on the way
+    (a lock that expired and requeued its message, a message that expired into the
+    dead-letter sub-queue) is announced nowhere else: ``on_visible`` is told at every flush."""
+    told: list[int] = []
+    c = Committer(
+        core_factory(clock),
+        DurableLog.from_storage_path(str(tmp_path), "p0"),
+        on_visible=lambda: told.append(c.flushes),
+    )
+    c.core.send(records("a", "b"))
+    await c.durable()
+    assert told == [1]
+    locked = c.core.receive(2)
+    await settle_all(c, [SettleOp(COMPLETE, locked[0].lock_token)])
+    c.core.settle([SettleOp(DEFER, locked[1].lock_token)])
+    await c.durable()
+    assert c.flushes == 3 and told == [1, 2, 3]
+
+
 async def flush_held(
     fs: pafs.FileSystem, clock: FakeClock, message_id: str
 ) -> tuple[Committer, GatedLog, asyncio.Future[None]]:
