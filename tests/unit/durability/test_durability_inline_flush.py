@@ -98,6 +98,21 @@ async def test_a_flush_larger_than_inline_bytes_is_written_in_a_worker_thread(
     assert stored(tmp_path, clock) == {"small", "large"}
 
 
+async def test_the_default_limit_takes_one_64_kib_message_inline_and_not_a_list_of_1_kib(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The two cases ``INLINE_FLUSH_BYTES`` is set between (its comment, and the module
+    docstring's measurements): a per-message send of 64 KiB is quicker inline, a list of 100
+    messages of 1 KiB leaves the loop free to serve the receiver while it is written."""
+    log, c = on_disk(tmp_path, clock)
+    await send(c, "one-of-64-kib", size=64 * 1024)
+    # Distinct bodies: equal ones would be pickled once for the whole list.
+    c.core.send([record(bytes([i]) * 1024, message_id=f"list-{i}") for i in range(100)])
+    await c.durable()
+    assert inline_pattern(log) == [True, False]
+    assert len(stored(tmp_path, clock)) == 101
+
+
 async def test_a_log_without_segments_is_written_in_a_worker_thread(
     tmp_path: Path, clock: FakeClock
 ) -> None:
