@@ -58,14 +58,15 @@ and 2 % lower p50. Why the limit is 96 KiB: it takes one message of 64 KiB inlin
 66 KB of Arrow data; an inline write and sync of that costs about what one of 1 KiB does, 0.24
 against 0.19 ms here) and leaves a list of 100 messages of 1 KiB (about 117 KB) to the thread,
 where the loop serves the receiver's calls while the list is written (inline flushes of up to
-256 KiB and 1 MiB cost that cell 15-25 % of its rate before). At 64 KiB, one message of 64 KiB
-went to the thread: one sender and one receiver taking turns with such messages
-(``benchmarks/single_calls.py``, three pairs alternating) got 714-736 msg/s with 96 KiB
-against 632-660 with 64 KiB, the partition's CPU 0.94-0.98 ms a message against 1.09-1.20;
-the suite's 64 KiB single cell (two quick pairs) 723-766 against 580-612 msg/s; the e2e
-profile's lists of 1 KiB wrote their 2,000 sends in the thread either way (30.1k and 30.0k
-msg/s). What it costs: while an inline fsync runs (about 0.25 ms on the local
-disk) the partition answers nothing, reads included. A disk that gets slow must not stall
+1 MiB cost that cell 27.0k against 31.0k msg/s, and of up to 256 KiB, the partition's CPU 31-36
+against 23-25 ms per 1,000 messages, when measured before: ``benchmarks/RESULTS.md``). At
+64 KiB, one message of 64 KiB went to the thread: one sender and one receiver taking turns
+with such messages (``benchmarks/single_calls.py``, three pairs alternating) got 714-736
+msg/s with 96 KiB against 632-660 with 64 KiB, the partition's CPU 0.94-0.98 ms a message
+against 1.09-1.20; the suite's 64 KiB single cell (two quick pairs) 723-766 against 580-612
+msg/s; the e2e profile's lists of 1 KiB wrote their 2,000 sends in the thread either way
+(30.1k and 30.0k msg/s). What it costs: while an inline fsync runs (about 0.25 ms on the
+local disk) the partition answers nothing, reads included. A disk that gets slow must not stall
 reads for long: the small writes' times (inline or, while the disk is slow, in the thread) are
 averaged with a decay (``WRITE_TIME_WEIGHT`` for the newest), and while that average is above
 ``SLOW_INLINE_S`` they go to the worker thread. So one write of ten times the threshold, or a
