@@ -81,7 +81,8 @@ def start_http_gateway(
     ``host:port`` (127.0.0.1 by default: reachable from this machine only) with TLS when
     ``tls`` is ``(certfile, keyfile)`` or ``True`` (a self-signed certificate for localhost),
     and deploys the gateway as the Serve application ``raybus-http-<namespace>`` at
-    ``route_prefix``. Blocks until a replica is ready. ``settings`` (or keyword overrides
+    ``route_prefix``. Blocks until a replica is ready and the proxy listens (on a loaded
+    machine Serve may restart a slow proxy: ``_start_serve``). ``settings`` (or keyword overrides
     such as ``max_replicas=8``) set limits and scaling (see ``GatewaySettings``).
 
     Serve's HTTP options are per Ray cluster and fixed by whoever starts Serve first: if
@@ -102,19 +103,63 @@ def start_http_gateway(
     http_options: dict[str, Any] = {"host": host, "port": port}
     if files is not None:
         http_options.update(ssl_certfile=files[0], ssl_keyfile=files[1])
-    serve.start(
-        http_options=http_options,
-        logging_config={"enable_access_log": settings.access_log},
-    )
+    proxy_restarted = _start_serve(serve, http_options, {"enable_access_log": settings.access_log})
     app = HttpGatewayDeployment.options(**settings.deployment_options()).bind(
         namespace, storage_path, settings
     )
     serve.run(app, name=app_name(namespace), route_prefix=route_prefix)
-    scheme = "https" if files is not None else "http"
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    if proxy_restarted:
+        _wait_listening(shown, port, PROXY_START_TIMEOUT_S)
+    scheme = "https" if files is not None else "http"
     if ":" in shown:
         shown = f"[{shown}]"
     return f"{scheme}://{shown}:{port}{route_prefix.rstrip('/')}"
+
+
+# How long ``start_http_gateway`` waits for Serve's second proxy when the first did not start
+# in time (``_start_serve``).
+PROXY_START_TIMEOUT_S = 120.0
+
+
+def _start_serve(serve: Any, http_options: dict[str, Any], logging_config: dict[str, Any]) -> bool:
+    """``serve.start``, surviving a proxy that starts slowly; True when the proxy was restarted
+    (the caller then waits for its port: ``_wait_listening``).
+
+    Serve's controller kills a proxy that is not ready within its ready check (5 s by default,
+    ``RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S``) and starts another with a longer check, but
+    ``serve.start`` waits on the first one and raises ``ActorDiedError``. On a loaded machine a
+    proxy's start takes longer than 5 s (here: each start in a fresh Ray session, on 2 cores
+    shared with two busy processes). The controller it started is still running, so a second
+    ``serve.start`` connects to it (with the same options) and returns at once.
+    """
+    import ray
+
+    try:
+        serve.start(http_options=http_options, logging_config=logging_config)
+        return False
+    except ray.exceptions.ActorDiedError:
+        serve.start(http_options=http_options, logging_config=logging_config)
+        return True
+
+
+def _wait_listening(host: str, port: int, timeout_s: float) -> None:
+    """Return once ``host:port`` accepts a connection; ``TimeoutError`` naming it after
+    ``timeout_s``."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"Serve's HTTP proxy is not listening on {host}:{port} after {timeout_s} s"
+                ) from None
+            time.sleep(0.2)
 
 
 def stop_http_gateway(namespace: str = "default", *, shutdown_serve: bool | None = None) -> None:
