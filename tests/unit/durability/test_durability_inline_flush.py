@@ -216,18 +216,21 @@ async def test_large_flushes_written_in_the_thread_do_not_count_as_a_slow_disk(
     assert inline_pattern(log) == [False, False, False, True]
 
 
+@pytest.mark.parametrize("size", [16, 64 * 1024], ids=["small", "64-kib"])
 async def test_a_failed_inline_write_undoes_what_it_carried(
-    tmp_path: Path, clock: FakeClock
+    tmp_path: Path, clock: FakeClock, size: int
 ) -> None:
+    """Also for the largest message the default limit writes inline (one of 64 KiB)."""
     log, c = on_disk(tmp_path, clock)
     await send(c, "kept")
     log.fail_next = True
     with pytest.raises(StorageUnavailableError):
-        await send(c, "refused")
+        await send(c, "refused", size=size)
     assert log.threads[-1] == threading.get_ident()  # it was an inline write that failed
     assert set(by_id(c.core)) == {"kept"}  # rebuilt from the log: nothing of it stored
-    await send(c, "after")  # the log stays usable
+    await send(c, "after", size=size)  # the log stays usable
     assert stored(tmp_path, clock) == {"kept", "after"}
+    assert log.threads[-1] == threading.get_ident()
 
 
 async def test_entries_that_cannot_be_encoded_fail_their_waiters_and_are_undone(
