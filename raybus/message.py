@@ -19,6 +19,8 @@ from .exceptions import InvalidArgumentError, MessageSizeExceededError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from .amqp._annotated import AmqpAnnotatedMessage
+
 __all__ = [
     "DataBody",
     "ServiceBusMessage",
@@ -370,12 +372,37 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
         """The partition that holds the message (top 16 bits of the sequence number)."""
         return self._record.sequence_number >> 48
 
+    @property
+    def raw_amqp_message(self) -> AmqpAnnotatedMessage:
+        """The message as AMQP sections: what raybus's AMQP gateway delivers for it, the
+        broker's annotations included (``raybus.amqp._annotated``). A new object each time;
+        changing it changes nothing of the message."""
+        from .amqp._annotated import AmqpAnnotatedMessage
+        from .amqp._message import from_received
+
+        payload = from_received(self, locked=self._kind == "locked")
+        return AmqpAnnotatedMessage._from_sections(payload)
+
     def __repr__(self) -> str:
         return (
             f"ServiceBusReceivedMessage(sequence_number={self.sequence_number}, "
             f"message_id={self.message_id!r}, delivery_count={self.delivery_count}, "
             f"body={self.body!r:.60})"
         )
+
+
+def outgoing(message: Any) -> ServiceBusMessage | None:
+    """``message`` as the ``ServiceBusMessage`` a send stores: itself, or an
+    ``AmqpAnnotatedMessage``'s sections mapped as the AMQP gateway maps them; None for
+    anything else."""
+    if isinstance(message, ServiceBusMessage):
+        return message
+    from .amqp._annotated import AmqpAnnotatedMessage
+
+    if isinstance(message, AmqpAnnotatedMessage):
+        converted: ServiceBusMessage = message._to_service_bus_message()
+        return converted
+    return None
 
 
 class ServiceBusMessageBatch:
@@ -390,14 +417,16 @@ class ServiceBusMessageBatch:
         self._records: list[MessageRecord] = []
         self._size = 0
 
-    def add_message(self, message: ServiceBusMessage) -> None:
-        if not isinstance(message, ServiceBusMessage):
+    def add_message(self, message: ServiceBusMessage | AmqpAnnotatedMessage) -> None:
+        sendable = outgoing(message)
+        if sendable is None:
             raise InvalidArgumentError(
-                f"a batch holds ServiceBusMessage objects, not {type(message).__name__}",
+                "a batch holds ServiceBusMessage or AmqpAnnotatedMessage objects, not "
+                f"{type(message).__name__}",
                 None,
                 "message",
             )
-        rec = message._to_record()
+        rec = sendable._to_record()
         if self._size + rec.size > self.max_size_in_bytes:
             raise MessageSizeExceededError(
                 f"the message ({rec.size} bytes) does not fit the batch "

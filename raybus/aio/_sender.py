@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .. import _lane, _rpc, _sync
 from .._actors.namespace import Route, TopicRoute
@@ -26,10 +26,11 @@ from ..exceptions import (
     PartitionMovedError,
     ServiceBusError,
 )
-from ..message import ServiceBusMessage, ServiceBusMessageBatch
+from ..message import ServiceBusMessage, ServiceBusMessageBatch, outgoing
 from ._sequence_reads import check_sequence_numbers
 
 if TYPE_CHECKING:
+    from ..amqp._annotated import AmqpAnnotatedMessage
     from ._transaction import ServiceBusTransaction
 
 __all__ = ["ServiceBusSender"]
@@ -37,7 +38,12 @@ __all__ = ["ServiceBusSender"]
 # How long a send keeps following partition changes before giving up.
 REDIRECT_DEADLINE_S = 60.0
 
-SendInput = ServiceBusMessage | ServiceBusMessageBatch | Iterable[ServiceBusMessage]
+# A string: ``raybus.amqp`` (the gateway) imports this module, so AmqpAnnotatedMessage is
+# imported for type checking only.
+SendInput: TypeAlias = (
+    "ServiceBusMessage | AmqpAnnotatedMessage | ServiceBusMessageBatch"
+    " | Iterable[ServiceBusMessage | AmqpAnnotatedMessage]"
+)
 
 
 def _records(messages: SendInput) -> list[MessageRecord]:
@@ -46,21 +52,26 @@ def _records(messages: SendInput) -> list[MessageRecord]:
     if isinstance(messages, ServiceBusMessage):
         return [messages._to_record()]
     if isinstance(messages, str | bytes | dict) or not isinstance(messages, Iterable):
+        one = outgoing(messages)
+        if one is not None:
+            return [one._to_record()]
         raise InvalidArgumentError(
-            "send ServiceBusMessage objects, a list of them, or a ServiceBusMessageBatch; "
-            f"not {type(messages).__name__}",
+            "send ServiceBusMessage or AmqpAnnotatedMessage objects, a list of them, or a "
+            f"ServiceBusMessageBatch; not {type(messages).__name__}",
             None,
             "message",
         )
     out = []
     for m in messages:
-        if not isinstance(m, ServiceBusMessage):
+        sendable = m if isinstance(m, ServiceBusMessage) else outgoing(m)
+        if sendable is None:
             raise InvalidArgumentError(
-                f"a list to send must hold ServiceBusMessage objects, not {type(m).__name__}",
+                "a list to send must hold ServiceBusMessage or AmqpAnnotatedMessage objects, "
+                f"not {type(m).__name__}",
                 None,
                 "message",
             )
-        out.append(m._to_record())
+        out.append(sendable._to_record())
     return out
 
 

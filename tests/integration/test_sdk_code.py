@@ -102,3 +102,46 @@ def test_a_rule_changed_in_place_and_passed_to_update_rule_as_in_the_sdk(namespa
         rule.action = "SET x = 1"  # type: ignore[assignment]
     with pytest.raises(AttributeError, match="only filter and action"):
         rule.name = "other"
+
+
+def test_amqp_annotated_messages_are_sent_scheduled_and_read_back_as_sections(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    """The SDK's ``AmqpAnnotatedMessage``: a list mixing it with a ``ServiceBusMessage``, a
+    batch, a schedule; each received message reads back its sections."""
+    from datetime import datetime, timedelta, timezone
+
+    from raybus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
+
+    sections = AmqpAnnotatedMessage(
+        data_body=[b"part-1", b"part-2"],
+        properties={"message_id": "sections", "subject": "raw"},
+        application_properties={"n": 1},
+    )
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages([sections, ServiceBusMessage(b"plain", message_id="plain")])
+        batch = sender.create_message_batch()
+        batch.add_message(
+            AmqpAnnotatedMessage(sequence_body=[[1, "a"]], properties={"message_id": "seq"})
+        )
+        sender.send_messages(batch)
+        at = datetime.now(timezone.utc) + timedelta(hours=1)
+        (number,) = sender.schedule_messages(AmqpAnnotatedMessage(value_body={"v": 2}), at)
+    with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        got = {}
+        while len(got) < 3:
+            for m in receiver.receive_messages(3, max_wait_time=5):
+                got[m.message_id] = m
+                receiver.complete_message(m)
+        (scheduled,) = receiver.peek_messages(1, sequence_number=number)
+    raw = got["sections"].raw_amqp_message
+    assert list(raw.body) == [b"part-1", b"part-2"]
+    assert raw.properties is not None and raw.properties.subject == "raw"
+    assert raw.application_properties == {"n": 1}
+    assert raw.annotations is not None and "x-opt-locked-until" in raw.annotations
+    assert bytes(got["sections"].body) == b"part-1part-2"
+    assert list(got["plain"].raw_amqp_message.body) == [b"plain"]
+    seq = got["seq"].raw_amqp_message
+    assert (seq.body_type, list(seq.body)) == (AmqpMessageBodyType.SEQUENCE, [[1, "a"]])
+    assert scheduled.scheduled_enqueue_time_utc is not None
+    assert scheduled.raw_amqp_message.body == {"v": 2}
