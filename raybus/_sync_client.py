@@ -25,7 +25,7 @@ from .aio._sender import SendInput, _records
 from .auth import CredentialLike, parse_connection_string
 from .enums import ServiceBusDisposition, ServiceBusReceiveMode, ServiceBusSubQueue
 from .exceptions import InvalidArgumentError
-from .message import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
+from .message import ServiceBusMessageBatch, ServiceBusReceivedMessage
 
 __all__ = [
     "AutoLockRenewer",
@@ -64,7 +64,7 @@ class ServiceBusSender:
 
     def schedule_messages(
         self,
-        messages: ServiceBusMessage | Iterable[ServiceBusMessage],
+        messages: SendInput,
         schedule_time_utc: datetime,
         *,
         timeout: float | None = None,

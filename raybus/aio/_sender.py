@@ -306,7 +306,7 @@ class ServiceBusSender:
 
     async def schedule_messages(
         self,
-        messages: ServiceBusMessage | Iterable[ServiceBusMessage],
+        messages: SendInput,
         schedule_time_utc: datetime,
         *,
         timeout: float | None = None,
