@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import ray
-from restarts import lane_address, restart, wait_for_successor
+from restarts import process_id, restart, wait_for_successor
 
 import raybus
 from raybus import RetryMode, ServiceBusMessage, _rpc, aio
@@ -87,7 +87,7 @@ def test_sends_with_ids_to_a_deduplicating_queue_ride_out_a_partition_restart(
         tasks = [asyncio.ensure_future(keep_sending()) for _ in range(8)]
         while len(sent) < 200:  # the lane is up and the senders are in full flow
             await asyncio.sleep(0.01)
-        before = await asyncio.to_thread(lane_address, handle)
+        before = await asyncio.to_thread(process_id, handle)
         ray.kill(handle, no_restart=False)
         await asyncio.to_thread(wait_for_successor, handle, before)
         await asyncio.sleep(0.2)  # sends to the new process too
@@ -232,7 +232,7 @@ def test_a_receive_waiting_when_its_partition_dies_is_repeated_by_the_policy(
             waiting = asyncio.ensure_future(receiver.receive_messages(max_wait_time=20))
             await asyncio.sleep(0.5)  # the receive waits at the partition
             assert not waiting.done()
-            before = await asyncio.to_thread(lane_address, handle)
+            before = await asyncio.to_thread(process_id, handle)
             ray.kill(handle, no_restart=False)
             await asyncio.to_thread(wait_for_successor, handle, before)
             async with client.get_queue_sender("w") as sender:
