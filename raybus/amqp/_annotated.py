@@ -254,12 +254,7 @@ class AmqpAnnotatedMessage:
             ttl = UInt(min(ttl, 2**32 - 1))
         parts.append(_section(_HEADER, [True, None, ttl]))
         if self.annotations:
-            ann = {
-                Symbol(k.decode() if isinstance(k, bytes) else k)
-                if isinstance(k, str | bytes)
-                else k: v
-                for k, v in self.annotations.items()
-            }
+            ann = {_symbol(k): v for k, v in self.annotations.items()}
             parts.append(_section(_MESSAGE_ANN, ann))
         if self.properties is not None:
             values = self.properties.values()
@@ -324,3 +319,10 @@ class AmqpAnnotatedMessage:
 
 def _section(code: int, value: Any) -> bytes:
     return encode(Described(ULong(code), value))
+
+
+def _symbol(key: Any) -> Any:
+    """A message annotation's key as AMQP has it: a symbol (the SDK's keys are ``bytes``)."""
+    if isinstance(key, bytes):
+        return Symbol(key.decode("utf-8"))
+    return Symbol(key) if isinstance(key, str) else key

@@ -209,3 +209,9 @@ def test_a_peeked_message_has_no_lock_annotation_and_the_view_is_a_copy() -> Non
     assert raw.annotations is not None and "x-opt-locked-until" not in raw.annotations
     raw.application_properties = {"changed": True}
     assert msg.raw_amqp_message.application_properties == {}
+
+
+def test_annotation_keys_may_be_bytes_as_the_sdk_writes_them() -> None:
+    m = AmqpAnnotatedMessage(value_body=1, annotations={b"x-opt-partition-key": "pk"})
+    sb = outgoing(m)
+    assert sb is not None and sb.partition_key == "pk"
