@@ -25,7 +25,8 @@ from enum import Enum
 from typing import Any
 
 from ..exceptions import InvalidArgumentError
-from ._codec import Described, Symbol, UInt, ULong, encode
+from ._codec import Described, EncodeError, Symbol, UInt, ULong, encode
+from ._message import _PROPERTY_FIELDS, Sections, _native, to_raybus
 
 __all__ = [
     "AmqpAnnotatedMessage",
@@ -107,21 +108,7 @@ class AmqpMessageHeader(_Fields):
 class AmqpMessageProperties(_Fields):
     """The properties section (AMQP 1.0, 3.2.4). ``group_id`` is the session id."""
 
-    _names = (
-        "message_id",
-        "user_id",
-        "to",
-        "subject",
-        "reply_to",
-        "correlation_id",
-        "content_type",
-        "content_encoding",
-        "absolute_expiry_time",
-        "creation_time",
-        "group_id",
-        "group_sequence",
-        "reply_to_group_id",
-    )
+    _names = _PROPERTY_FIELDS  # in the section's order
     message_id: Any
     user_id: bytes | None
     to: str | None
@@ -276,9 +263,6 @@ class AmqpAnnotatedMessage:
 
     def _to_service_bus_message(self) -> Any:
         """The ``ServiceBusMessage`` that stores these sections (module docstring)."""
-        from ._codec import EncodeError
-        from ._message import to_raybus
-
         try:
             payload = self._encoded()
         except EncodeError as exc:
@@ -290,8 +274,6 @@ class AmqpAnnotatedMessage:
     @classmethod
     def _from_sections(cls, payload: bytes) -> AmqpAnnotatedMessage:
         """The message an encoded AMQP message is (``raybus.amqp._message.from_received``)."""
-        from ._message import Sections, _native
-
         s = Sections(payload)
         kinds = {code for code, _ in s.body}
         values = [_native(v) for _, v in s.body]
