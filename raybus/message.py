@@ -400,8 +400,7 @@ def outgoing(message: Any) -> ServiceBusMessage | None:
     from .amqp._annotated import AmqpAnnotatedMessage
 
     if isinstance(message, AmqpAnnotatedMessage):
-        converted: ServiceBusMessage = message._to_service_bus_message()
-        return converted
+        return message._to_service_bus_message()
     return None
 
 

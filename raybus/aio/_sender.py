@@ -63,6 +63,7 @@ def _records(messages: SendInput) -> list[MessageRecord]:
         )
     out = []
     for m in messages:
+        # The common case without a call per message; ``outgoing`` takes the rest.
         sendable = m if isinstance(m, ServiceBusMessage) else outgoing(m)
         if sendable is None:
             raise InvalidArgumentError(

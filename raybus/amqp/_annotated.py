@@ -25,8 +25,22 @@ from enum import Enum
 from typing import Any
 
 from ..exceptions import InvalidArgumentError
-from ._codec import Described, EncodeError, Symbol, UInt, ULong, encode
-from ._message import _PROPERTY_FIELDS, Sections, _native, to_raybus
+from ..message import ServiceBusMessage
+from ._codec import EncodeError, Symbol, UInt
+from ._message import (
+    _APP_PROPS,
+    _DATA,
+    _HEADER,
+    _MESSAGE_ANN,
+    _PROPERTIES,
+    _PROPERTY_FIELDS,
+    _SEQUENCE,
+    _VALUE,
+    Sections,
+    _native,
+    _section,
+    to_raybus,
+)
 
 __all__ = [
     "AmqpAnnotatedMessage",
@@ -34,9 +48,6 @@ __all__ = [
     "AmqpMessageHeader",
     "AmqpMessageProperties",
 ]
-
-_HEADER, _MESSAGE_ANN, _PROPERTIES, _APP_PROPS = 0x70, 0x72, 0x73, 0x74
-_DATA, _SEQUENCE, _VALUE = 0x75, 0x76, 0x77
 
 
 class AmqpMessageBodyType(str, Enum):
@@ -261,7 +272,7 @@ class AmqpAnnotatedMessage:
             parts.append(_section(_VALUE, self._body))
         return b"".join(parts)
 
-    def _to_service_bus_message(self) -> Any:
+    def _to_service_bus_message(self) -> ServiceBusMessage:
         """The ``ServiceBusMessage`` that stores these sections (module docstring)."""
         try:
             payload = self._encoded()
@@ -297,10 +308,6 @@ class AmqpAnnotatedMessage:
         }
         msg.application_properties = {str(k): _native(v) for k, v in s.app_properties.items()}
         return msg
-
-
-def _section(code: int, value: Any) -> bytes:
-    return encode(Described(ULong(code), value))
 
 
 def _symbol(key: Any) -> Any:
