@@ -269,6 +269,15 @@ class ServiceBusMessage:
         """The message's encoded size, as counted against size limits."""
         return self._to_record().size
 
+    @property
+    def raw_amqp_message(self) -> AmqpAnnotatedMessage:
+        """The message as AMQP sections (advanced use), as in the SDK: the same object each
+        time, and the message's fields read and write through it from then on, so changing
+        either changes what a send stores (``raybus.amqp._annotated``)."""
+        from .amqp._annotated import adopt_sections
+
+        return adopt_sections(self)
+
     def __str__(self) -> str:
         body = self.body
         if isinstance(body, bytes):

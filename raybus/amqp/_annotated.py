@@ -16,11 +16,22 @@ the broker's annotations (``x-opt-sequence-number``, ``x-opt-enqueued-time``,
 the application properties and the body sections. Where the SDK gives annotation keys and
 property values as ``bytes``, raybus gives ``str`` (its application properties do the same),
 and the annotations' times are ``datetime``s where the SDK has milliseconds.
+
+An outgoing ``ServiceBusMessage``'s ``raw_amqp_message`` is, as in the SDK, the message itself
+as sections: asked for the first time it is built from the message's fields, and from then on
+the message reads and writes its fields through it (``_SectionBacked``), so a change on
+either side shows on the other and is what a send stores. The fields map as the gateway maps
+them: ``session_id`` is ``properties.group_id``, ``reply_to_session_id``
+``properties.reply_to_group_id``, ``time_to_live`` ``header.time_to_live`` (milliseconds),
+``scheduled_enqueue_time_utc`` and ``partition_key`` the annotations
+``x-opt-scheduled-enqueue-time`` and ``x-opt-partition-key``; a ``bytes`` or ``str`` body is
+one data section, any other body a value section.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
@@ -39,6 +50,7 @@ from ._message import (
     Sections,
     _native,
     _section,
+    _text,
     to_raybus,
 )
 
@@ -315,3 +327,207 @@ def _symbol(key: Any) -> Any:
     if isinstance(key, bytes):
         return Symbol(key.decode("utf-8"))
     return Symbol(key) if isinstance(key, str) else key
+
+
+# -- an outgoing message's sections (ServiceBusMessage.raw_amqp_message)
+
+_SCHEDULED = "x-opt-scheduled-enqueue-time"
+_PARTITION_KEY = "x-opt-partition-key"
+# ServiceBusMessage's fields kept in the properties section, by the section's names.
+_IN_PROPERTIES = {
+    "message_id": "message_id",
+    "correlation_id": "correlation_id",
+    "session_id": "group_id",
+    "reply_to": "reply_to",
+    "reply_to_session_id": "reply_to_group_id",
+    "to": "to",
+    "subject": "subject",
+    "content_type": "content_type",
+}
+
+
+def _set_body(raw: AmqpAnnotatedMessage, body: Any) -> None:
+    """``body`` as sections, as the gateway emits a stored body (``encode_body``)."""
+    if isinstance(body, bytes | bytearray | memoryview | str):
+        raw._body_type, raw._body = AmqpMessageBodyType.DATA, _data_sections(body)
+    else:
+        raw._body_type, raw._body = AmqpMessageBodyType.VALUE, body
+
+
+def _body_of(raw: AmqpAnnotatedMessage) -> Any:
+    """The body a send stores for ``raw``'s sections, as ``to_raybus`` reads them."""
+    if raw._body_type is AmqpMessageBodyType.DATA:
+        return b"".join(raw._body)
+    if raw._body_type is AmqpMessageBodyType.SEQUENCE:
+        return raw._body[0] if len(raw._body) == 1 else raw._body
+    return raw._body
+
+
+def _annotation_key(raw: AmqpAnnotatedMessage, name: str) -> Any:
+    """The key ``name`` has in ``raw``'s annotations (``str`` or the SDK's ``bytes``), or None."""
+    for key in raw.annotations or ():
+        if key == name or key == name.encode("ascii"):
+            return key
+    return None
+
+
+def _annotation(raw: AmqpAnnotatedMessage, name: str) -> Any:
+    key = _annotation_key(raw, name)
+    return None if key is None else raw.annotations[key]  # type: ignore[index]
+
+
+def _set_annotation(raw: AmqpAnnotatedMessage, name: str, value: Any) -> None:
+    key = _annotation_key(raw, name)
+    if key is not None:
+        del raw.annotations[key]  # type: ignore[union-attr]
+    if value is not None:
+        if raw.annotations is None:
+            raw.annotations = {}
+        raw.annotations[name] = value
+
+
+def _check(value: Any, kind: type | tuple[type, ...], name: str) -> None:
+    if value is not None and not isinstance(value, kind):
+        raise InvalidArgumentError(
+            f"{name} must be {getattr(kind, '__name__', kind)}, not {type(value).__name__}",
+            None,
+            name,
+        )
+
+
+class _SectionField:
+    """One ``ServiceBusMessage`` field read from and written to the message's sections."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, message: Any, owner: type | None = None) -> Any:
+        if message is None:
+            return self
+        raw: AmqpAnnotatedMessage = message.__dict__["_raw"]
+        name = self.name
+        if name == "body":
+            return _body_of(raw)
+        if name == "application_properties":
+            return raw.application_properties
+        if name in _IN_PROPERTIES:
+            props = raw.properties
+            return None if props is None else _text(getattr(props, _IN_PROPERTIES[name]))
+        if name == "time_to_live":
+            ms = None if raw.header is None else raw.header.time_to_live
+            return None if ms is None else timedelta(milliseconds=ms)
+        if name == "partition_key":
+            return _text(_annotation(raw, _PARTITION_KEY))
+        when = _annotation(raw, _SCHEDULED)  # scheduled_enqueue_time_utc
+        if isinstance(when, int) and not isinstance(when, bool):  # milliseconds, as AMQP's
+            return datetime.fromtimestamp(when / 1000, tz=timezone.utc)
+        return when
+
+    def __set__(self, message: Any, value: Any) -> None:
+        raw: AmqpAnnotatedMessage = message.__dict__["_raw"]
+        name = self.name
+        if name == "body":
+            _set_body(raw, value)
+        elif name == "application_properties":
+            _check(value, dict, name)
+            raw.application_properties = value
+        elif name in _IN_PROPERTIES:
+            _check(value, str, name)
+            if raw.properties is None:
+                raw.properties = AmqpMessageProperties()
+            setattr(raw.properties, _IN_PROPERTIES[name], value)
+        elif name == "time_to_live":
+            _check(value, timedelta, name)
+            if raw.header is None:
+                raw.header = AmqpMessageHeader()
+            raw.header.time_to_live = None if value is None else round(value.total_seconds() * 1000)
+        elif name == "partition_key":
+            _check(value, str, name)
+            _set_annotation(raw, _PARTITION_KEY, value)
+        else:  # scheduled_enqueue_time_utc
+            _check(value, datetime, name)
+            _set_annotation(raw, _SCHEDULED, value)
+
+
+class _SectionBacked:
+    """Mixed into a ``ServiceBusMessage`` class (``_backed``) once a message's
+    ``raw_amqp_message`` was asked for: its fields live in that ``AmqpAnnotatedMessage`` (the
+    module docstring), and a send stores what the gateway would store for its sections. Its
+    record is built anew for each send: the sections can change in place."""
+
+    body = _SectionField("body")
+    application_properties = _SectionField("application_properties")
+    message_id = _SectionField("message_id")
+    correlation_id = _SectionField("correlation_id")
+    session_id = _SectionField("session_id")
+    reply_to = _SectionField("reply_to")
+    reply_to_session_id = _SectionField("reply_to_session_id")
+    to = _SectionField("to")
+    subject = _SectionField("subject")
+    content_type = _SectionField("content_type")
+    time_to_live = _SectionField("time_to_live")
+    scheduled_enqueue_time_utc = _SectionField("scheduled_enqueue_time_utc")
+    partition_key = _SectionField("partition_key")
+
+    @property
+    def raw_amqp_message(self) -> AmqpAnnotatedMessage:
+        raw: AmqpAnnotatedMessage = self.__dict__["_raw"]
+        return raw
+
+    def _to_record(self) -> Any:
+        return self.__dict__["_raw"]._to_service_bus_message()._to_record()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The class made by _backed is not importable by name: pickle the message's own
+        # class and make it section-backed again when loading.
+        return (_restore, (type(self).__bases__[1], dict(self.__dict__)))
+
+
+_BACKED: dict[type[ServiceBusMessage], type] = {}
+
+
+def _backed(cls: type[ServiceBusMessage]) -> type:
+    """``cls`` with its fields kept in the sections, under ``cls``'s name (one per class: an
+    application's subclass of ``ServiceBusMessage`` keeps its methods and attributes)."""
+    backed = _BACKED.get(cls)
+    if backed is None:
+        names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        backed = _BACKED[cls] = type(cls.__name__, (_SectionBacked, cls), names)
+    return backed
+
+
+def _restore(cls: type[ServiceBusMessage], state: dict[str, Any]) -> Any:
+    message = cls.__new__(cls)
+    message.__dict__.update(state)
+    object.__setattr__(message, "__class__", _backed(cls))
+    return message
+
+
+_FIELD_NAMES = ("body", "application_properties", *_IN_PROPERTIES)
+_FIELD_NAMES += ("time_to_live", "scheduled_enqueue_time_utc", "partition_key")
+
+
+def adopt_sections(message: ServiceBusMessage) -> AmqpAnnotatedMessage:
+    """Make ``message`` read and write its fields through its sections; return them."""
+    raw = AmqpAnnotatedMessage.__new__(AmqpAnnotatedMessage)
+    _set_body(raw, message.body)
+    ttl = message.time_to_live
+    raw.header = AmqpMessageHeader(
+        time_to_live=None if ttl is None else round(ttl.total_seconds() * 1000)
+    )
+    raw.properties = AmqpMessageProperties(
+        **{section: getattr(message, field) for field, section in _IN_PROPERTIES.items()}
+    )
+    raw.application_properties = message.application_properties  # shared, as the SDK's
+    raw.annotations = {}
+    if message.scheduled_enqueue_time_utc is not None:
+        raw.annotations[_SCHEDULED] = message.scheduled_enqueue_time_utc
+    if message.partition_key is not None:
+        raw.annotations[_PARTITION_KEY] = message.partition_key
+    raw.footer = raw.delivery_annotations = None
+    state = message.__dict__
+    for name in (*_FIELD_NAMES, "_record_cache", "_cached_props"):
+        state.pop(name, None)  # the fields now live in the sections
+    state["_raw"] = raw
+    object.__setattr__(message, "__class__", _backed(type(message)))
+    return raw

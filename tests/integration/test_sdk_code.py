@@ -108,7 +108,8 @@ def test_amqp_annotated_messages_are_sent_scheduled_and_read_back_as_sections(
     client: raybus.ServiceBusClient, queue: str
 ) -> None:
     """The SDK's ``AmqpAnnotatedMessage``: a list mixing it with a ``ServiceBusMessage``, a
-    batch, a schedule; each received message reads back its sections."""
+    batch, a schedule; each received message reads back its sections. A ``ServiceBusMessage``
+    changed through its ``raw_amqp_message`` is sent as changed."""
     from datetime import datetime, timedelta, timezone
 
     from raybus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
@@ -118,8 +119,13 @@ def test_amqp_annotated_messages_are_sent_scheduled_and_read_back_as_sections(
         properties={"message_id": "sections", "subject": "raw"},
         application_properties={"n": 1},
     )
+    adopted = ServiceBusMessage(b"adopted", message_id="before")
+    own = adopted.raw_amqp_message
+    assert own.properties is not None and own.header is not None
+    own.properties.message_id, own.properties.subject = "adopted", "via its sections"
+    own.header.time_to_live = 60_000
     with client.get_queue_sender(queue) as sender:
-        sender.send_messages([sections, ServiceBusMessage(b"plain", message_id="plain")])
+        sender.send_messages([sections, ServiceBusMessage(b"plain", message_id="plain"), adopted])
         batch = sender.create_message_batch()
         batch.add_message(
             AmqpAnnotatedMessage(sequence_body=[[1, "a"]], properties={"message_id": "seq"})
@@ -129,8 +135,8 @@ def test_amqp_annotated_messages_are_sent_scheduled_and_read_back_as_sections(
         (number,) = sender.schedule_messages(AmqpAnnotatedMessage(value_body={"v": 2}), at)
     with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
         got = {}
-        while len(got) < 3:
-            for m in receiver.receive_messages(3, max_wait_time=5):
+        while len(got) < 4:
+            for m in receiver.receive_messages(4, max_wait_time=5):
                 got[m.message_id] = m
                 receiver.complete_message(m)
         (scheduled,) = receiver.peek_messages(1, sequence_number=number)
@@ -145,3 +151,5 @@ def test_amqp_annotated_messages_are_sent_scheduled_and_read_back_as_sections(
     assert (seq.body_type, list(seq.body)) == (AmqpMessageBodyType.SEQUENCE, [[1, "a"]])
     assert scheduled.scheduled_enqueue_time_utc is not None
     assert scheduled.raw_amqp_message.body == {"v": 2}
+    assert (got["adopted"].subject, got["adopted"].body) == ("via its sections", b"adopted")
+    assert got["adopted"].time_to_live == timedelta(seconds=60)

@@ -4,6 +4,7 @@ refusals of bad input."""
 
 from __future__ import annotations
 
+import pickle
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -215,3 +216,178 @@ def test_annotation_keys_may_be_bytes_as_the_sdk_writes_them() -> None:
     m = AmqpAnnotatedMessage(value_body=1, annotations={b"x-opt-partition-key": "pk"})
     sb = outgoing(m)
     assert sb is not None and sb.partition_key == "pk"
+
+
+def test_a_dead_lettered_message_shows_its_reason_in_the_application_properties() -> None:
+    sendable = outgoing(ServiceBusMessage(b"b", application_properties={"p": 1}))
+    assert sendable is not None
+    rec = sendable._to_record()
+    rec.sequence_number, rec.enqueued_time = 7, 1_700_000_000.0
+    rec.dead_letter_reason, rec.dead_letter_error_description = "too old", "why not"
+    dead = ServiceBusReceivedMessage(rec, entity="q/$deadletterqueue", kind="peeked")
+    raw = dead.raw_amqp_message
+    assert raw.application_properties == {
+        "p": 1,
+        "DeadLetterReason": "too old",
+        "DeadLetterErrorDescription": "why not",
+    }
+
+
+# ---------------------------------------------------------------- an outgoing message's sections
+
+
+def _every_field(body: Any = b"body") -> ServiceBusMessage:
+    return ServiceBusMessage(
+        body,
+        application_properties={"p": 1},
+        message_id="m",
+        correlation_id="c",
+        session_id="s",
+        reply_to="r",
+        reply_to_session_id="rs",
+        to="t",
+        subject="sub",
+        content_type="text/plain",
+        time_to_live=timedelta(seconds=30),
+        scheduled_enqueue_time_utc=datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+        partition_key="s",
+    )
+
+
+def test_an_outgoing_messages_sections_hold_its_fields_and_are_one_object() -> None:
+    msg = _every_field()
+    props = msg.application_properties
+    raw = msg.raw_amqp_message
+    assert raw is msg.raw_amqp_message
+    assert (raw.body_type, list(raw.body)) == (AmqpMessageBodyType.DATA, [b"body"])
+    assert raw.header is not None and raw.header.time_to_live == 30_000
+    assert raw.properties is not None
+    assert (raw.properties.message_id, raw.properties.group_id) == ("m", "s")
+    assert (raw.properties.reply_to, raw.properties.reply_to_group_id) == ("r", "rs")
+    assert (raw.properties.to, raw.properties.subject) == ("t", "sub")
+    assert (raw.properties.correlation_id, raw.properties.content_type) == ("c", "text/plain")
+    assert raw.annotations == {
+        "x-opt-scheduled-enqueue-time": datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+        "x-opt-partition-key": "s",
+    }
+    assert raw.application_properties is props  # shared, as the SDK shares it
+    assert isinstance(msg, ServiceBusMessage)
+    assert repr(msg) == "ServiceBusMessage(message_id='m', body=b'body')"
+
+
+@pytest.mark.parametrize(
+    "body", [b"body", 7, {"k": [1, "a"]}, None], ids=["bytes", "int", "map", "none"]
+)
+def test_asking_for_the_sections_changes_nothing_a_send_stores(body: Any) -> None:
+    before = _every_field(body)._to_record()
+    msg = _every_field(body)
+    raw = msg.raw_amqp_message
+    after = msg._to_record()
+    assert after == before
+    expected = AmqpMessageBodyType.DATA if isinstance(body, bytes) else AmqpMessageBodyType.VALUE
+    assert raw.body_type is expected
+    assert msg.body == body
+
+
+def test_a_str_body_becomes_one_data_section_of_its_utf8_as_in_the_sdk() -> None:
+    msg = ServiceBusMessage("héllo")
+    assert list(msg.raw_amqp_message.body) == ["héllo".encode()]
+    assert msg.body == "héllo".encode() and msg._to_record().body == "héllo".encode()
+
+
+def test_changes_to_the_sections_are_the_messages_fields_and_what_a_send_stores() -> None:
+    msg = _every_field()
+    raw = msg.raw_amqp_message
+    assert raw.properties is not None and raw.header is not None and raw.annotations is not None
+    raw.properties.message_id = "m2"
+    raw.properties.group_id = raw.annotations["x-opt-partition-key"] = "s2"
+    raw.header.time_to_live = 1_500
+    del raw.annotations["x-opt-scheduled-enqueue-time"]
+    raw.annotations[b"x-opt-scheduled-enqueue-time"] = datetime(2031, 1, 1, tzinfo=timezone.utc)
+    msg.application_properties["q"] = "added in place"
+    assert (msg.message_id, msg.session_id, msg.partition_key) == ("m2", "s2", "s2")
+    assert msg.time_to_live == timedelta(milliseconds=1_500)
+    assert msg.scheduled_enqueue_time_utc == datetime(2031, 1, 1, tzinfo=timezone.utc)
+    rec = msg._to_record()
+    assert (rec.message_id, rec.session_id, rec.partition_key) == ("m2", "s2", "s2")
+    assert rec.time_to_live == 1.5
+    assert rec.scheduled_enqueue_time == datetime(2031, 1, 1, tzinfo=timezone.utc).timestamp()
+    assert rec.application_properties == {"p": 1, "q": "added in place"}
+
+
+def test_changes_to_the_fields_are_written_to_the_sections() -> None:
+    msg = _every_field()
+    raw = msg.raw_amqp_message
+    msg.session_id = msg.partition_key = "s3"
+    msg.reply_to_session_id = None
+    msg.time_to_live = timedelta(seconds=2)
+    msg.scheduled_enqueue_time_utc = None
+    msg.body = {"now": "a value"}
+    msg.application_properties = {"fresh": True}
+    assert raw.properties is not None and raw.header is not None
+    assert (raw.properties.group_id, raw.properties.reply_to_group_id) == ("s3", None)
+    assert raw.annotations == {"x-opt-partition-key": "s3"}
+    assert raw.header.time_to_live == 2_000
+    assert (raw.body_type, raw.body) == (AmqpMessageBodyType.VALUE, {"now": "a value"})
+    assert raw.application_properties == {"fresh": True}
+    rec = msg._to_record()
+    assert (rec.session_id, rec.reply_to_session_id, rec.scheduled_enqueue_time) == (
+        "s3",
+        None,
+        None,
+    )
+    assert (rec.body, rec.application_properties) == ({"now": "a value"}, {"fresh": True})
+
+
+def test_a_bad_field_is_refused_by_name_and_the_sections_keep_what_they_had() -> None:
+    msg = _every_field()
+    raw = msg.raw_amqp_message
+    for name, bad in [
+        ("message_id", 5),
+        ("time_to_live", 30),
+        ("scheduled_enqueue_time_utc", "tomorrow"),
+        ("application_properties", [("p", 1)]),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=name) as err:
+            setattr(msg, name, bad)
+        assert err.value.argument == name
+    assert raw.properties is not None and raw.properties.message_id == "m"
+    assert raw.header is not None and raw.header.time_to_live == 30_000
+    assert msg.application_properties == {"p": 1}
+    raw.header.time_to_live = -1
+    with pytest.raises(InvalidArgumentError, match="time_to_live"):
+        msg._to_record()
+
+
+def test_a_message_backed_by_its_sections_pickles_and_sends_in_a_list_and_a_batch() -> None:
+    msg = _every_field()
+    msg.raw_amqp_message.application_properties = {"p": 2}
+    copy = pickle.loads(pickle.dumps(msg))
+    assert copy.raw_amqp_message is not msg.raw_amqp_message
+    assert copy._to_record() == msg._to_record()
+    (rec,) = _records([msg])
+    assert rec.application_properties == {"p": 2}
+    batch = ServiceBusMessageBatch(1 << 20)
+    batch.add_message(msg)
+    assert [r.message_id for r in batch] == ["m"] and batch.size_in_bytes == rec.size
+
+
+class Order(ServiceBusMessage):
+    """An application's own message class."""
+
+    def describe(self) -> str:
+        return f"order {self.message_id} for {self.customer}"
+
+
+def test_an_applications_subclass_keeps_its_class_methods_and_attributes() -> None:
+    msg = Order(b"o", message_id="o-1")
+    msg.customer = "ada"
+    raw = msg.raw_amqp_message
+    assert raw.properties is not None
+    raw.properties.message_id = "o-2"
+    assert isinstance(msg, Order) and type(msg).__name__ == "Order"
+    assert msg.describe() == "order o-2 for ada"
+    copy = pickle.loads(pickle.dumps(msg))
+    assert isinstance(copy, Order) and copy.describe() == "order o-2 for ada"
+    assert copy.raw_amqp_message.properties.message_id == "o-2"
+    assert type(copy) is type(msg)
