@@ -7,7 +7,8 @@ metrics cost nothing per message. Every series carries the tags ``namespace``, `
 
 Counters: ``raybus_messages_sent_total`` (accepted), ``raybus_messages_delivered_total``
 (handed to receivers), ``raybus_messages_completed_total``,
-``raybus_messages_dead_lettered_total``, ``raybus_lock_expiries_total`` (locks lost),
+``raybus_messages_dead_lettered_total``, ``raybus_messages_deleted_total`` (by a batch delete
+or purge, unreceived), ``raybus_lock_expiries_total`` (locks lost),
 ``raybus_redeliveries_total``, ``raybus_flushes_total`` (of them
 ``raybus_inline_flushes_total`` written on the actor's event loop thread, not a worker
 thread: ``raybus._core.committer``); transactions:
@@ -39,6 +40,7 @@ COUNTERS = {
     "delivered": "raybus_messages_delivered_total",
     "completed": "raybus_messages_completed_total",
     "dead_lettered": "raybus_messages_dead_lettered_total",
+    "deleted": "raybus_messages_deleted_total",
     "lock_expired": "raybus_lock_expiries_total",
     "redelivered": "raybus_redeliveries_total",
     "flushes": "raybus_flushes_total",

@@ -170,6 +170,30 @@ class ServiceBusReceiver:
     ) -> list[ServiceBusReceivedMessage]:
         return run(self._aio.receive_deferred_messages(sequence_numbers, timeout=timeout))
 
+    def delete_messages(
+        self,
+        max_message_count: int,
+        *,
+        before_enqueued_time_utc: datetime | None = None,
+        timeout: Any = None,
+    ) -> int:
+        return run(
+            self._aio.delete_messages(
+                max_message_count,
+                before_enqueued_time_utc=before_enqueued_time_utc,
+                timeout=timeout,
+            )
+        )
+
+    def purge_messages(
+        self, *, before_enqueued_time_utc: datetime | None = None, timeout: Any = None
+    ) -> int:
+        return run(
+            self._aio.purge_messages(
+                before_enqueued_time_utc=before_enqueued_time_utc, timeout=timeout
+            )
+        )
+
     def _settle(
         self,
         message: ServiceBusReceivedMessage,

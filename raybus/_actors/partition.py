@@ -498,6 +498,24 @@ class PartitionActor(Guarded):
         return _in_pieces(rows, pieces)
 
     @guarded(LISTEN, lane=True)
+    async def delete_messages(
+        self,
+        max_count: int,
+        before: float,
+        dead_letter: bool,
+        session: tuple[str, str] | None = None,
+    ) -> int:
+        """Delete up to ``max_count`` messages enqueued before ``before`` (epoch seconds)
+        without receiving them (``Partition.delete_messages``); answers how many, once
+        durable."""
+        self._kick()
+        deleted = self._core.delete_messages(
+            max_count, before, dead_letter=dead_letter, session=session
+        )
+        await self._commit.durable()
+        return deleted
+
+    @guarded(LISTEN, lane=True)
     async def peek(
         self,
         from_sequence_number: int,
@@ -644,7 +662,8 @@ class PartitionActor(Guarded):
     @guarded(MANAGE)
     async def stats(self) -> dict[str, float]:
         """Running totals of this partition (what the metrics export): messages sent,
-        delivered, completed, dead-lettered, lock expiries, redeliveries, flushes (and of
+        delivered, completed, dead-lettered, deleted unreceived (batch delete), lock expiries,
+        redeliveries, flushes (and of
         those, the ones written on the event loop's thread: ``raybus._core.committer``), and
         ``wakes``: waiting calls woken by a change (``raybus._core.wait_lines``); and, not a
         total, ``waiting``: how many calls wait now."""

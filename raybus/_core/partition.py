@@ -183,7 +183,16 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         self.ended_transactions: dict[str, None] = {}  # recent ones (a late prepare is refused)
         # Running totals for metrics (raybus._metrics); plain ints, cheap on hot paths.
         self.stats = dict.fromkeys(
-            ("sent", "delivered", "completed", "dead_lettered", "lock_expired", "redelivered"), 0
+            (
+                "sent",
+                "delivered",
+                "completed",
+                "dead_lettered",
+                "lock_expired",
+                "redelivered",
+                "deleted",
+            ),
+            0,
         )
         # Durable mode (see enable_journal): changes are recorded for the storage log, and
         # receivers see new messages only up to visible_seq, the last one made durable.
@@ -470,6 +479,51 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
             return found
         until = now + self._props.lock_duration_s
         return [self._lock(self._main, rec, until) for rec in found]
+
+    def delete_messages(
+        self,
+        max_count: int,
+        before: float,
+        *,
+        dead_letter: bool = False,
+        session: tuple[str, str] | None = None,
+    ) -> int:
+        """Delete up to ``max_count`` messages enqueued before ``before`` (epoch seconds), in
+        sequence order, without handing them out: Service Bus's batch delete. Active,
+        deferred and scheduled messages alike (a scheduled one's enqueue time is its
+        schedule), never a locked one, nor one not yet durable. On a session-enabled queue
+        the main queue is reached through an accepted ``session``, and only its messages
+        go. Raises what a receive with these arguments would raise. Returns how many went.
+        """
+        self._begin()
+        store, _heap = self.receive_source(dead_letter, session)
+        session_id = None
+        if store is self._main and self._sessions is not None:
+            session_id = self._held_session(session).id
+        limit = self.visible_seq
+        messages = store.messages
+        doomed: list[MessageRecord] = []
+        if max_count > 0:
+            for seq in store.numbers_from(0):  # ascending; the store must not change here
+                if limit is not None and seq > limit:
+                    break  # not durable yet; neither is anything after it
+                rec = messages[seq]
+                if rec.lock_token is not None or rec.enqueued_time >= before:
+                    continue
+                if session_id is not None and rec.session_id != session_id:
+                    continue
+                doomed.append(rec)
+                if len(doomed) == max_count:
+                    break
+        for rec in doomed:
+            seq = rec.sequence_number
+            del messages[seq]
+            self._size -= rec.size
+            if rec.state == SCHEDULED:
+                self._scheduled_count -= 1
+            self._record(journal.DEL, store, seq)
+        self.stats["deleted"] += len(doomed)
+        return len(doomed)
 
     def peek(
         self,

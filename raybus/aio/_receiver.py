@@ -99,6 +99,7 @@ from ..exceptions import (
 )
 from ..message import ServiceBusReceivedMessage
 from . import _complete
+from ._batch_delete import BatchDelete
 from ._fanout import StandingWaits, _past, receive_partitioned, receive_single
 from ._lock_token import LockTokenSettlement
 from ._prefetch import Prefetch
@@ -168,7 +169,7 @@ def _check_wait(value: Any, name: str, entity: str) -> float | None:
     return float(value)
 
 
-class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceReads):
+class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceReads, BatchDelete):
     """Receives from one queue (or its dead-letter sub-queue).
 
     Get one from ``ServiceBusClient.get_queue_receiver``. Not safe to share across event loops;

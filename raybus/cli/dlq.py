@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 
 from ..aio._transaction import MAX_MESSAGES
-from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
+from ..enums import ServiceBusSubQueue
 from ..message import ServiceBusMessage, ServiceBusReceivedMessage
 from . import _context
 from ._errors import USAGE, fail
@@ -171,25 +171,14 @@ def purge(
     ctx: typer.Context,
     entity: Entity = None,
     subscription: SubscriptionOpt = None,
-    wait: Wait = "0.5",
 ) -> None:
-    """Delete every dead-lettered message of the queue or subscription (no confirmation)."""
+    """Delete every dead-lettered message of the queue or subscription (no confirmation):
+    the broker deletes them unreceived (``purge_messages``), those dead-lettered meanwhile
+    stay."""
     ref = entity_ref(entity, subscription)
-    wait_s = _wait_s(wait)
-    purged = 0
-    with open_receiver(
-        _context.get(ctx),
-        ref,
-        sub_queue=ServiceBusSubQueue.DEAD_LETTER,
-        receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
-        max_wait_time=wait_s,
-    ) as dlq:
+    with open_receiver(_context.get(ctx), ref, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
         started = time.monotonic()
-        while True:
-            batch = dlq.receive_messages(max_message_count=1000, max_wait_time=wait_s)
-            if not batch:
-                break
-            purged += len(batch)
+        purged = dlq.purge_messages()
     elapsed = time.monotonic() - started
     typer.echo(
         f"purged {purged} dead-lettered message{'' if purged == 1 else 's'} from {ref} "

@@ -78,6 +78,7 @@ def test_partition_counts_what_the_metrics_report():
     p.settle([SettleOp("dead_letter", got[1].lock_token or "")])
     clock.advance(2)  # the third lock expires: redelivered
     p.tick()
+    assert p.delete_messages(10, clock.now()) == 1  # the redelivered one, unreceived
     assert p.stats == {
         "sent": 3,
         "delivered": 3,
@@ -85,4 +86,5 @@ def test_partition_counts_what_the_metrics_report():
         "dead_lettered": 1,
         "lock_expired": 1,
         "redelivered": 1,
+        "deleted": 1,
     }
