@@ -1,23 +1,31 @@
 """Batch delete on a real Ray cluster: ``delete_messages`` and ``purge_messages`` delete
-messages without receiving them, across partitions, in dead-letter sub-queues and sessions,
-and a delete stays done after the partition restarts."""
+messages without receiving them, across partitions, in dead-letter sub-queues and sessions
+(that a delete stays done after a restart: ``test_durability.py``). One namespace for the
+module; each test has its own queues."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
-import ray
-from restarts import restart
 
 import raybus
 from raybus import ServiceBusMessage, ServiceBusSubQueue, aio
 from raybus.aio._batch_delete import MAX_DELETE_COUNT
 from raybus.exceptions import InvalidArgumentError
 from raybus.management import ServiceBusAdministrationClient
+
+
+@pytest.fixture
+def namespace(module_namespace: str) -> str:
+    return module_namespace
+
+
+@pytest.fixture
+def queue(pooled_queue: str) -> str:
+    return pooled_queue
 
 
 def _active(admin: ServiceBusAdministrationClient, queue: str) -> int:
@@ -130,19 +138,3 @@ def test_one_call_deletes_at_most_its_limit(
     with client.get_queue_receiver(queue) as receiver:
         assert receiver.delete_messages(MAX_DELETE_COUNT + 500) == MAX_DELETE_COUNT
         assert receiver.purge_messages() == 5_000 - MAX_DELETE_COUNT
-
-
-def test_deleted_messages_stay_deleted_after_the_partition_restarts(
-    namespace: str, tmp_path: Path
-) -> None:
-    storage = str(tmp_path / "storage")
-    admin = ServiceBusAdministrationClient(namespace, storage_path=storage)
-    admin.create_queue("orders")
-    with raybus.ServiceBusClient(namespace, storage_path=storage) as client:
-        with client.get_queue_sender("orders") as sender:
-            sender.send_messages([ServiceBusMessage(f"m{i}", message_id=f"m{i}") for i in range(5)])
-        with client.get_queue_receiver("orders") as receiver:
-            assert receiver.delete_messages(3) == 3
-        restart(ray.get(client._aio._conn.registry.route.remote("orders")).partitions[0])
-        with client.get_queue_receiver("orders", max_wait_time=5) as receiver:
-            assert [m.message_id for m in receiver.peek_messages(10)] == ["m3", "m4"]

@@ -248,3 +248,17 @@ def test_a_torn_log_tail_loses_only_the_torn_write(
             bodies += [str(m) for m in batch_]
             receiver.complete_messages(batch_)
     assert sorted(bodies) == sorted(f"{b}-{i}" for b in range(4) for i in range(10))
+
+
+def test_messages_deleted_unreceived_stay_deleted_after_the_partition_restarts(
+    durable: tuple[raybus.ServiceBusClient, ServiceBusAdministrationClient],
+) -> None:
+    client, admin = durable
+    admin.create_queue("orders")
+    with client.get_queue_sender("orders") as sender:
+        sender.send_messages([ServiceBusMessage(f"m{i}", message_id=f"m{i}") for i in range(5)])
+    with client.get_queue_receiver("orders") as receiver:
+        assert receiver.delete_messages(3) == 3
+    _restart(client, "orders")
+    with client.get_queue_receiver("orders") as receiver:
+        assert [m.message_id for m in receiver.peek_messages(10)] == ["m3", "m4"]
