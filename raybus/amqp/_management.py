@@ -450,6 +450,23 @@ class ManagementRequests(IncomingLink):
             out.append(item)
         return 200, {"messages": out}
 
+    async def _op_batch_delete_messages(
+        self, args: dict[str, Any], app: dict[str, Any]
+    ) -> tuple[int, Any]:
+        """Service Bus's batch delete (the .NET SDK's ``DeleteMessagesAsync``): up to
+        ``message-count`` messages enqueued before ``enqueued-time-utc`` (default: now),
+        deleted unreceived (``ServiceBusReceiver.delete_messages``); answers how many."""
+        count = args.get("message-count")
+        before = args.get("enqueued-time-utc")
+        if isinstance(before, Timestamp):
+            before = before.to_datetime()
+        if args.get("session-id") is not None:
+            receiver = self._session_receiver(args, app)
+        else:
+            receiver = await self._plain_receiver(args, app)
+        deleted = await receiver.delete_messages(count, before_enqueued_time_utc=before)
+        return 200, {"message-count": Int(deleted)}
+
     async def _op_schedule_message(
         self, args: dict[str, Any], app: dict[str, Any]
     ) -> tuple[int, Any]:

@@ -28,6 +28,7 @@ from azure.servicebus.exceptions import (
 )
 
 import raybus
+from raybus.amqp import GatewayHandle
 from raybus.management import ServiceBusAdministrationClient
 
 # The shared gateway fixtures (module-scoped gateway, SDK client, module namespace).
@@ -422,3 +423,30 @@ def test_partitioned_queue_peek_iterate_with_prefetch_and_defer(
         (deferred,) = receiver.receive_deferred_messages([got[0].sequence_number])
         assert str(deferred) == str(got[0])
         receiver.complete_message(deferred)
+
+
+def test_batch_delete_messages_deletes_unreceived_and_answers_the_count(
+    gateway: GatewayHandle, client: raybus.ServiceBusClient, pooled_queue: str
+) -> None:
+    """``batch-delete-messages`` (the .NET SDK's ``DeleteMessagesAsync``; azure-servicebus for
+    Python has no such call in its releases): a count and a cutoff, answered with how many
+    went; a bad count is an argument error and deletes nothing."""
+    from amqp_proton_management import management_call
+    from proton import timestamp
+
+    with client.get_queue_sender(pooled_queue) as sender:
+        sender.send_messages(
+            [raybus.ServiceBusMessage(f"m{i}", message_id=f"m{i}") for i in range(5)]
+        )
+    cutoff = timestamp(int((time.time() + 60) * 1000))
+    answer = management_call(
+        gateway.port,
+        pooled_queue,
+        "batch-delete-messages",
+        {"message-count": 3, "enqueued-time-utc": cutoff},
+    )
+    assert (answer.status, answer.body) == (200, {"message-count": 3})
+    bad = management_call(gateway.port, pooled_queue, "batch-delete-messages", {"message-count": 0})
+    assert (bad.status, bad.condition) == (400, "com.microsoft:argument-error")
+    with client.get_queue_receiver(pooled_queue) as receiver:
+        assert [m.message_id for m in receiver.peek_messages(10)] == ["m3", "m4"]
