@@ -58,6 +58,11 @@ async def recover(storage: str, sink: Path, seed: int) -> dict[str, object]:
     started = time.monotonic()
     wl = Workload(client, h, Q, SQ, seed=seed + 1000, misbehave=0.0)
     wl.start()
+    # Four seconds of work once the fresh cluster answers: under two CPU hogs its actors took
+    # longer than four seconds to start, and the run ended before any receive (2026-12-07).
+    deadline = time.monotonic() + 60.0
+    while wl.stats.received == 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
     await asyncio.sleep(4.0)
     await wl.stop()
     found = await drain(client, h, [Q, SQ])

@@ -111,7 +111,7 @@ def _phase(phase: str, storage: Path, sink: Path, seed: int) -> dict[str, object
         [sys.executable, str(RESTART), phase, str(storage), str(sink), str(seed)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
