@@ -26,7 +26,16 @@ from . import _context
 from ._errors import USAGE, fail
 from ._parse import parse_duration
 from ._render import json_line, message_json
-from .messages import Entity, SubscriptionOpt, entity_ref, open_receiver, peek_all
+from .messages import (
+    Entity,
+    OlderThan,
+    SubscriptionOpt,
+    cutoff,
+    entity_ref,
+    open_receiver,
+    peek_all,
+    report_purged,
+)
 
 __all__ = ["app", "resubmit_copy"]
 
@@ -171,17 +180,14 @@ def purge(
     ctx: typer.Context,
     entity: Entity = None,
     subscription: SubscriptionOpt = None,
+    older_than: OlderThan = None,
 ) -> None:
     """Delete every dead-lettered message of the queue or subscription (no confirmation):
     the broker deletes them unreceived (``purge_messages``), those dead-lettered meanwhile
     stay."""
     ref = entity_ref(entity, subscription)
+    before = cutoff(older_than)
     with open_receiver(_context.get(ctx), ref, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
         started = time.monotonic()
-        purged = dlq.purge_messages()
-    elapsed = time.monotonic() - started
-    typer.echo(
-        f"purged {purged} dead-lettered message{'' if purged == 1 else 's'} from {ref} "
-        f"in {elapsed:.1f}s",
-        err=True,
-    )
+        purged = dlq.purge_messages(before_enqueued_time_utc=before)
+    report_purged(purged, "dead-lettered message", ref, started)

@@ -1,4 +1,5 @@
-"""``raybus send``, ``raybus receive``, ``raybus peek``: messages in and out of queues and topics.
+"""``raybus send``, ``raybus receive``, ``raybus peek``, ``raybus purge``: messages in and out of
+queues and topics.
 
 ``send NAME`` sends to the queue or the topic of that name: it asks the broker whether NAME is
 a topic (queues and topics share one set of names) and then uses ``get_topic_sender`` or
@@ -29,7 +30,18 @@ from ._errors import USAGE, fail
 from ._parse import EntityRef, parse_duration, parse_entity, parse_property
 from ._render import json_line, message_json
 
-__all__ = ["entity_ref", "is_topic", "open_receiver", "peek", "receive", "send"]
+__all__ = [
+    "OlderThan",
+    "cutoff",
+    "entity_ref",
+    "is_topic",
+    "open_receiver",
+    "peek",
+    "purge",
+    "receive",
+    "report_purged",
+    "send",
+]
 
 # Bodies read from stdin are sent in lists of this many (each list is all-or-nothing).
 SEND_CHUNK = 100
@@ -360,3 +372,56 @@ def peek_all(
                 break
             out.extend(batch)
     return out
+
+
+OlderThan = Annotated[
+    str | None,
+    typer.Option(
+        "--older-than",
+        metavar="DURATION",
+        help="Only messages enqueued at least this long ago (30s, 2h, 1d, PT1H).",
+        show_default=False,
+    ),
+]
+
+
+def cutoff(older_than: str | None) -> datetime:
+    """The ``before_enqueued_time_utc`` of ``--older-than`` (now when not given)."""
+    now = datetime.now(timezone.utc)
+    if older_than is None:
+        return now
+    try:
+        return now - parse_duration(older_than)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--older-than") from None
+
+
+def report_purged(purged: int, what: str, ref: EntityRef, started: float) -> None:
+    typer.echo(
+        f"purged {purged} {what}{'' if purged == 1 else 's'} from {ref} "
+        f"in {time.monotonic() - started:.1f}s",
+        err=True,
+    )
+
+
+def purge(
+    ctx: typer.Context,
+    entity: Entity = None,
+    subscription: SubscriptionOpt = None,
+    older_than: OlderThan = None,
+    session_id: SessionId = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Really delete: the messages are gone for good.")
+    ] = False,
+) -> None:
+    """Delete the messages of a queue or subscription without receiving them
+    (``purge_messages``): every one enqueued before now (or ``--older-than`` ago) that is
+    not locked. Needs ``--yes``. Dead letters: ``raybus dlq purge``."""
+    ref = entity_ref(entity, subscription)
+    before = cutoff(older_than)
+    if not yes:
+        fail(f"purging {ref} deletes its messages for good: add --yes", USAGE)
+    with open_receiver(_context.get(ctx), ref, session_id=session_id) as receiver:
+        started = time.monotonic()
+        purged = receiver.purge_messages(before_enqueued_time_utc=before)
+    report_purged(purged, "message", ref, started)

@@ -230,7 +230,9 @@ def test_session_messages_by_session_id(cli: Any) -> None:
     assert row["session_id"] == "a"
 
 
-def test_dlq_list_resubmit_purge(cli: Any, admin: ServiceBusAdministrationClient) -> None:
+def test_dlq_list_resubmit_purge_then_purge_the_queue(
+    cli: Any, admin: ServiceBusAdministrationClient
+) -> None:
     q = _name()
     cli("queue", "create", q, "--max-delivery-count", "1")
     cli("send", q, "d0", "d1", "d2", "d3", "--message-id", "dl-{n}", "-p", "tag=x")
@@ -254,6 +256,11 @@ def test_dlq_list_resubmit_purge(cli: Any, admin: ServiceBusAdministrationClient
     counts = admin.get_queue_runtime_properties(q)
     assert (counts.active_message_count, counts.dead_letter_message_count) == (3, 0)
     assert "resubmitted 0 messages" in cli("dlq", "resubmit", q, "--wait", "0.2").stderr
+    # The queue's own messages: only with --yes, and only those older than --older-than.
+    assert "--yes" in cli("purge", q, code=2).stderr
+    assert "purged 0 messages" in cli("purge", q, "--yes", "--older-than", "1h").stderr
+    assert "purged 3 messages" in cli("purge", q, "--yes").stderr
+    assert admin.get_queue_runtime_properties(q).active_message_count == 0
 
 
 def test_stats_once_table_and_json(cli: Any) -> None:

@@ -210,6 +210,7 @@ COMMANDS = [
     ["send"],
     ["receive"],
     ["peek"],
+    ["purge"],
     ["dlq"],
     ["dlq", "list"],
     ["dlq", "resubmit"],
@@ -275,6 +276,23 @@ def test_topic_groups_without_a_command_show_help(group: str) -> None:
     result = runner.invoke(app, [group])
     assert result.exit_code == 2  # as for "raybus queue": click shows the group's help
     assert "Usage:" in result.output and "create" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["purge", "q"], "--yes"),
+        (["purge", "q", "--yes", "--older-than", "soon"], "not a duration"),
+        (["dlq", "purge", "q", "--older-than", "soon"], "not a duration"),
+    ],
+    ids=["without-yes", "bad-older-than", "dlq-bad-older-than"],
+)
+def test_a_purge_that_would_be_wrong_is_a_usage_error_before_joining_ray(
+    args: list[str], says: str
+) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert says in result.stderr
 
 
 def test_bad_duration_option_is_a_usage_error_before_joining_ray() -> None:
