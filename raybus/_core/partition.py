@@ -491,14 +491,16 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         """Delete up to ``max_count`` messages enqueued before ``before`` (epoch seconds), in
         sequence order, without handing them out: Service Bus's batch delete. Active,
         deferred and scheduled messages alike (a scheduled one's enqueue time is its
-        schedule), never a locked one, nor one not yet durable. On a session-enabled queue
-        the main queue is reached through an accepted ``session``, and only its messages
-        go. Raises what a receive with these arguments would raise. Returns how many went.
+        schedule), never a locked one, nor one not yet durable. On a session-enabled queue,
+        with an accepted ``session`` only its messages go, and without one every session's
+        (Service Bus's operation names a session or none). Raises what a receive would raise
+        for a status that forbids receiving, or a session not held. Returns how many went.
         """
         self._begin()
-        store, _heap = self.receive_source(dead_letter, session)
+        self._check_receive()
+        store = self._dlq if dead_letter else self._main
         session_id = None
-        if store is self._main and self._sessions is not None:
+        if store is self._main and session is not None:
             session_id = self._held_session(session).id
         limit = self.visible_seq
         messages = store.messages

@@ -5,7 +5,9 @@ beta, same names and arguments).
 The broker deletes, in sequence order, the messages enqueued before a cutoff (by default the
 moment of the call, by this client's clock, as the SDK sets it), of the receiver's queue,
 subscription or dead-letter sub-queue: active, deferred and scheduled ones, never a locked one.
-On a session receiver only its session's messages go. Each call deletes at most
+On a session receiver only its session's messages go; a receiver without a session on a
+session-enabled queue deletes every session's (Service Bus's operation names a session or
+none), those locked under a session excepted. Each call deletes at most
 ``MAX_DELETE_COUNT`` (Service Bus Premium's limit per call; Standard's is 500), and fewer when
 fewer are eligible: best effort, as in Service Bus. Where raybus differs: Service Bus refuses
 a batch delete on a partitioned entity, raybus asks its partitions in turn, each for what the

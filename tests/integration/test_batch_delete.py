@@ -91,7 +91,7 @@ async def test_a_subscriptions_dead_letter_sub_queue_is_purged_and_its_main_queu
     assert (props.active_message_count, props.dead_letter_message_count) == (2, 0)
 
 
-def test_a_session_receiver_deletes_only_its_sessions_messages(
+def test_a_session_receiver_deletes_its_sessions_messages_and_a_plain_one_every_sessions(
     client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
 ) -> None:
     name = f"q-{uuid.uuid4().hex[:8]}"
@@ -99,10 +99,14 @@ def test_a_session_receiver_deletes_only_its_sessions_messages(
     with client.get_queue_sender(name) as sender:
         sender.send_messages([ServiceBusMessage(f"a{i}", session_id="a") for i in range(3)])
         sender.send_messages([ServiceBusMessage("b0", session_id="b")])
+        sender.send_messages([ServiceBusMessage("c0", session_id="c")])
     with client.get_queue_receiver(name, session_id="a", max_wait_time=5) as receiver:
         assert receiver.purge_messages() == 3
-    with client.get_queue_receiver(name, session_id="b", max_wait_time=5) as receiver:
-        assert [str(m) for m in receiver.receive_messages(5, max_wait_time=2)] == ["b0"]
+    with client.get_queue_receiver(name, session_id="b", max_wait_time=5) as held:
+        assert [str(m) for m in held.receive_messages(5, max_wait_time=2)] == ["b0"]
+        with client.get_queue_receiver(name) as plain:  # every session's, not the locked b0
+            assert plain.purge_messages() == 1
+        assert [str(m) for m in held.peek_messages(5)] == ["b0"]
 
 
 @pytest.mark.parametrize(

@@ -99,20 +99,29 @@ def test_messages_not_yet_durable_stay_and_a_delete_survives_recovery(make_parti
     assert recovered.counts().size_in_bytes == p.counts().size_in_bytes
 
 
-def test_a_session_queue_deletes_through_a_held_session_and_only_its_messages(
+def test_a_session_queue_deletes_a_held_sessions_messages_or_every_sessions(
     make_partition, msg, clock
 ):
     p = make_partition(requires_session=True)
     p.send([msg(message_id=f"a{i}", session_id="a") for i in range(3)])
-    p.send([msg(message_id="b0", session_id="b")])
-    with pytest.raises(InvalidArgumentError, match="requires sessions"):
-        p.delete_messages(10, clock.now() + 1)
+    p.send([msg(message_id=f"b{i}", session_id="b") for i in range(2)])
     token, _ = p.accept_session("a")
     [first] = p.receive(1, session=("a", token))
-    assert p.delete_messages(10, clock.now() + 1, session=("a", token)) == 2
-    assert ids(p) == [first.message_id, "b0"]
+    assert p.delete_messages(1, clock.now() + 1, session=("a", token)) == 1
+    assert ids(p) == [first.message_id, "a2", "b0", "b1"]
     with pytest.raises(SessionLockLostError):
         p.delete_messages(10, clock.now() + 1, session=("b", "not-its-token"))
+    # Without a session: every session's messages, but not the one locked under "a".
+    assert p.delete_messages(10, clock.now() + 1) == 3
+    assert ids(p) == [first.message_id]
+
+
+def test_a_session_is_refused_on_a_queue_without_sessions(make_partition, msg, clock):
+    p = make_partition()
+    p.send([msg(message_id="kept")])
+    with pytest.raises(InvalidArgumentError, match="does not require sessions"):
+        p.delete_messages(10, clock.now() + 1, session=("s", "token"))
+    assert ids(p) == ["kept"]
 
 
 @pytest.mark.parametrize("status", [EntityStatus.DISABLED, EntityStatus.RECEIVE_DISABLED])
