@@ -43,8 +43,10 @@ from ._message import (
     _DATA,
     _HEADER,
     _MESSAGE_ANN,
+    _PKEY,
     _PROPERTIES,
     _PROPERTY_FIELDS,
+    _SCHED,
     _SEQUENCE,
     _VALUE,
     Sections,
@@ -331,8 +333,8 @@ def _symbol(key: Any) -> Any:
 
 # -- an outgoing message's sections (ServiceBusMessage.raw_amqp_message)
 
-_SCHEDULED = "x-opt-scheduled-enqueue-time"
-_PARTITION_KEY = "x-opt-partition-key"
+_SCHEDULED = str(_SCHED)  # the gateway's annotation keys, as the plain str keys shown here
+_PARTITION_KEY = str(_PKEY)
 # ServiceBusMessage's fields kept in the properties section, by the section's names.
 _IN_PROPERTIES = {
     "message_id": "message_id",
