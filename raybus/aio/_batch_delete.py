@@ -100,13 +100,19 @@ class BatchDelete:
         await self._settle_pending()
         before = _cutoff(before_enqueued_time_utc, self.entity_path)
         total = 0
+        drained: set[int] = set()
         while True:
-            deleted = await self._delete_before(MAX_DELETE_COUNT, before, timeout)
+            deleted = await self._delete_before(MAX_DELETE_COUNT, before, timeout, drained)
             total += deleted
             if deleted < MAX_DELETE_COUNT:
                 return total
 
-    async def _delete_before(self, count: int, before: float, timeout: Any) -> int:
+    async def _delete_before(
+        self, count: int, before: float, timeout: Any, drained: set[int] | None = None
+    ) -> int:
+        """Delete up to ``count`` before ``before``. ``drained`` (a purge's) collects the
+        partitions that deleted fewer than asked: the cutoff is fixed, so a later round of
+        the same purge skips them."""
         route = await self._conn.route(self.entity_path)
         self._check_receivable(route)
         if self._transfer:  # always empty (raybus.aio._receiver)
@@ -126,7 +132,7 @@ class BatchDelete:
                 left = count - sum(done.values())
                 if left <= 0:
                     break
-                if pid in done:
+                if pid in done or (drained is not None and pid in drained):
                     continue
                 done[pid] = await self._call(
                     "delete_messages",
@@ -137,6 +143,8 @@ class BatchDelete:
                     partition=pid,
                     timeout=timeout,
                 )
+                if drained is not None and done[pid] < left:
+                    drained.add(pid)
             return sum(done.values())
 
         return await self._conn.retrying(self.entity_path, each_partition)

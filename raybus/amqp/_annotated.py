@@ -51,6 +51,7 @@ from ._message import (
     _VALUE,
     Sections,
     _native,
+    _native_body,
     _section,
     _text,
     to_raybus,
@@ -70,6 +71,14 @@ class AmqpMessageBodyType(str, Enum):
     DATA = "data"
     SEQUENCE = "sequence"
     VALUE = "value"
+
+
+# Each body type's section code.
+_SECTION_CODES = {
+    AmqpMessageBodyType.DATA: _DATA,
+    AmqpMessageBodyType.SEQUENCE: _SEQUENCE,
+    AmqpMessageBodyType.VALUE: _VALUE,
+}
 
 
 class _Fields:
@@ -278,12 +287,11 @@ class AmqpAnnotatedMessage:
                 parts.append(_section(_PROPERTIES, values))
         if self.application_properties:
             parts.append(_section(_APP_PROPS, dict(self.application_properties)))
-        if self._body_type is AmqpMessageBodyType.DATA:
-            parts.extend(_section(_DATA, s) for s in self._body)
-        elif self._body_type is AmqpMessageBodyType.SEQUENCE:
-            parts.extend(_section(_SEQUENCE, s) for s in self._body)
-        else:
-            parts.append(_section(_VALUE, self._body))
+        code = _SECTION_CODES[self._body_type]
+        if self._body_type is AmqpMessageBodyType.VALUE:
+            parts.append(_section(code, self._body))
+        else:  # one section each
+            parts.extend(_section(code, section) for section in self._body)
         return b"".join(parts)
 
     def _to_service_bus_message(self) -> ServiceBusMessage:
@@ -357,12 +365,12 @@ def _set_body(raw: AmqpAnnotatedMessage, body: Any) -> None:
 
 
 def _body_of(raw: AmqpAnnotatedMessage) -> Any:
-    """The body a send stores for ``raw``'s sections, as ``to_raybus`` reads them."""
-    if raw._body_type is AmqpMessageBodyType.DATA:
-        return b"".join(raw._body)
-    if raw._body_type is AmqpMessageBodyType.SEQUENCE:
-        return raw._body[0] if len(raw._body) == 1 else raw._body
-    return raw._body
+    """The body a send stores for ``raw``'s sections: ``to_raybus``'s reading of them
+    (``_native_body``)."""
+    code = _SECTION_CODES[raw._body_type]
+    if raw._body_type is AmqpMessageBodyType.VALUE:
+        return _native_body([(code, raw._body)])
+    return _native_body([(code, section) for section in raw._body])
 
 
 def _annotation_key(raw: AmqpAnnotatedMessage, name: str) -> Any:
