@@ -54,6 +54,7 @@ from ._message import (
     _native_body,
     _section,
     _text,
+    body_section,
     to_raybus,
 )
 
@@ -357,11 +358,12 @@ _IN_PROPERTIES = {
 
 
 def _set_body(raw: AmqpAnnotatedMessage, body: Any) -> None:
-    """``body`` as sections, as the gateway emits a stored body (``encode_body``)."""
-    if isinstance(body, bytes | bytearray | memoryview | str):
-        raw._body_type, raw._body = AmqpMessageBodyType.DATA, _data_sections(body)
+    """``body`` as sections, as the gateway emits a stored body (``body_section``)."""
+    code, value = body_section(body)
+    if code == _DATA:
+        raw._body_type, raw._body = AmqpMessageBodyType.DATA, [value]
     else:
-        raw._body_type, raw._body = AmqpMessageBodyType.VALUE, body
+        raw._body_type, raw._body = AmqpMessageBodyType.VALUE, value
 
 
 def _body_of(raw: AmqpAnnotatedMessage) -> Any:

@@ -49,6 +49,7 @@ from ._codec import (
 __all__ = [
     "BATCH_FORMAT",
     "RAW_BODY_PROPERTY",
+    "body_section",
     "encode_body",
     "from_received",
     "split_batch",
@@ -164,13 +165,20 @@ def _native_body(sections: list[tuple[int, Any]]) -> Any:
     return [_native(v) for _, v in sections]
 
 
+def body_section(body: Any) -> tuple[int, Any]:
+    """The one body section raybus emits for a native body, as (section code, value): bytes
+    and text a data section (text as its UTF-8 bytes), anything else an AMQP value."""
+    if isinstance(body, bytes | bytearray | memoryview):
+        return _DATA, bytes(body)
+    if isinstance(body, str):
+        return _DATA, body.encode("utf-8")
+    return _VALUE, body
+
+
 def encode_body(body: Any) -> bytes:
     """The body sections raybus emits for a native body (see the module docstring)."""
-    if isinstance(body, bytes | bytearray | memoryview):
-        return encode(Described(ULong(_DATA), bytes(body)))
-    if isinstance(body, str):
-        return encode(Described(ULong(_DATA), body.encode("utf-8")))
-    return encode(Described(ULong(_VALUE), body))
+    code, value = body_section(body)
+    return encode(Described(ULong(code), value))
 
 
 def _text(value: Any) -> str | None:

@@ -339,6 +339,27 @@ def test_changes_to_the_fields_are_written_to_the_sections() -> None:
     assert (rec.body, rec.application_properties) == ({"now": "a value"}, {"fresh": True})
 
 
+def test_a_field_set_replaces_or_removes_an_annotation_written_with_a_bytes_key() -> None:
+    """The SDK writes annotation keys as ``bytes``: a field set through the message finds the
+    annotation under either spelling, so no stale copy is left to win over the new value."""
+    msg = ServiceBusMessage(b"b")
+    raw = msg.raw_amqp_message
+    raw.annotations = {
+        b"x-opt-partition-key": "k1",
+        b"x-opt-scheduled-enqueue-time": datetime(2030, 1, 1, tzinfo=timezone.utc),
+        b"x-other": 7,
+    }
+    assert msg.partition_key == "k1"
+    msg.partition_key = "k2"
+    msg.scheduled_enqueue_time_utc = None
+    assert raw.annotations == {b"x-other": 7, "x-opt-partition-key": "k2"}
+    assert msg._to_record().partition_key == "k2"
+    msg.partition_key = None
+    assert raw.annotations == {b"x-other": 7}
+    rec = msg._to_record()
+    assert (rec.partition_key, rec.scheduled_enqueue_time) == (None, None)
+
+
 def test_a_bad_field_is_refused_by_name_and_the_sections_keep_what_they_had() -> None:
     msg = _every_field()
     raw = msg.raw_amqp_message
