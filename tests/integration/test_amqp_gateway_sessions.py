@@ -72,6 +72,45 @@ def test_named_session_receives_only_its_messages_and_keeps_state(
             receiver.complete_message(m)
 
 
+def test_batch_delete_with_a_session_id_deletes_only_that_sessions_messages(
+    gateway: GatewayHandle, sdk: SdkClient, session_queue: str
+) -> None:
+    """``batch-delete-messages`` with a ``session-id`` goes through the connection's receiver
+    holding that session and deletes only its messages; without such a receiver it is refused
+    and deletes nothing."""
+    from amqp_proton_management import management_call
+
+    with sdk.get_queue_sender(session_queue) as sender:
+        sender.send_messages(
+            [
+                ServiceBusMessage(f"{sid}-{i}", session_id=sid)
+                for sid in ("a", "b")
+                for i in range(3)
+            ]
+        )
+    count = {"message-count": 10}
+    answer = management_call(
+        gateway.port,
+        session_queue,
+        "batch-delete-messages",
+        {**count, "session-id": "b"},
+        session_id="b",
+    )
+    assert (answer.status, answer.body) == (200, {"message-count": 3})
+    refused = management_call(
+        gateway.port, session_queue, "batch-delete-messages", {**count, "session-id": "a"}
+    )
+    assert (refused.status, refused.condition) == (410, "com.microsoft:session-lock-lost")
+    with sdk.get_queue_receiver(session_queue, session_id="a", max_wait_time=2) as receiver:
+        assert [str(m) for m in receiver.peek_messages(10, sequence_number=1)] == [
+            "a-0",
+            "a-1",
+            "a-2",
+        ]
+    with sdk.get_queue_receiver(session_queue, session_id="b", max_wait_time=1) as receiver:
+        assert receiver.peek_messages(10, sequence_number=1) == []
+
+
 def test_next_available_session_is_named_in_the_receiver(
     sdk: SdkClient, session_queue: str
 ) -> None:

@@ -115,8 +115,10 @@ def test_a_session_receiver_deletes_its_sessions_messages_and_a_plain_one_every_
         (lambda r: r.delete_messages(0), "max_message_count"),
         (lambda r: r.delete_messages("5"), "max_message_count"),
         (lambda r: r.purge_messages(before_enqueued_time_utc="yesterday"), "before_enqueued"),
+        (lambda r: r.delete_messages(5, timeout=-1), "timeout"),
+        (lambda r: r.purge_messages(timeout="soon"), "timeout"),
     ],
-    ids=["zero", "str-count", "str-cutoff"],
+    ids=["zero", "str-count", "str-cutoff", "negative-timeout", "str-timeout"],
 )
 def test_bad_input_is_refused_by_name_and_deletes_nothing(
     client: raybus.ServiceBusClient,

@@ -51,6 +51,7 @@ class _Receiver(BatchDelete):
         self._conn = conn  # type: ignore[assignment]
         self.held, self.gone = held, set(gone)
         self.calls: list[tuple[int, int]] = []  # (partition, count asked)
+        self.timeouts: list[Any] = []  # each call's timeout
 
     async def _settle_pending(self) -> None:
         pass
@@ -64,6 +65,7 @@ class _Receiver(BatchDelete):
     async def _call(self, method: str, count: int, *args: Any, partition: int, **kw: Any) -> int:
         assert method == "delete_messages"
         self.calls.append((partition, count))
+        self.timeouts.append(kw.get("timeout"))
         if partition in self.gone:
             raise MessagingEntityNotFoundError("partition removed", "q")
         deleted = min(count, self.held[partition])
@@ -95,3 +97,10 @@ def test_a_delete_asks_no_more_partitions_once_its_count_is_reached() -> None:
     r = _Receiver(_Conn([0, 1, 2]), {0: 10, 1: 10, 2: 10})
     assert asyncio.run(r.delete_messages(4)) == 4
     assert r.calls == [(0, 4)]
+
+
+def test_the_timeout_bounds_each_partition_call_of_a_delete_and_a_purge() -> None:
+    r = _Receiver(_Conn([0, 1]), {0: 3, 1: 5})
+    assert asyncio.run(r.delete_messages(4, timeout=2.5)) == 4
+    assert asyncio.run(r.purge_messages(timeout=1.5)) == 4
+    assert r.timeouts == [2.5, 2.5, 1.5, 1.5]
