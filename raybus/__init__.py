@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._sync_client import ServiceBusClient as ServiceBusClient
     from ._sync_client import ServiceBusProcessor as ServiceBusProcessor
     from ._sync_client import ServiceBusReceiver as ServiceBusReceiver
+    from ._sync_client import ServiceBusRuleManager as ServiceBusRuleManager
     from ._sync_client import ServiceBusSender as ServiceBusSender
     from ._sync_client import ServiceBusSession as ServiceBusSession
     from ._sync_client import ServiceBusTransaction as ServiceBusTransaction
@@ -61,6 +62,7 @@ _EXPORTS = {
         "ServiceBusClient",
         "ServiceBusProcessor",
         "ServiceBusReceiver",
+        "ServiceBusRuleManager",
         "ServiceBusSender",
         "ServiceBusSession",
         "ServiceBusTransaction",

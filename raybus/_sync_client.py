@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from . import _sync, aio
+from ._core.filters import RuleProperties, SqlRuleAction
 from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ._core.pool import ProcessorStatistics
 from ._retry import RetryMode
@@ -32,6 +33,7 @@ __all__ = [
     "ServiceBusClient",
     "ServiceBusProcessor",
     "ServiceBusReceiver",
+    "ServiceBusRuleManager",
     "ServiceBusSender",
     "ServiceBusSession",
     "ServiceBusTransaction",
@@ -417,6 +419,46 @@ class ServiceBusTransaction:
         run(self._aio.__aexit__(exc_type, exc, tb))
 
 
+class ServiceBusRuleManager:
+    """One subscription's rules, managed with Listen rights (see
+    ``raybus.aio.ServiceBusRuleManager``): ``client.get_rule_manager(topic, subscription)``."""
+
+    def __init__(self, inner: aio.ServiceBusRuleManager) -> None:
+        self._aio = inner
+
+    @property
+    def topic_name(self) -> str:
+        return self._aio.topic_name
+
+    @property
+    def subscription_name(self) -> str:
+        return self._aio.subscription_name
+
+    @property
+    def subscription_path(self) -> str:
+        return self._aio.subscription_path
+
+    def create_rule(
+        self, rule_name: str, *, filter: Any = None, action: SqlRuleAction | None = None
+    ) -> RuleProperties:
+        return run(self._aio.create_rule(rule_name, filter=filter, action=action))
+
+    def delete_rule(self, rule_name: str) -> None:
+        run(self._aio.delete_rule(rule_name))
+
+    def list_rules(self) -> list[RuleProperties]:
+        return run(self._aio.list_rules())
+
+    def close(self) -> None:
+        run(self._aio.close())
+
+    def __enter__(self) -> ServiceBusRuleManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class AutoLockRenewer:
     """Renews locks of registered messages (see ``raybus.aio.AutoLockRenewer``).
 
@@ -656,6 +698,11 @@ class ServiceBusClient:
                 socket_timeout=socket_timeout,
             )
         )
+
+    def get_rule_manager(self, topic_name: str, subscription_name: str) -> ServiceBusRuleManager:
+        """A manager of the subscription's rules that needs only Listen rights (.NET's
+        ``CreateRuleManager``; see ``raybus.aio.ServiceBusRuleManager``)."""
+        return ServiceBusRuleManager(self._aio.get_rule_manager(topic_name, subscription_name))
 
     def list_subscription_sessions(
         self,

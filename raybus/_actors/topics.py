@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import ray
@@ -48,6 +49,7 @@ __all__ = ["TopicOps", "check_names", "each_present"]
 _log = logging.getLogger("raybus.namespace")
 MAX_RULES_PER_SUBSCRIPTION = 2000
 _MANAGE = AccessRights.MANAGE
+_LISTEN = AccessRights.LISTEN
 
 
 def check_names(names: Any, what: str, entity: str | None = None) -> None:
@@ -283,7 +285,8 @@ class TopicOps:
                 f"a topic has at most {MAX_SUBSCRIPTIONS_PER_TOPIC} subscriptions", sub.topic_name
             )
         sub = dataclasses.replace(sub, topic_name=topic.properties.name)
-        rules = (rule or RuleProperties(DEFAULT_RULE_NAME, TrueRuleFilter()),)
+        first = rule or RuleProperties(DEFAULT_RULE_NAME, TrueRuleFilter())
+        rules = (dataclasses.replace(first, created_at_utc=datetime.now(timezone.utc)),)
         store = subscription_queue_properties(topic.properties, sub)
         self._check_forwarding(store)
         entry = self._registry.add(
@@ -392,6 +395,9 @@ class TopicOps:
 
     @guarded(_MANAGE, lambda topic, sub, _rule: subscription_path(topic, sub))
     async def create_rule(self, topic: str, subscription: str, rule: RuleProperties) -> Any:
+        return await self._add_rule(topic, subscription, rule)
+
+    async def _add_rule(self, topic: str, subscription: str, rule: RuleProperties) -> Any:
         entry = self._subscription(topic, subscription)
         sub, rules = entry.extra
         if any(r.name.lower() == rule.name.lower() for r in rules):
@@ -404,6 +410,7 @@ class TopicOps:
                 f"a subscription has at most {MAX_RULES_PER_SUBSCRIPTION} rules",
                 entry.properties.name,
             )
+        rule = dataclasses.replace(rule, created_at_utc=datetime.now(timezone.utc))  # the broker's
         await self._store_subscription(entry, sub, (*rules, rule))
         await self._configure_router(topic)
         return rule
@@ -432,6 +439,9 @@ class TopicOps:
 
     @guarded(_MANAGE, lambda topic, sub, _name: subscription_path(topic, sub))
     async def delete_rule(self, topic: str, subscription: str, name: str) -> None:
+        await self._remove_rule(topic, subscription, name)
+
+    async def _remove_rule(self, topic: str, subscription: str, name: str) -> None:
         entry = self._subscription(topic, subscription)
         sub, rules = entry.extra
         kept = tuple(r for r in rules if r.name.lower() != name.lower())
@@ -442,3 +452,19 @@ class TopicOps:
             )
         await self._store_subscription(entry, sub, kept)
         await self._configure_router(topic)
+
+    # A subscription's rule manager (.NET's ServiceBusRuleManager, AMQP's add-rule,
+    # remove-rule and enumerate-rules): the same changes as the administration calls above,
+    # with Listen on the subscription, as Service Bus asks of a rule manager, not Manage.
+
+    @guarded(_LISTEN, lambda topic, sub, _rule: subscription_path(topic, sub))
+    async def add_rule(self, topic: str, subscription: str, rule: RuleProperties) -> Any:
+        return await self._add_rule(topic, subscription, rule)
+
+    @guarded(_LISTEN, lambda topic, sub, _name: subscription_path(topic, sub))
+    async def remove_rule(self, topic: str, subscription: str, name: str) -> None:
+        await self._remove_rule(topic, subscription, name)
+
+    @guarded(_LISTEN, subscription_path)
+    async def enumerate_rules(self, topic: str, subscription: str) -> list[Any]:
+        return list(self._subscription(topic, subscription).extra[1])

@@ -10,6 +10,7 @@ from ._entity import EntityInfo
 from ._management import ServiceBusAdministrationClient
 from ._processor import ServiceBusProcessor
 from ._receiver import ServiceBusReceiver
+from ._rule_manager import ServiceBusRuleManager
 from ._sender import ServiceBusSender
 from ._session import ServiceBusSession
 from ._transaction import ServiceBusTransaction
@@ -23,6 +24,7 @@ __all__ = [
     "ServiceBusClient",
     "ServiceBusProcessor",
     "ServiceBusReceiver",
+    "ServiceBusRuleManager",
     "ServiceBusSender",
     "ServiceBusSession",
     "ServiceBusTransaction",

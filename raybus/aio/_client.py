@@ -20,6 +20,7 @@ from ._entity import EntityInfo, resolve_entity
 from ._paged import listing
 from ._processor import ErrorHandler, Handler, Seconds, ServiceBusProcessor
 from ._receiver import ServiceBusReceiver, _check_wait
+from ._rule_manager import ServiceBusRuleManager
 from ._sender import ServiceBusSender
 from ._transaction import ServiceBusTransaction
 
@@ -201,6 +202,14 @@ class ServiceBusClient:
             session_id=session_id,
             auto_lock_renewer=auto_lock_renewer,
         )
+
+    def get_rule_manager(self, topic_name: str, subscription_name: str) -> ServiceBusRuleManager:
+        """A manager of the subscription's rules that needs only Listen rights (.NET's
+        ``ServiceBusClient.CreateRuleManager``; azure-servicebus for Python has none: its
+        ``ServiceBusAdministrationClient.create_rule`` needs Manage)."""
+        rules = ServiceBusRuleManager(self._conn, topic_name, subscription_name)
+        self._check_entity(topic_name, "topic")
+        return rules
 
     @listing
     async def list_subscription_sessions(

@@ -36,6 +36,7 @@ _CONDITIONS: tuple[tuple[type[BaseException], str, int], ...] = (
     (ex.ServiceBusServerBusyError, "com.microsoft:server-busy", 503),
     (ex.MessageAlreadySettled, "com.microsoft:message-lock-lost", 410),
     (ex.InvalidArgumentError, "com.microsoft:argument-error", 400),
+    (ex.FilterSyntaxError, "com.microsoft:argument-error", 400),  # a rule's SQL
     (DecodeError, "amqp:decode-error", 400),
     (TypeError, "com.microsoft:argument-error", 400),  # a request field of the wrong type
 )

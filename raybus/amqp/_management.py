@@ -47,6 +47,7 @@ from ._links import (
 )
 from ._locks import by_token
 from ._message import Sections, from_received, to_raybus
+from ._rules import rule_description, rule_from_request
 from ._transactions import AmqpTransaction
 
 __all__ = ["CbsRequests", "ManagementRequests"]
@@ -511,6 +512,44 @@ class ManagementRequests(IncomingLink):
         until = await receiver.session.renew_lock()
         return 200, {"expiration": Timestamp(round(until.timestamp() * 1000))}
 
+    async def _rule_manager(self) -> Any:
+        """The raybus rule manager of the subscription this node belongs to (``add-rule``,
+        ``remove-rule`` and ``enumerate-rules``; ``raybus.aio.ServiceBusRuleManager``: the
+        connection's token needs Listen on the subscription, as in Service Bus)."""
+        address = self.gateway.parse_address(self.address)
+        if address.topic is None or address.subscription is None or address.sub_queue:
+            raise InvalidArgumentError(
+                f"rules belong to a subscription, not to {address.raw!r}", address.raw, "address"
+            )
+        client = await self.gateway.client_for(self.conn, address.entity)
+        return client.get_rule_manager(address.topic, address.subscription)
+
+    async def _op_add_rule(self, args: dict[str, Any], app: dict[str, Any]) -> tuple[int, Any]:
+        rule = rule_from_request(args)
+        await (await self._rule_manager()).create_rule(
+            rule.name, filter=rule.filter, action=rule.action
+        )
+        return 200, {}
+
+    async def _op_remove_rule(self, args: dict[str, Any], app: dict[str, Any]) -> tuple[int, Any]:
+        name = args.get("rule-name")
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(
+                f"rule-name must be a non-empty string, not {name!r}", None, "rule-name"
+            )
+        await (await self._rule_manager()).delete_rule(name)
+        return 200, {}
+
+    async def _op_enumerate_rules(
+        self, args: dict[str, Any], app: dict[str, Any]
+    ) -> tuple[int, Any]:
+        rules = await (await self._rule_manager()).list_rules()
+        skip, top = _page_bounds(args, len(rules))
+        page = rules[skip : skip + top]
+        if not page:
+            return 204, None
+        return 200, {"rules": [{"rule-description": rule_description(r)} for r in page]}
+
     async def _op_get_message_sessions(
         self, args: dict[str, Any], app: dict[str, Any]
     ) -> tuple[int, Any]:
@@ -528,12 +567,26 @@ class ManagementRequests(IncomingLink):
             )
         else:
             ids = await client.list_queue_sessions(address.entity, state_updated_after=after_dt)
-        skip = int(args.get("skip") or 0)
-        top = int(args.get("top") or len(ids))
+        skip, top = _page_bounds(args, len(ids))
         page = ids[skip : skip + top]
         if not page:
             return 204, None
         return 200, {"sessions-ids": Array(0xB1, tuple(page))}
+
+
+def _page_bounds(args: dict[str, Any], count: int) -> tuple[int, int]:
+    """A listing request's ``skip`` and ``top`` (absent or 0: all ``count``), checked."""
+    bounds = []
+    for name, default in (("skip", 0), ("top", count)):
+        value = args.get(name)
+        if value is None or (name == "top" and value == 0):
+            value = default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgumentError(
+                f"{name} must be a non-negative integer, not {value!r}", None, name
+            )
+        bounds.append(int(value))
+    return bounds[0], bounds[1]
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import amqp_gateway_fixtures
 import pytest
@@ -159,6 +160,100 @@ def test_topic_fans_out_to_subscriptions_and_their_dead_letter_queue(
             (dead,) = dlq.receive_messages(max_wait_time=3)
             assert str(dead) == "e1" and dead.dead_letter_reason == "r"
             dlq.complete_message(dead)
+    finally:
+        admin.delete_topic(topic)
+
+
+def _rule_call(gateway: GatewayHandle, node: str, operation: str, body: dict[str, Any]) -> Any:
+    from amqp_proton_management import management_call
+
+    return management_call(gateway.port, node, operation, body)
+
+
+def test_rule_manager_operations_add_enumerate_and_remove_a_subscriptions_rules(
+    gateway: GatewayHandle, sdk: SdkClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """``add-rule``, ``enumerate-rules`` and ``remove-rule`` as the .NET SDK's
+    ``ServiceBusRuleManager`` sends them (``raybus.amqp._rules``): the filters and action as
+    maps in, described lists out; a bad or clashing rule is refused and stores nothing."""
+    from proton import Described as ProtonDescribed
+
+    topic = f"amqp-t-{uuid.uuid4().hex[:6]}"
+    admin.create_topic(topic)
+    admin.create_subscription(topic, "s")
+    node = f"{topic}/Subscriptions/s"
+    none = dict.fromkeys(
+        ["correlation-id", "message-id", "to", "reply-to", "session-id", "reply-to-session-id"]
+    )
+    requests = {
+        "big": {"sql-filter": {"expression": "n > 5"}, "sql-rule-action": None},
+        "hot": {
+            "correlation-filter": {**none, "label": "hot", "properties": {"colour": "red"}},
+            "sql-rule-action": {"expression": "SET tagged = 1"},
+        },
+        "every": {"sql-filter": {"expression": "1=1"}, "sql-rule-action": None},
+    }
+    try:
+        for name, description in requests.items():
+            answer = _rule_call(
+                gateway,
+                node,
+                "add-rule",
+                {"rule-name": name, "rule-description": {**description, "rule-name": name}},
+            )
+            assert answer.status == 200, answer
+        bad_sql = {"sql-filter": {"expression": "n >"}}
+        refused = [
+            _rule_call(gateway, node, "add-rule", {"rule-name": "BIG", "rule-description": bad})
+            for bad in (requests["big"], bad_sql, {"sql-rule-action": None})
+        ]
+        assert [(a.status, a.condition) for a in refused] == [
+            (409, "com.microsoft:entity-already-exists"),
+            (400, "com.microsoft:argument-error"),
+            (400, "com.microsoft:argument-error"),
+        ]
+        listed = _rule_call(gateway, node, "enumerate-rules", {"top": 100, "skip": 0})
+        assert listed.status == 200
+        rules = [entry["rule-description"] for entry in listed.body["rules"]]
+        assert all(isinstance(r, ProtonDescribed) for r in rules)
+        assert {r.descriptor for r in rules} == {0x0000013700000004}
+        shown = [(r.value[2], r.value[0].descriptor, r.value[1].descriptor) for r in rules]
+        assert shown == [
+            ("$Default", 0x0000013700000007, 0x0000013700000005),
+            ("big", 0x0000013700000006, 0x0000013700000005),
+            ("hot", 0x0000013700000009, 0x0000013700000006),
+            ("every", 0x0000013700000007, 0x0000013700000005),
+        ]
+        assert rules[1].value[0].value[0] == "n > 5"
+        hot_filter, hot_action = rules[2].value[0].value, rules[2].value[1].value
+        assert (hot_filter[4], hot_filter[8]) == ("hot", {"colour": "red"})
+        assert hot_action[0] == "SET tagged = 1"
+        assert all(r.value[3] is not None for r in rules)  # each rule's creation time
+        page = _rule_call(gateway, node, "enumerate-rules", {"top": 2, "skip": 3})
+        assert [e["rule-description"].value[2] for e in page.body["rules"]] == ["every"]
+        assert _rule_call(gateway, node, "enumerate-rules", {"top": 10, "skip": 4}).status == 204
+        for name in ("$Default", "every"):
+            assert _rule_call(gateway, node, "remove-rule", {"rule-name": name}).status == 200
+        missing = _rule_call(gateway, node, "remove-rule", {"rule-name": "every"})
+        assert (missing.status, missing.condition) == (404, "amqp:not-found")
+        on_topic = _rule_call(gateway, topic, "enumerate-rules", {"top": 10})
+        assert (on_topic.status, on_topic.condition) == (400, "com.microsoft:argument-error")
+        assert [r.name for r in admin.list_rules(topic, "s")] == ["big", "hot"]
+        with sdk.get_topic_sender(topic) as sender:
+            sender.send_messages(
+                [
+                    ServiceBusMessage("small", application_properties={"n": 1}),
+                    ServiceBusMessage("large", application_properties={"n": 9}),
+                    ServiceBusMessage(
+                        "red", subject="hot", application_properties={"colour": "red"}
+                    ),
+                ]
+            )
+        with sdk.get_subscription_receiver(topic, "s", max_wait_time=2) as receiver:
+            got = receive_n(receiver, 2)
+            for m in got:
+                receiver.complete_message(m)
+        assert sorted(str(m) for m in got) == ["large", "red"]
     finally:
         admin.delete_topic(topic)
 
