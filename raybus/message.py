@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DataBody",
+    "PropertyText",
+    "ReceivedProperties",
     "ServiceBusMessage",
     "ServiceBusMessageBatch",
     "ServiceBusReceivedMessage",
@@ -108,6 +110,119 @@ def _received_body(body: Any) -> Any:
     return body
 
 
+class PropertyText(str):
+    """A ``str`` value of a received message's application properties, readable as the Azure
+    SDK's value too.
+
+    The SDK gives a received string property as ``bytes`` (its AMQP layer's habit; its docs
+    say so since 2026), so code written for it decodes the value or compares it with
+    ``bytes``. This is the string sent, and also answers that code: ``decode()`` gives the
+    string, and it compares equal to its UTF-8 bytes (``value == b"order"``). Its hash is the
+    string's, so it finds ``str`` keys in dicts and sets, not ``bytes`` ones. A message sent
+    with it as a property value sends a plain ``str``."""
+
+    __slots__ = ()
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return str.__str__(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, bytes):
+            return self.encode("utf-8") == other
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = str.__hash__
+
+
+def _property_name(key: Any) -> Any:
+    """A property name given as ``bytes`` (as the SDK reads and writes them) as its ``str``;
+    anything else as it is."""
+    if isinstance(key, bytes):
+        try:
+            return key.decode("utf-8")
+        except UnicodeDecodeError:
+            return key  # no such name: the lookup misses, a send is refused naming it
+    return key
+
+
+class ReceivedProperties(dict):  # type: ignore[type-arg]
+    """A received message's ``application_properties``: a ``dict`` of the names and values
+    sent, that also answers the Azure SDK's reading of them.
+
+    The SDK gives received properties ``bytes`` names and ``bytes`` string values, so code
+    written for it reads ``props[b"order_id"]`` or ``props.get(b"order_id")`` and decodes the
+    value. Here the names are ``str`` (as sent; iterating gives ``str``), and a lookup,
+    ``in``, ``get``, ``pop``, ``setdefault``, assignment or deletion by a ``bytes`` name means
+    its UTF-8 ``str``; a ``str`` value is a ``PropertyText``, which also decodes and compares
+    as the SDK's bytes. Code comparing the names themselves with ``bytes`` (iterating
+    ``props.keys()``) sees ``str``: README "Deviations"."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: Any) -> Any:
+        name = _property_name(key)
+        if name is not key and dict.__contains__(self, name):
+            return dict.__getitem__(self, name)
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, _property_name(key))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return dict.get(self, _property_name(key), default)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        return dict.pop(self, _property_name(key), *default)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        return dict.setdefault(self, _property_name(key), default)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        dict.__setitem__(self, _property_name(key), value)
+
+    def __delitem__(self, key: Any) -> None:
+        dict.__delitem__(self, _property_name(key))
+
+
+def _received_properties(props: dict[str, Any] | None) -> ReceivedProperties | None:
+    """The application properties a received message shows (``ReceivedProperties``, its own
+    copy: changing it changes neither the broker's record nor another reader's)."""
+    if props is None:
+        return None
+    return ReceivedProperties(
+        {k: PropertyText(v) if v.__class__ is str else v for k, v in props.items()}
+    )
+
+
+def _sendable_properties(props: dict[Any, Any]) -> dict[Any, Any]:
+    """Application properties as a send stores them: a copy (the broker must not share the
+    caller's dict), with ``bytes`` names as their UTF-8 ``str`` (the SDK takes either) and
+    ``str`` subclasses (a received ``PropertyText``) as plain ``str``, so no class of
+    raybus's or the application's crosses to the broker. A name given both ways is refused."""
+    plain = dict(props)
+    for key, value in plain.items():
+        if key.__class__ is not str or (value.__class__ is not str and isinstance(value, str)):
+            break
+    else:
+        return plain  # the common case: str names, plain values
+    out: dict[Any, Any] = {}
+    for key, value in plain.items():
+        name = _property_name(key)
+        if isinstance(name, str):
+            name = str.__str__(name)
+        if name in out:
+            raise InvalidArgumentError(
+                f"application_properties: the name {name!r} is given twice (as str and bytes)",
+                None,
+                "application_properties",
+            )
+        out[name] = str.__str__(value) if isinstance(value, str) else value
+    return out
+
+
 def _sendable_body(body: Any) -> Any:
     """A body as the broker keeps it: plain ``bytes`` for any bytes-like value (a received
     ``DataBody`` resent, a ``bytearray``, a ``memoryview``) and plain ``str`` for a ``str``
@@ -154,7 +269,8 @@ class ServiceBusMessage:
 
     ``body`` is ``bytes``, ``str`` or any AMQP-encodable value (None, bool, int, float, str,
     bytes, UUID, datetime, and lists/dicts of those). ``application_properties`` values must be
-    AMQP primitives (no lists or dicts). ``time_to_live`` is capped by the entity's default;
+    AMQP primitives (no lists or dicts); their names are ``str``, or ``bytes`` (UTF-8, as the
+    SDK takes them: stored as the ``str``). ``time_to_live`` is capped by the entity's default;
     ``scheduled_enqueue_time_utc`` makes it a scheduled message. Raises
     ``InvalidArgumentError`` (a ``ValueError``) naming the bad field.
     """
@@ -250,7 +366,7 @@ class ServiceBusMessage:
             )
         props = self.application_properties
         if props is not None and isinstance(props, dict):
-            props = dict(props)  # the broker must not share the caller's dict
+            props = _sendable_properties(props)
         body = _sendable_body(self.body)
         # Positional, in MessageRecord's field order (_FIELDS are its fields 2-10): a call
         # with 13 keywords took twice as long, and this runs for every message built.
@@ -314,7 +430,9 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
         )
 
     body: _Field[Any] = _Field("body", _received_body)
-    application_properties: _Field[dict[str, Any] | None] = _Field("application_properties")
+    application_properties: _Field[dict[str, Any] | None] = _Field(
+        "application_properties", _received_properties
+    )
     message_id: _Field[str | None] = _Field("message_id")
     correlation_id: _Field[str | None] = _Field("correlation_id")
     session_id: _Field[str | None] = _Field("session_id")

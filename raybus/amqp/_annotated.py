@@ -36,7 +36,7 @@ from enum import Enum
 from typing import Any
 
 from ..exceptions import InvalidArgumentError
-from ..message import ServiceBusMessage
+from ..message import ReceivedProperties, ServiceBusMessage, _received_properties
 from ._codec import EncodeError, Symbol, UInt
 from ._message import (
     _APP_PROPS,
@@ -326,10 +326,13 @@ class AmqpAnnotatedMessage:
             **{k: (str(v) if isinstance(v, Symbol) else v) for k, v in s.properties.items()}
         )
         msg.footer = msg.delivery_annotations = None
-        msg.annotations = {
-            (str(k) if isinstance(k, Symbol) else k): _native(v) for k, v in s.annotations.items()
-        }
-        msg.application_properties = {str(k): _native(v) for k, v in s.app_properties.items()}
+        # Names are str; a lookup by the SDK's bytes names works too (ReceivedProperties).
+        msg.annotations = ReceivedProperties(
+            {(str(k) if isinstance(k, Symbol) else k): _native(v) for k, v in s.annotations.items()}
+        )
+        msg.application_properties = _received_properties(
+            {str(k): _native(v) for k, v in s.app_properties.items()}
+        )
         return msg
 
 

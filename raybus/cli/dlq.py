@@ -182,9 +182,11 @@ def purge(
     subscription: SubscriptionOpt = None,
     older_than: OlderThan = None,
 ) -> None:
-    """Delete every dead-lettered message of the queue or subscription (no confirmation):
-    the broker deletes them unreceived (``purge_messages``), those first enqueued before the
-    purge began (or ``--older-than`` ago; a dead letter keeps its first enqueue time)."""
+    """Delete the dead-lettered messages of a queue or subscription (no confirmation).
+
+    The broker deletes them unreceived (purge_messages): those first enqueued before the
+    purge began, or --older-than ago (a dead letter keeps its first enqueue time).
+    """
     ref = entity_ref(entity, subscription)
     before = cutoff(older_than)
     with open_receiver(_context.get(ctx), ref, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:

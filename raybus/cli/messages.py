@@ -414,9 +414,11 @@ def purge(
         bool, typer.Option("--yes", help="Really delete: the messages are gone for good.")
     ] = False,
 ) -> None:
-    """Delete the messages of a queue or subscription without receiving them
-    (``purge_messages``): every one enqueued before now (or ``--older-than`` ago) that is
-    not locked. Needs ``--yes``. Dead letters: ``raybus dlq purge``."""
+    """Delete the messages of a queue or subscription without receiving them (needs --yes).
+
+    The broker deletes (purge_messages) every one enqueued before now, or --older-than ago,
+    that is not locked. For dead letters: raybus dlq purge.
+    """
     ref = entity_ref(entity, subscription)
     before = cutoff(older_than)
     if not yes:

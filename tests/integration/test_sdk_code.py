@@ -153,3 +153,31 @@ def test_amqp_annotated_messages_are_sent_scheduled_and_read_back_as_sections(
     assert scheduled.raw_amqp_message.body == {"v": 2}
     assert (got["adopted"].subject, got["adopted"].body) == ("via its sections", b"adopted")
     assert got["adopted"].time_to_live == timedelta(seconds=60)
+
+
+def test_received_properties_are_read_by_bytes_names_as_the_sdks_are(namespace: str) -> None:
+    """The SDK gives received properties ``bytes`` names and string values, so its users
+    write ``props[b"order_id"].decode()``: that reads the same here, through a queue and the
+    dead-letter sub-queue, and the ``str`` reading of raybus's own code works alongside."""
+    ServiceBusAdministrationClient(namespace).create_queue("props")
+    with raybus.ServiceBusClient(namespace) as client:
+        with client.get_queue_sender("props") as sender:
+            sender.send_messages(
+                ServiceBusMessage(
+                    "order", application_properties={b"order_id": "o-1", "kind": "new", "n": 3}
+                )
+            )
+        with client.get_queue_receiver("props", max_wait_time=5) as receiver:
+            (msg,) = receiver.receive_messages()
+            props = msg.application_properties
+            assert props is not None
+            assert props[b"order_id"].decode() == "o-1" == props["order_id"]
+            assert props.get(b"kind") == b"new" and props[b"n"] == 3 and b"n" in props
+            assert sorted(props) == ["kind", "n", "order_id"]
+            receiver.dead_letter_message(msg, reason="checked")
+        with client.get_queue_receiver(
+            "props", sub_queue=raybus.ServiceBusSubQueue.DEAD_LETTER, max_wait_time=5
+        ) as dead:
+            (msg,) = dead.receive_messages()
+            assert msg.application_properties[b"order_id"].decode() == "o-1"
+            dead.complete_message(msg)

@@ -177,6 +177,29 @@ def test_several_data_sections_read_natively_as_their_bytes_joined() -> None:
     assert bytes(msg.body) == b"onetwo"
 
 
+def test_a_received_messages_sections_are_read_by_the_sdks_bytes_names_too() -> None:
+    """The SDK's annotations and application properties have ``bytes`` names (and string
+    values): code reading them so reads the same sections here."""
+    sent = ServiceBusMessage(b"b", application_properties={"kind": "new", "n": 1})
+    raw = received(sent).raw_amqp_message
+    assert raw.annotations is not None and raw.application_properties is not None
+    assert (
+        raw.annotations[b"x-opt-sequence-number"]
+        == 42
+        == raw.annotations.get(b"x-opt-sequence-number")
+    )
+    assert b"x-opt-enqueued-time" in raw.annotations and "x-opt-enqueued-time" in raw.annotations
+    assert (
+        raw.application_properties[b"kind"].decode() == "new" == raw.application_properties["kind"]
+    )
+    assert (
+        raw.application_properties.get(b"kind") == b"new" and raw.application_properties[b"n"] == 1
+    )
+    again = received(raw)  # sent as it was read: plain str names and values
+    assert again._record.application_properties == {"kind": "new", "n": 1}
+    assert type(again._record.application_properties["kind"]) is str
+
+
 def test_a_received_message_shows_the_brokers_annotations_header_and_properties() -> None:
     sent = ServiceBusMessage(
         b"b",

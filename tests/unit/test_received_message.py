@@ -7,8 +7,11 @@ from __future__ import annotations
 import pickle
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from raybus import ServiceBusMessage
 from raybus._core.record import MessageRecord, encoded_size
+from raybus.exceptions import InvalidArgumentError
 from raybus.message import ServiceBusReceivedMessage
 
 FIELDS = {
@@ -133,3 +136,71 @@ def test_a_received_body_resent_is_sent_as_plain_bytes_or_str() -> None:
         assert type(copy._to_record().body) is type(sent)
         assert copy.size_in_bytes == ServiceBusMessage(sent).size_in_bytes
     assert type(ServiceBusMessage(bytearray(b"ab"))._to_record().body) is bytes
+
+
+def test_received_properties_read_as_the_sdks_bytes_and_as_the_strs_sent() -> None:
+    """The SDK gives received properties ``bytes`` names and string values, so code written
+    for it reads ``props[b"order_id"].decode()``; raybus's own code reads the ``str`` sent.
+    Both work on the same properties, and iterating gives the names sent."""
+    msg = received(application_properties={"order_id": "12345", "amount": 10, "raw": b"\x00"})
+    props = msg.application_properties
+    assert props is not None and props is msg.application_properties  # read once, kept
+    assert props["order_id"] == "12345" and props[b"order_id"].decode() == "12345"
+    assert props.get(b"order_id") == b"12345" and props.get(b"order_id") != b"12346"
+    assert props.get("order_id") == "12345" and props[b"amount"] == 10 == props.get(b"amount")
+    assert props[b"raw"] == b"\x00"  # a bytes value is the bytes sent
+    assert b"amount" in props and "amount" in props and b"missing" not in props
+    assert props.get(b"missing") is None and props.get(b"\xff", 7) == 7
+    with pytest.raises(KeyError):
+        props[b"missing"]
+    with pytest.raises(KeyError):
+        props[b"\xff"]  # not UTF-8: no such name
+    assert list(props) == ["order_id", "amount", "raw"]
+    assert props == {"order_id": "12345", "amount": 10, "raw": b"\x00"}
+    assert {"12345": "found"}[props[b"order_id"]] == "found"  # hashes as the str
+    assert type(props[b"order_id"].decode()) is str and props[b"order_id"].upper() == "12345"
+    # Changed by either name, as a dict; the broker's record is not the message's dict.
+    props[b"note"] = "n"
+    assert props.pop(b"note") == "n" and props.setdefault(b"extra", 1) == 1
+    del props[b"extra"]
+    assert props.pop(b"gone", None) is None and list(props) == ["order_id", "amount", "raw"]
+    assert msg._record.application_properties == {"order_id": "12345", "amount": 10, "raw": b"\x00"}
+    again = pickle.loads(pickle.dumps(props))
+    assert again[b"order_id"] == b"12345" and type(again) is type(props)
+    assert received(application_properties=None).application_properties is None
+
+
+def test_received_properties_resent_are_sent_as_plain_strs() -> None:
+    """A received message sent again, or its properties copied into a new message, sends plain
+    ``str`` names and values: nothing of raybus's crosses to the broker."""
+    msg = received(application_properties={"order_id": "12345", "amount": 10})
+    for props in (
+        msg._to_record().application_properties,
+        ServiceBusMessage("b", application_properties=dict(msg.application_properties or {}))
+        ._to_record()
+        .application_properties,
+    ):
+        assert props == {"order_id": "12345", "amount": 10}
+        assert [type(k) for k in props] == [str, str] and type(props["order_id"]) is str
+
+
+def test_a_sent_messages_property_names_may_be_bytes_as_in_the_sdk() -> None:
+    """The SDK takes ``bytes`` names too: stored as their UTF-8 ``str``. A name given both
+    ways, or bytes that are not UTF-8, is refused naming the properties, and the caller's
+    dict is left as it was."""
+    given = {b"order_id": "1", "amount": 2, b"raw": b"\x01"}
+    msg = ServiceBusMessage("b", application_properties=given)
+    assert msg._to_record().application_properties == {"order_id": "1", "amount": 2, "raw": b"\x01"}
+    assert list(given) == [b"order_id", "amount", b"raw"]  # the caller's dict is not changed
+    assert (
+        msg.size_in_bytes
+        == ServiceBusMessage(
+            "b", application_properties={"order_id": "1", "amount": 2, "raw": b"\x01"}
+        ).size_in_bytes
+    )
+    with pytest.raises(InvalidArgumentError, match="given twice") as err:
+        ServiceBusMessage("b", application_properties={b"k": 1, "k": 2})
+    assert err.value.argument == "application_properties"
+    with pytest.raises(InvalidArgumentError) as err:
+        ServiceBusMessage("b", application_properties={b"\xff": 1})
+    assert err.value.argument == "application_properties"
