@@ -155,10 +155,11 @@ class ReceivedProperties(dict):  # type: ignore[type-arg]
     The SDK gives received properties ``bytes`` names and ``bytes`` string values, so code
     written for it reads ``props[b"order_id"]`` or ``props.get(b"order_id")`` and decodes the
     value. Here the names are ``str`` (as sent; iterating gives ``str``), and a lookup,
-    ``in``, ``get``, ``pop``, ``setdefault``, assignment or deletion by a ``bytes`` name means
-    its UTF-8 ``str``; a ``str`` value is a ``PropertyText``, which also decodes and compares
-    as the SDK's bytes. Code comparing the names themselves with ``bytes`` (iterating
-    ``props.keys()``) sees ``str``: README "Deviations"."""
+    ``in``, ``get``, ``pop``, ``setdefault``, ``update``, assignment or deletion by a ``bytes``
+    name means its UTF-8 ``str`` (a ``copy()`` reads the same); a ``str`` value is a
+    ``PropertyText``, which also decodes and compares as the SDK's bytes. Code comparing the
+    names themselves with ``bytes`` (iterating ``props.keys()``) sees ``str``: README
+    "Deviations"."""
 
     __slots__ = ()
 
@@ -185,6 +186,13 @@ class ReceivedProperties(dict):  # type: ignore[type-arg]
 
     def __delitem__(self, key: Any) -> None:
         dict.__delitem__(self, _property_name(key))
+
+    def update(self, *others: Any, **names: Any) -> None:
+        for key, value in dict(*others, **names).items():
+            self[key] = value
+
+    def copy(self) -> ReceivedProperties:
+        return ReceivedProperties(self)
 
 
 def _received_properties(props: dict[str, Any] | None) -> ReceivedProperties | None:

@@ -164,6 +164,9 @@ def test_received_properties_read_as_the_sdks_bytes_and_as_the_strs_sent() -> No
     assert props.pop(b"note") == "n" and props.setdefault(b"extra", 1) == 1
     del props[b"extra"]
     assert props.pop(b"gone", None) is None and list(props) == ["order_id", "amount", "raw"]
+    copied = props.copy()
+    copied.update({b"more": 1})
+    assert copied[b"order_id"] == b"12345" and list(copied)[-1] == "more" and "more" not in props
     assert msg._record.application_properties == {"order_id": "12345", "amount": 10, "raw": b"\x00"}
     again = pickle.loads(pickle.dumps(props))
     assert again[b"order_id"] == b"12345" and type(again) is type(props)
