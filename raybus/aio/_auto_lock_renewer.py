@@ -185,7 +185,8 @@ class AutoLockRenewer:
             error = AutoLockRenewFailed(f"lock renewal failed: {exc}", entry.message._entity)
             entry.message.auto_renew_error = error
             _log.warning(
-                "lock renewal failed for %s (%s): %s",
+                "%s: lock renewal failed for %s (%s): %s",
+                getattr(entry.receiver, "client_identifier", "receiver"),
                 entry.message._entity,
                 _seq(entry.message),
                 exc,

@@ -527,8 +527,9 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             lost = self._buffer_more(self._wrap(rows, "deleted"))
             if lost:  # deleted by the broker, and this receiver closed meanwhile
                 _log.warning(
-                    "%d message(s) of %s received and deleted for a cancelled receive after "
-                    "its receiver closed",
+                    "%s: %d message(s) of %s received and deleted for a cancelled receive "
+                    "after its receiver closed",
+                    self.client_identifier,
                     len(lost),
                     self.entity_path,
                 )
@@ -547,7 +548,13 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             try:
                 await self._call("end_waits", waiters, partition=pid)
             except Exception as exc:  # restarting or removed: its waits ended with it
-                _log.debug("waits at partition %d of %s not ended: %r", pid, self.entity_path, exc)
+                _log.debug(
+                    "%s: waits at partition %d of %s not ended: %r",
+                    self.client_identifier,
+                    pid,
+                    self.entity_path,
+                    exc,
+                )
 
     async def _call_rows(
         self,

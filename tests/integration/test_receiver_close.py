@@ -271,8 +271,8 @@ async def test_what_a_cancelled_receive_and_delete_took_after_its_receiver_close
         proceed.set()
         await asyncio.wait_for(_no_waits(receiver), 5)
     assert [r.getMessage() for r in caplog.records] == [
-        f"1 message(s) of {queue} received and deleted for a cancelled receive after its "
-        "receiver closed"
+        f"{receiver.client_identifier}: 1 message(s) of {queue} received and deleted for a "
+        "cancelled receive after its receiver closed"
     ]
 
 
@@ -495,7 +495,10 @@ async def test_a_cancelled_receive_whose_end_cannot_reach_the_partition_loses_no
             await _asend(aclient, queue, "taken by the orphan")
             await asyncio.wait_for(_no_waits(receiver), 10)  # the orphan's call answered
         assert len(refused) == 1
-        assert f"waits at partition 0 of {queue} not ended" in caplog.text
+        assert (
+            f"{receiver.client_identifier}: waits at partition 0 of {queue} not ended"
+            in caplog.text
+        )
         if rad:
             got = await receiver.receive_messages(1, max_wait_time=0.1)
             assert _bodies(got) == ["taken by the orphan"]

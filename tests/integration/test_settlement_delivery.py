@@ -9,6 +9,7 @@ schedules 1 s ahead) and generous waits; nothing asserts speed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -444,6 +445,7 @@ async def test_aio_auto_lock_renewer_stops_after_max_duration_and_reports_lost_l
     aadmin: aio.ServiceBusAdministrationClient,
     aclient: aio.ServiceBusClient,
     aeventually: Callable[..., Awaitable[None]],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     name = _name()
     await aadmin.create_queue(name, lock_duration=timedelta(seconds=0.5))
@@ -468,10 +470,16 @@ async def test_aio_auto_lock_renewer_stops_after_max_duration_and_reports_lost_l
             assert isinstance(timed_out.auto_renew_error, AutoLockRenewTimeout)
             assert isinstance(lost.auto_renew_error, AutoLockRenewFailed)
 
-        await aeventually(settled_down)
-        # Only the failed renewal is reported through the callback.
+        with caplog.at_level(logging.WARNING, logger="raybus"):
+            await aeventually(settled_down)
+        # Only the failed renewal is reported through the callback, and logged naming the
+        # receiver (its client_identifier, as the SDK's log lines do).
         assert [m for m, _ in failures] == [lost]
         assert isinstance(failures[0][1], AutoLockRenewFailed)
+        assert any(
+            r.getMessage().startswith(f"{receiver.client_identifier}: lock renewal failed for")
+            for r in caplog.records
+        )
 
 
 @pytest.mark.parametrize("pool", ["max_workers", "executor"])
