@@ -12,11 +12,11 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import ray
 
+from .._clock import from_timestamp
 from .._core.access import ANY
 from .._core.fanout import Target
 from .._core.filters import DEFAULT_RULE_NAME, RuleProperties, TrueRuleFilter
@@ -285,8 +285,7 @@ class TopicOps:
                 f"a topic has at most {MAX_SUBSCRIPTIONS_PER_TOPIC} subscriptions", sub.topic_name
             )
         sub = dataclasses.replace(sub, topic_name=topic.properties.name)
-        first = rule or RuleProperties(DEFAULT_RULE_NAME, TrueRuleFilter())
-        rules = (dataclasses.replace(first, created_at_utc=datetime.now(timezone.utc)),)
+        rules = (self._stamped(rule or RuleProperties(DEFAULT_RULE_NAME, TrueRuleFilter())),)
         store = subscription_queue_properties(topic.properties, sub)
         self._check_forwarding(store)
         entry = self._registry.add(
@@ -410,7 +409,7 @@ class TopicOps:
                 f"a subscription has at most {MAX_RULES_PER_SUBSCRIPTION} rules",
                 entry.properties.name,
             )
-        rule = dataclasses.replace(rule, created_at_utc=datetime.now(timezone.utc))  # the broker's
+        rule = self._stamped(rule)
         await self._store_subscription(entry, sub, (*rules, rule))
         await self._configure_router(topic)
         return rule
@@ -435,7 +434,14 @@ class TopicOps:
 
     @guarded(_MANAGE, subscription_path)
     async def list_rules(self, topic: str, subscription: str) -> list[Any]:
+        return self._rules_of(topic, subscription)
+
+    def _rules_of(self, topic: str, subscription: str) -> list[Any]:
         return list(self._subscription(topic, subscription).extra[1])
+
+    def _stamped(self, rule: RuleProperties) -> RuleProperties:
+        """``rule`` with the broker's creation time, from the registry's clock."""
+        return dataclasses.replace(rule, created_at_utc=from_timestamp(self._registry.now()))
 
     @guarded(_MANAGE, lambda topic, sub, _name: subscription_path(topic, sub))
     async def delete_rule(self, topic: str, subscription: str, name: str) -> None:
@@ -467,4 +473,4 @@ class TopicOps:
 
     @guarded(_LISTEN, subscription_path)
     async def enumerate_rules(self, topic: str, subscription: str) -> list[Any]:
-        return list(self._subscription(topic, subscription).extra[1])
+        return self._rules_of(topic, subscription)

@@ -127,6 +127,10 @@ class Registry:
         self.access = AccessTable()  # the namespace's authorization rules
         self.created_at: float | None = None  # set by ``born`` (or a logged "born" change)
 
+    def now(self) -> float:
+        """The registry's clock (epoch seconds): what stamps entities and rules."""
+        return self._clock.now()
+
     def born(self) -> float | None:
         """Give the namespace its creation time if it has none (a new namespace, or a log
         written before creation times were kept); return it if it is new (to be logged),

@@ -236,6 +236,8 @@ def test_rule_manager_operations_add_enumerate_and_remove_a_subscriptions_rules(
             assert _rule_call(gateway, node, "remove-rule", {"rule-name": name}).status == 200
         missing = _rule_call(gateway, node, "remove-rule", {"rule-name": "every"})
         assert (missing.status, missing.condition) == (404, "amqp:not-found")
+        unnamed = _rule_call(gateway, node, "remove-rule", {})
+        assert (unnamed.status, unnamed.condition) == (400, "com.microsoft:argument-error")
         on_topic = _rule_call(gateway, topic, "enumerate-rules", {"top": 10})
         assert (on_topic.status, on_topic.condition) == (400, "com.microsoft:argument-error")
         assert [r.name for r in admin.list_rules(topic, "s")] == ["big", "hot"]

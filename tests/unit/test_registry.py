@@ -65,6 +65,7 @@ def test_update_changes_settings_and_time_but_not_created_name() -> None:
     assert entry.properties.max_delivery_count == 3
     assert entry.properties.name == "Orders"
     assert entry.updated_at == entry.created_at + 5
+    assert registry.now() == entry.updated_at  # what the namespace stamps rules with
 
 
 def test_update_of_field_fixed_at_creation_raises_and_changes_nothing(registry: Registry) -> None:
