@@ -47,6 +47,7 @@ _FIELDS = (
 )
 
 _fields_of = operator.attrgetter(*_FIELDS)
+_FIELD_SET = frozenset(_FIELDS)
 _TTLS: dict[float, timedelta] = {}  # a queue's messages mostly share its default time to live
 
 
@@ -205,11 +206,14 @@ def _received_properties(props: dict[str, Any] | None) -> ReceivedProperties | N
     )
 
 
-def _sendable_properties(props: dict[Any, Any]) -> dict[Any, Any]:
-    """Application properties as a send stores them: a copy (the broker must not share the
-    caller's dict), with ``bytes`` names as their UTF-8 ``str`` (the SDK takes either) and
-    ``str`` subclasses (a received ``PropertyText``) as plain ``str``, so no class of
-    raybus's or the application's crosses to the broker. A name given both ways is refused."""
+def sendable_properties(
+    props: dict[Any, Any], field: str = "application_properties"
+) -> dict[Any, Any]:
+    """Application properties as a send (or a settlement's ``properties_to_modify``) stores
+    them: a copy (the broker must not share the caller's dict), with ``bytes`` names as their
+    UTF-8 ``str`` (the SDK takes either) and ``str`` subclasses (a received ``PropertyText``)
+    as plain ``str``, so no class of raybus's or the application's crosses to the broker. A
+    name given both ways is refused, naming ``field``."""
     plain = dict(props)
     for key, value in plain.items():
         if key.__class__ is not str or (value.__class__ is not str and isinstance(value, str)):
@@ -223,12 +227,22 @@ def _sendable_properties(props: dict[Any, Any]) -> dict[Any, Any]:
             name = str.__str__(name)
         if name in out:
             raise InvalidArgumentError(
-                f"application_properties: the name {name!r} is given twice (as str and bytes)",
-                None,
-                "application_properties",
+                f"{field}: the name {name!r} is given twice (as str and bytes)", None, field
             )
         out[name] = str.__str__(value) if isinstance(value, str) else value
     return out
+
+
+def _text_field(name: str, value: bytes) -> str:
+    """A system string field given as ``bytes``, as the SDK takes them (its getters read them
+    back decoded): the UTF-8 ``str``. ``InvalidArgumentError`` naming ``name`` if it is not
+    UTF-8 (the SDK would keep the bytes; raybus stores these fields as strings)."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(
+            f"{name} must be a str, or bytes in UTF-8; {value[:20]!r} is not UTF-8", None, name
+        ) from None
 
 
 def _sendable_body(body: Any) -> Any:
@@ -278,7 +292,9 @@ class ServiceBusMessage:
     ``body`` is ``bytes``, ``str`` or any AMQP-encodable value (None, bool, int, float, str,
     bytes, UUID, datetime, and lists/dicts of those). ``application_properties`` values must be
     AMQP primitives (no lists or dicts); their names are ``str``, or ``bytes`` (UTF-8, as the
-    SDK takes them: stored as the ``str``). ``time_to_live`` is capped by the entity's default;
+    SDK takes them: stored as the ``str``). The string fields (``message_id`` ...
+    ``partition_key``) are ``str``, or UTF-8 ``bytes``, which they hold and read as the ``str``
+    (as the SDK's getters decode them). ``time_to_live`` is capped by the entity's default;
     ``scheduled_enqueue_time_utc`` makes it a scheduled message. Raises
     ``InvalidArgumentError`` (a ``ValueError``) naming the bad field.
     """
@@ -330,12 +346,32 @@ class ServiceBusMessage:
             scheduled_enqueue_time_utc=scheduled_enqueue_time_utc,
             partition_key=partition_key,
         )
-        self._to_record()  # validate now: bad input fails where it was written
+        try:
+            self._to_record()  # validate now: bad input fails where it was written
+        except InvalidArgumentError:
+            if not self._decode_fields():
+                raise
+            self._to_record()
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if value.__class__ is bytes and name in _FIELD_SET:
+            value = _text_field(name, value)
         # Any change invalidates the validated record, so the next send validates again.
         self.__dict__.pop("_record_cache", None)
         object.__setattr__(self, name, value)
+
+    def _decode_fields(self) -> bool:
+        """Turn the system string fields given as ``bytes`` into their UTF-8 ``str`` (as the
+        SDK reads them back); whether there were any. Looked for only when validation
+        fails, so a message built with ``str`` fields pays nothing for it."""
+        state = self.__dict__
+        found = False
+        for name in _FIELDS:
+            value = state.get(name)
+            if value.__class__ is bytes:
+                state[name] = _text_field(name, value)
+                found = True
+        return found
 
     def _to_record(self) -> MessageRecord:
         """The validated broker record (size computed), cached until a field changes.
@@ -374,7 +410,7 @@ class ServiceBusMessage:
             )
         props = self.application_properties
         if props is not None and isinstance(props, dict):
-            props = _sendable_properties(props)
+            props = sendable_properties(props)
         body = _sendable_body(self.body)
         # Positional, in MessageRecord's field order (_FIELDS are its fields 2-10): a call
         # with 13 keywords took twice as long, and this runs for every message built.

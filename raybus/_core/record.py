@@ -233,27 +233,24 @@ def check_body(body: Any) -> int:
     return _value_size(body, "body", nested=True)
 
 
-def check_application_properties(props: dict[str, Any] | None) -> int:
-    """Validate application properties (string keys, primitive values); return their size."""
+def check_application_properties(
+    props: dict[str, Any] | None, field: str = "application_properties"
+) -> int:
+    """Validate application properties (string keys, primitive values); return their size.
+    ``field`` is what the errors name (a settlement's ``properties_to_modify``)."""
     if props is None:
         return 0
     if not isinstance(props, dict):
         raise InvalidArgumentError(
-            f"application_properties must be a dict, not {type(props).__name__}",
-            None,
-            "application_properties",
+            f"{field} must be a dict, not {type(props).__name__}", None, field
         )
     total = 0
     for key, value in props.items():
         if not isinstance(key, str):
             raise InvalidArgumentError(
-                f"application_properties: key {key!r} is a {type(key).__name__}, not a str",
-                None,
-                "application_properties",
+                f"{field}: key {key!r} is a {type(key).__name__}, not a str", None, field
             )
-        size = len(key.encode("utf-8")) + _value_size(
-            value, f"application_properties[{key!r}]", nested=False
-        )
+        size = len(key.encode("utf-8")) + _value_size(value, f"{field}[{key!r}]", nested=False)
         if size > MAX_PROPERTY_SIZE:
             raise MessageSizeExceededError(
                 f"application property {key!r} is {size} bytes; one property may have at most "

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._clock import from_timestamp
 from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
-from .._core.record import check_application_properties
 from ..enums import ServiceBusDisposition
 from ..exceptions import InvalidArgumentError, ServiceBusError
+from ._settlement import checked_properties_to_modify
 
 if TYPE_CHECKING:
     from .._connection import Connection
@@ -237,11 +237,7 @@ class LockTokenSettlement:
                     entity,
                     "properties_to_modify",
                 )
-            if not isinstance(properties, dict):
-                raise InvalidArgumentError(
-                    "properties_to_modify must be a dict", entity, "properties_to_modify"
-                )
-            check_application_properties(properties)
+            properties = checked_properties_to_modify(properties, entity)
         for value, name in (
             (reason, "dead_letter_reason"),
             (description, "dead_letter_error_description"),

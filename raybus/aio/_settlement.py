@@ -17,7 +17,7 @@ from .._connection import Connection, SettleResults
 from .._core.partition import ABANDON, SettleOp
 from .._core.record import check_application_properties
 from ..exceptions import InvalidArgumentError, MessageAlreadySettled, MessageLockLostError
-from ..message import ServiceBusReceivedMessage
+from ..message import ServiceBusReceivedMessage, sendable_properties
 from ._refusal import Failure, refusal
 
 if TYPE_CHECKING:
@@ -25,6 +25,18 @@ if TYPE_CHECKING:
     from ._transaction import ServiceBusTransaction
 
 __all__ = ["Settlement"]
+
+
+def checked_properties_to_modify(properties: Any, entity: str) -> dict[str, Any]:
+    """A settlement's ``properties_to_modify`` as it is stored: names given as ``bytes`` (as
+    the SDK takes application properties) as their ``str``, a copy of the caller's dict,
+    checked as application properties are; errors name ``properties_to_modify``."""
+    field = "properties_to_modify"
+    if not isinstance(properties, dict):
+        raise InvalidArgumentError(f"{field} must be a dict", entity, field)
+    out = sendable_properties(properties, field)
+    check_application_properties(out, field)
+    return out
 
 
 class Settlement:
@@ -107,7 +119,7 @@ class Settlement:
             raise MessageAlreadySettled()
         self._no_transfer_locks()
         if op.properties is not None:
-            check_application_properties(op.properties)
+            op.properties = checked_properties_to_modify(op.properties, self.entity_path)
         if op.reason is not None or op.description is not None:
             for value, name in ((op.reason, "reason"), (op.description, "error_description")):
                 if value is not None and not isinstance(value, str):

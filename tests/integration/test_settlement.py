@@ -140,6 +140,34 @@ def test_abandon_and_defer_merge_properties_to_modify_into_application_propertie
         receiver.complete_message(deferred)
 
 
+def test_properties_to_modify_take_bytes_names_as_the_sdk_gives_them(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    # Code written for the SDK reads received names as bytes and may hand them back.
+    _send(client, queue, "props", application_properties={"a": 1, "b": 2})
+    with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        (msg,) = receiver.receive_messages()
+        with pytest.raises(InvalidArgumentError) as info:  # a name twice: nothing settled
+            receiver.abandon_message(msg, properties_to_modify={"b": 3, b"b": 4})
+        assert info.value.argument == "properties_to_modify"
+        assert "'b'" in str(info.value)
+        with pytest.raises(InvalidArgumentError) as info:
+            receiver.abandon_message(msg, properties_to_modify={"bad": [1]})
+        assert info.value.argument == "properties_to_modify['bad']"
+        receiver.abandon_message(
+            msg, properties_to_modify={b"b": 3, b"c": msg.application_properties.get(b"a")}
+        )
+        (again,) = receiver.receive_messages()
+        assert again.delivery_count == 1
+        assert again.application_properties == {"a": 1, "b": 3, "c": 1}
+        assert all(type(name) is str for name in again.application_properties)
+        receiver.dead_letter_message(again, reason="r", properties_to_modify={b"dead": b"yes"})
+    with client.get_queue_receiver(queue, sub_queue=DLQ, max_wait_time=5) as dlq:
+        (dead,) = dlq.receive_messages()
+        assert dead.application_properties == {"a": 1, "b": 3, "c": 1, "dead": b"yes"}
+        dlq.complete_message(dead)
+
+
 def test_message_abandoned_max_delivery_count_times_is_dead_lettered(
     admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
 ) -> None:

@@ -461,3 +461,47 @@ def test_every_field_a_sender_sets_reaches_the_record_in_its_place() -> None:
     assert {name: getattr(rec, name) for name in strings} == strings
     assert rec.time_to_live == 90.0 and rec.scheduled_enqueue_time == at.timestamp()
     assert rec.size > 0 and rec.sequence_number == 0 and rec.lock_token is None
+
+
+def test_system_string_fields_given_as_bytes_read_and_are_stored_as_their_utf8_str() -> None:
+    # The SDK takes these fields as bytes and its getters read them back decoded.
+    from raybus import ServiceBusMessage, message
+
+    given = {name: f"{name}-é".encode() for name in message._FIELDS}
+    given["partition_key"] = given["session_id"]  # must equal the session when both are set
+    m = ServiceBusMessage(b"body", **given)
+    expected = {name: value.decode() for name, value in given.items()}
+    assert {name: getattr(m, name) for name in given} == expected
+    assert all(type(getattr(m, name)) is str for name in given)
+    rec = m._to_record()
+    assert {name: getattr(rec, name) for name in given} == expected
+    assert rec.size == ServiceBusMessage(b"body", **expected)._to_record().size
+    m.subject = b"changed"  # set later, the same
+    assert m.subject == "changed" and m._to_record().subject == "changed"
+
+
+@pytest.mark.parametrize("field", ["message_id", "subject", "partition_key"])
+def test_a_system_string_field_of_bytes_that_are_not_utf8_is_refused_by_name(field: str) -> None:
+    from raybus import ServiceBusMessage
+
+    with pytest.raises(InvalidArgumentError, match="UTF-8") as info:
+        ServiceBusMessage(b"body", **{field: b"\xff\xfe"})
+    assert info.value.argument == field
+    m = ServiceBusMessage(b"body")
+    with pytest.raises(InvalidArgumentError) as info:
+        setattr(m, field, b"\xff")
+    assert info.value.argument == field and getattr(m, field) is None  # left as it was
+
+
+def test_bytes_system_fields_are_checked_as_strings_after_decoding() -> None:
+    from raybus import ServiceBusMessage
+
+    with pytest.raises(InvalidArgumentError) as info:
+        ServiceBusMessage(b"body", message_id=b"m" * 129)
+    assert info.value.argument == "message_id"
+    with pytest.raises(InvalidArgumentError) as info:
+        ServiceBusMessage(b"body", session_id=b"")
+    assert info.value.argument == "session_id"
+    with pytest.raises(InvalidArgumentError) as info:  # other types are still refused
+        ServiceBusMessage(b"body", message_id=b"m", correlation_id=42)  # type: ignore[arg-type]
+    assert info.value.argument == "correlation_id"
