@@ -17,9 +17,9 @@ from bad_input_catalogue import (
     IAE,
     MAIN,
     MISSING,
+    MODIFY,
     NF,
     OTHER,
-    PROPS,
     SESS,
     SMALL,
     SUB,
@@ -268,7 +268,7 @@ CASES += [
     Case(
         "abandon_property_value_a_set",
         IAE,
-        "application_properties['k']",
+        "properties_to_modify['k']",
         lambda e, m: e.receivers[MAIN].abandon_message(m, {"k": {1}}),
         fresh,
         settle_ok,
@@ -276,7 +276,7 @@ CASES += [
     Case(
         "abandon_property_key_int",
         IAE,
-        PROPS,
+        MODIFY,
         lambda e, m: e.receivers[MAIN].abandon_message(m, {1: "v"}),
         fresh,
         settle_ok,
@@ -284,7 +284,7 @@ CASES += [
     Case(
         "defer_properties_not_a_dict",
         IAE,
-        PROPS,
+        MODIFY,
         lambda e, m: e.receivers[MAIN].defer_message(m, ["k"]),
         fresh,
         settle_ok,

@@ -177,3 +177,4 @@ IAE = InvalidArgumentError
 NF = MessagingEntityNotFoundError
 AE = MessagingEntityAlreadyExistsError
 PROPS = "application_properties"
+MODIFY = "properties_to_modify"
