@@ -16,6 +16,10 @@ from . import _sync, aio
 from ._core.filters import RuleProperties, SqlRuleAction
 from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ._core.pool import ProcessorStatistics
+from ._handler_from_connection_string import (
+    receiver_from_connection_string,
+    sender_from_connection_string,
+)
 from ._retry import RetryMode
 from ._sync import run
 from .aio import EntityInfo, _complete
@@ -48,6 +52,22 @@ class ServiceBusSender:
         self._aio = inner
         self.entity_path = inner.entity_path
         self.client_identifier = inner.client_identifier
+
+    @classmethod
+    def _from_connection_string(
+        cls,
+        conn_str: str,
+        *,
+        queue_name: str | None = None,
+        topic_name: str | None = None,
+        **kwargs: Any,
+    ) -> ServiceBusSender:
+        """A sender straight from a connection string, as the Azure SDK's samples make one
+        (``raybus._handler_from_connection_string``)."""
+        sender: ServiceBusSender = sender_from_connection_string(
+            ServiceBusClient, conn_str, queue_name, topic_name, kwargs
+        )
+        return sender
 
     def send_messages(
         self,
@@ -106,6 +126,23 @@ class ServiceBusReceiver:
         self.entity_path = inner.entity_path
         self.client_identifier = inner.client_identifier
         self.session = None if inner.session is None else ServiceBusSession(inner.session)
+
+    @classmethod
+    def _from_connection_string(
+        cls,
+        conn_str: str,
+        *,
+        queue_name: str | None = None,
+        topic_name: str | None = None,
+        subscription_name: str | None = None,
+        **kwargs: Any,
+    ) -> ServiceBusReceiver:
+        """A receiver straight from a connection string, as the Azure SDK's samples make one
+        (``raybus._handler_from_connection_string``)."""
+        receiver: ServiceBusReceiver = receiver_from_connection_string(
+            ServiceBusClient, conn_str, queue_name, topic_name, subscription_name, kwargs
+        )
+        return receiver
 
     def receive_messages(
         self, max_message_count: int | None = 1, max_wait_time: float | None = None

@@ -16,6 +16,7 @@ from .._connection import Connection
 from .._core.record import SCHEDULED, MessageRecord, snapshot
 from .._core.sendable import check_sendable
 from .._core.wire import send_args
+from .._handler_from_connection_string import sender_from_connection_string
 from .._retry import send_repeatable
 from .._topic_models import is_subscription
 from ..exceptions import (
@@ -121,6 +122,25 @@ class ServiceBusSender:
         self.client_identifier = client_identifier or f"SBSender-{uuid.uuid4()}"
         self._closed = False
         self._turn = 0  # rotates the partition that unkeyed messages go to on ties
+
+    @classmethod
+    def _from_connection_string(
+        cls,
+        conn_str: str,
+        *,
+        queue_name: str | None = None,
+        topic_name: str | None = None,
+        **kwargs: Any,
+    ) -> ServiceBusSender:
+        """A sender straight from a connection string, as the Azure SDK's samples make one
+        (``raybus._handler_from_connection_string``); ``kwargs`` are the sender's options and
+        ``ServiceBusClient.from_connection_string``'s."""
+        from ._client import ServiceBusClient
+
+        sender: ServiceBusSender = sender_from_connection_string(
+            ServiceBusClient, conn_str, queue_name, topic_name, kwargs
+        )
+        return sender
 
     async def _route(self, refresh: bool = False) -> Route:
         if self._closed:

@@ -519,6 +519,85 @@ def test_a_connection_strings_entity_path_is_the_only_entity_its_client_reaches(
     assert active(closed, "q") == 1 and active(closed, "other") == 0
 
 
+def test_senders_and_receivers_made_from_a_connection_string_as_the_sdks_samples_make_them(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    """``ServiceBusSender._from_connection_string`` and ``ServiceBusReceiver``'s (private in
+    the SDK, used by its ``sample_code_servicebus.py``), sync and aio; the handler's options
+    go to it and the rest to the client; without a name, the EntityPath is the queue."""
+    conn = _conn_str(namespace, "root", ROOT_KEY)
+    closed.create_topic("t")
+    closed.create_subscription("t", "s")
+    with raybus.ServiceBusSender._from_connection_string(
+        conn_str=conn, queue_name="q", client_identifier="sample-sender", retry_total=1
+    ) as sender:
+        assert sender.client_identifier == "sample-sender"
+        assert sender._aio._conn.retry.total == 1  # a client option reached the client
+        sender.send_messages(ServiceBusMessage("sync"))
+    in_q = _conn_str(namespace, "root", ROOT_KEY, entity="q")
+    with raybus.ServiceBusSender._from_connection_string(in_q) as sender:  # EntityPath
+        sender.send_messages(ServiceBusMessage("by entity path"))
+    with raybus.ServiceBusReceiver._from_connection_string(
+        in_q, max_wait_time=5, prefetch_count=10
+    ) as receiver:
+        got = _receive_all(receiver, 2)
+        receiver.complete_messages(got)
+    assert sorted(str(m) for m in got) == ["by entity path", "sync"]
+
+    async def aio_side() -> list[str]:
+        async with aio.ServiceBusSender._from_connection_string(
+            conn_str=conn, topic_name="t"
+        ) as topic_sender:
+            await topic_sender.send_messages(ServiceBusMessage("to t"))
+        async with aio.ServiceBusReceiver._from_connection_string(
+            conn_str=conn, topic_name="t", subscription_name="s", max_wait_time=5
+        ) as sub_receiver:
+            got = await sub_receiver.receive_messages(max_wait_time=5)
+            await sub_receiver.complete_messages(got)
+            return [str(m) for m in got]
+
+    assert asyncio.run(aio_side()) == ["to t"]
+    refused = [
+        (lambda: raybus.ServiceBusSender._from_connection_string(conn), "queue_name"),
+        (
+            lambda: raybus.ServiceBusSender._from_connection_string(
+                conn, queue_name="q", topic_name="t"
+            ),
+            "topic_name",
+        ),
+        (
+            lambda: aio.ServiceBusReceiver._from_connection_string(conn, topic_name="t"),
+            "subscription_name",
+        ),
+        (
+            lambda: raybus.ServiceBusReceiver._from_connection_string(
+                conn, queue_name="q", subscription_name="s"
+            ),
+            "subscription_name",
+        ),
+        (
+            lambda: raybus.ServiceBusReceiver._from_connection_string(in_q, queue_name="t"),
+            "queue_name",
+        ),
+    ]
+    for make, argument in refused:
+        with pytest.raises(InvalidArgumentError) as info:
+            make()
+        assert info.value.argument == argument
+    assert active(closed, "q") == 0
+
+
+def _receive_all(
+    receiver: raybus.ServiceBusReceiver, n: int
+) -> list[raybus.ServiceBusReceivedMessage]:
+    got: list[raybus.ServiceBusReceivedMessage] = []
+    while len(got) < n:
+        batch = receiver.receive_messages(max_message_count=n - len(got), max_wait_time=5)
+        assert batch, f"{len(got)} of {n} received"
+        got += batch
+    return got
+
+
 def test_azure_cores_named_key_credential_opens_a_closed_namespace_and_rotates(
     namespace: str, closed: ServiceBusAdministrationClient
 ) -> None:
