@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from .auth import parse_connection_string
 from .exceptions import InvalidArgumentError
 
 __all__ = ["receiver_from_connection_string", "sender_from_connection_string"]
@@ -43,10 +44,16 @@ def _client(
     return client_cls.from_connection_string(conn_str, **kwargs), options
 
 
-def _entity_path(client: Any) -> str | None:
-    aio_client = getattr(client, "_aio", client)  # the sync client wraps the asyncio one
-    path: str | None = aio_client._entity_path
-    return path
+def _queue_name(conn_str: str, name: str | None, wanted: str) -> str:
+    """``name``, else the connection string's ``EntityPath`` (read by the parser the clients
+    use); ``InvalidArgumentError`` naming ``queue_name`` if there is neither."""
+    if name is None:
+        name = parse_connection_string(conn_str).entity_path
+    if name is None:
+        raise InvalidArgumentError(
+            f"give {wanted} (the connection string has no EntityPath)", None, "queue_name"
+        )
+    return name
 
 
 def sender_from_connection_string(
@@ -65,13 +72,7 @@ def sender_from_connection_string(
     client, options = _client(client_cls, conn_str, kwargs, _SENDER_OPTIONS)
     if topic_name is not None:
         return client.get_topic_sender(topic_name, **options)
-    name = queue_name if queue_name is not None else _entity_path(client)
-    if name is None:
-        raise InvalidArgumentError(
-            "give queue_name or topic_name (the connection string has no EntityPath)",
-            None,
-            "queue_name",
-        )
+    name = _queue_name(conn_str, queue_name, "queue_name or topic_name")
     return client.get_queue_sender(name, **options)
 
 
@@ -101,12 +102,5 @@ def receiver_from_connection_string(
     client, options = _client(client_cls, conn_str, kwargs, _RECEIVER_OPTIONS)
     if topic_name is not None:
         return client.get_subscription_receiver(topic_name, subscription_name, **options)
-    name = queue_name if queue_name is not None else _entity_path(client)
-    if name is None:
-        raise InvalidArgumentError(
-            "give queue_name, or topic_name and subscription_name (the connection string "
-            "has no EntityPath)",
-            None,
-            "queue_name",
-        )
+    name = _queue_name(conn_str, queue_name, "queue_name, or topic_name and subscription_name")
     return client.get_queue_receiver(name, **options)

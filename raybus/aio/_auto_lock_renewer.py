@@ -186,7 +186,7 @@ class AutoLockRenewer:
             entry.message.auto_renew_error = error
             _log.warning(
                 "%s: lock renewal failed for %s (%s): %s",
-                getattr(entry.receiver, "client_identifier", "receiver"),
+                entry.receiver.client_identifier,
                 entry.message._entity,
                 _seq(entry.message),
                 exc,

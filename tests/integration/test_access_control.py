@@ -559,6 +559,7 @@ def test_senders_and_receivers_made_from_a_connection_string_as_the_sdks_samples
     assert asyncio.run(aio_side()) == ["to t"]
     refused = [
         (lambda: raybus.ServiceBusSender._from_connection_string(conn), "queue_name"),
+        (lambda: aio.ServiceBusReceiver._from_connection_string(conn), "queue_name"),
         (
             lambda: raybus.ServiceBusSender._from_connection_string(
                 conn, queue_name="q", topic_name="t"
