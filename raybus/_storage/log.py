@@ -38,7 +38,9 @@ Guarantees:
   its CRC-32 but whose Arrow payload cannot be read or (a segment record) whose LSN is out of
   sequence (a torn write cannot leave either: it was written whole, so it may have been
   acknowledged, or a second writer left it) raises ``StorageCorruptedError``.
-* **Bounded size**: a segment is closed once it reaches ``segment_bytes``; a checkpoint deletes
+* **Bounded size**: a segment is closed once it reaches ``segment_bytes`` (its file may be up
+  to 1 MiB longer than its records while it is written: zeros written ahead of the appends,
+  ``raybus._storage.segments``, which recovery reads as the segment's end); a checkpoint deletes
   every file and segment it covers entirely (closing the segment being written if it covers
   all of it), so a drained log shrinks to its checkpoint.
 
@@ -449,7 +451,7 @@ class DurableLog:
             if active is None:
                 assert self._local_log_dir is not None  # segments only on the local disk
                 path = _fs.join(self._local_log_dir, segment_name(lsn))
-                active = self._active = SegmentWriter(path, lsn)
+                active = self._active = SegmentWriter(path, lsn, self._segment_bytes)
                 with self._lock:
                     self._segments.add(lsn)
             active.append(header, payload)

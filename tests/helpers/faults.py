@@ -116,8 +116,9 @@ def _tear_and_exit(actor: Any, path: str, cut: int) -> bool:
     """Runs inside a partition actor: crash in the middle of the next append to ``path``.
 
     Holds the log's append lock (no append in flight, none after: the process dies holding
-    it), writes the first ``cut`` bytes of a record for the next LSN at the end of ``path``
-    and exits. ``False`` (and no crash) if appends no longer go to ``path``.
+    it), writes the first ``cut`` bytes of a record for the next LSN where the writer would
+    (after the acknowledged records, over the zeros written ahead of them) and exits.
+    ``False`` (and no crash) if appends no longer go to ``path``.
     """
     log = actor._commit._log
     with log._append_lock:
@@ -126,7 +127,10 @@ def _tear_and_exit(actor: Any, path: str, cut: int) -> bool:
             return False
         payload = serialize(pa.table({"torn": pa.array([b"x" * 200])}))
         record = encode_record(log.next_lsn, payload) + payload.to_pybytes()
-        with open(path, "ab") as f:
+        active = log._active
+        at = active.end if active is not None and active.path == target else 0
+        with open(path, "r+b" if os.path.exists(path) else "wb") as f:
+            f.seek(at)
             f.write(record[: max(1, min(cut, len(record) - 1))])
             f.flush()
             os.fsync(f.fileno())

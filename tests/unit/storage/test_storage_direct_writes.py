@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
-from segment_files import record_starts, segments
+from segment_files import record_starts, records_end, segments
 from storage_helpers import batch, recovered_values, reopen
 
 from raybus._storage import DurableLog, StorageUnavailableError
@@ -132,11 +132,15 @@ def _extents(content: bytes) -> list[tuple[int, int]]:
 
 
 def _back_to_back(path: Path) -> bool:
-    """Whether the segment's records follow each other with nothing between or after."""
+    """Whether the segment's records follow each other with nothing between them, and only
+    the zeros written ahead of the appends after them."""
     content = path.read_bytes()
     extents = _extents(content)
-    return [s for s, _ in extents[1:]] == [e for _, e in extents[:-1]] and extents[-1][1] == len(
-        content
+    end = extents[-1][1]
+    return (
+        [s for s, _ in extents[1:]] == [e for _, e in extents[:-1]]
+        and end == records_end(path)
+        and content[end:] == bytes(len(content) - end)
     )
 
 
@@ -161,8 +165,8 @@ def test_records_written_direct_read_back_as_those_written_buffered(
         return [content[start:end] for start, end in _extents(content)]
 
     assert records(tmp_path / "direct") == records(tmp_path / "buffered")
-    plain = (segments(tmp_path / "buffered" / "store" / "log")[0]).read_bytes()
-    assert b"".join(records(tmp_path / "buffered")) == plain  # buffered: no padding
+    [plain] = segments(tmp_path / "buffered" / "store" / "log")
+    assert _back_to_back(plain)  # buffered: no padding
 
 
 def test_a_file_system_without_direct_io_gets_buffered_writes(
@@ -214,7 +218,8 @@ def test_a_failed_direct_write_acknowledges_nothing(
     log.append(batch([0]))
     log.append(_long([1, 2, 3]))
     path = Path(log.appending_to or "")
-    acknowledged = path.stat().st_size
+    acknowledged = records_end(path)  # the long record's padding follows
+    content = path.read_bytes()[:acknowledged]
     real = os.pwrite
 
     def pwrite(fd: int, data: Any, offset: int) -> int:
@@ -228,7 +233,11 @@ def test_a_failed_direct_write_acknowledges_nothing(
         patch.setattr(os, "pwrite", pwrite)
         with pytest.raises(StorageUnavailableError):
             log.append(_long([4, 5, 6]))
-    assert path.stat().st_size == acknowledged  # the remnant was cut off
+    # The remnant was cut off: the records are as they were, followed by no more than the
+    # last one's padding.
+    assert path.read_bytes()[:acknowledged] == content
+    assert acknowledged < path.stat().st_size < acknowledged + BLOCK
+    assert records_end(path) == acknowledged
     assert log.next_lsn == 3
     assert log.append(_long([7, 8, 9])) == 3
     _fresh, state = reopen(log)
@@ -244,7 +253,7 @@ def test_a_direct_open_failing_otherwise_than_einval_fails_the_append_and_acknow
     log = _log(tmp_path)
     log.append(batch([0]))
     path = Path(log.appending_to or "")
-    acknowledged = path.stat().st_size
+    acknowledged = records_end(path)
     real = os.open
 
     def failing(file: Any, flags: int, *args: Any) -> int:
@@ -256,7 +265,8 @@ def test_a_direct_open_failing_otherwise_than_einval_fails_the_append_and_acknow
         patch.setattr(os, "open", failing)
         with pytest.raises(StorageUnavailableError):
             log.append(_long([1, 2, 3]))
-    assert path.stat().st_size == acknowledged and log.next_lsn == 2
+    assert records_end(path) == acknowledged and log.next_lsn == 2
+    assert path.read_bytes()[acknowledged:] == bytes(path.stat().st_size - acknowledged)
     assert log.append(_long([4, 5, 6])) == 2
     assert recovered_values(reopen(log)[1]) == [0, 4, 5, 6]
 
@@ -285,7 +295,7 @@ def test_a_direct_record_torn_by_a_crash_is_cut_back_to_the_record_before(
     log = _log(tmp_path)
     log.append(batch([0]))
     path = Path(log.appending_to or "")
-    acknowledged = path.stat().st_size
+    acknowledged = records_end(path)
     assert acknowledged % BLOCK
     log.append(_long([1, 2, 3]))
     content = path.read_bytes()
@@ -319,17 +329,27 @@ def test_scan_skips_zeros_up_to_a_block_boundary_and_at_the_end() -> None:
     assert padded_end.damage is None and padded_end.valid_end == len(first)
 
 
+@pytest.mark.parametrize("zeros", [5, BLOCK, 3 * BLOCK + 17])
+def test_scan_takes_zeros_to_the_end_for_the_end_of_the_records(zeros: int) -> None:
+    """The zeros a segment writer writes ahead of its appends: whole blocks of them or not,
+    from a record's end to the end of the file, they end the records; no damage."""
+    data = _record(1, [1]) + _record(2, [2])
+    found = scan(pa.py_buffer(data + bytes(zeros)), 1, 0)
+    assert found.damage is None and found.last_lsn == 2 and found.valid_end == len(data)
+    assert [t.column(0).to_pylist() for _, t in found.entries] == [[1], [2]]
+
+
 @pytest.mark.parametrize(
     "tail",
     [
-        "a zero block",  # zeros from a boundary on: where a record should start
+        "a zero block, then a byte",  # zeros from a boundary on, not to the end of the file
         "a byte before the boundary",  # not padding: something else was written there
     ],
 )
 def test_scan_takes_other_zeros_for_damage(tail: str) -> None:
     first = _pad_to_block(_record(1, [1]))
-    if tail == "a zero block":
-        data = first + bytes(BLOCK)
+    if tail == "a zero block, then a byte":
+        data = first + bytes(BLOCK) + b"\x07"
     else:
         padded = bytearray(first)
         padded[-1] = 7

@@ -18,14 +18,21 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
-from segment_files import flip_in_record, record_starts, segments
+from segment_files import (
+    flip_in_record,
+    record_starts,
+    records_end,
+    segments,
+    write_at_records_end,
+)
 from storage_helpers import batch, recovered_values, reopen, table
 
 from raybus._storage import DurableLog, StorageCorruptedError, StorageUnavailableError
 from raybus._storage import fs as storage_fs
 from raybus._storage import log as storage_log
+from raybus._storage import segments as seg
 from raybus._storage.framing import encode
-from raybus._storage.segments import encode_record
+from raybus._storage.segments import RECORD_MAGIC, encode_record
 from raybus.exceptions import InvalidArgumentError
 
 
@@ -126,13 +133,13 @@ def test_an_append_in_pieces_failing_part_way_acknowledges_nothing(
 ) -> None:
     log = _log(tmp_path)
     log.append(_long_table([1, 2]))
-    size = {p: p.stat().st_size for p in segments(_log_dir(tmp_path))}
+    size = {p: records_end(p) for p in segments(_log_dir(tmp_path))}
     with monkeypatch.context() as patch:
         patch.setattr(os, "pwrite", _pwrite_failing_from(call, errno.EIO))
         with pytest.raises(StorageUnavailableError):
             log.append(_long_table([3, 4, 5]))
     assert log.next_lsn == 2
-    for path, acknowledged in size.items():  # the remnant was cut off
+    for path, acknowledged in size.items():  # the remnant was cut off (the zeros with it)
         assert path.stat().st_size == acknowledged
     assert log.append(_long_table([6])) == 2
     _fresh, state = reopen(log)
@@ -183,8 +190,12 @@ def test_torn_end_of_the_last_segment_is_cut_off(
     log.append(batch([0]))
     log.append(batch([1]))
     path = Path(log.appending_to or "")
-    acknowledged = path.stat().st_size
+    acknowledged = records_end(path)
     log.append(batch([2]))
+    # The zeros written ahead are cut off first: these are the tears of a file that grew
+    # with its appends (a segment written without them, as before raybus wrote them);
+    # test_a_record_torn_in_front_of_the_zeros_ahead_is_cut_off tears one in front of them.
+    os.truncate(path, records_end(path))
     data = path.read_bytes()
     if damage == "cut":
         path.write_bytes(data[:-3])
@@ -204,6 +215,149 @@ def test_torn_end_of_the_last_segment_is_cut_off(
     assert recovered_values(state) == [0, 1]
     assert fresh.next_lsn == 3
     assert path.stat().st_size == acknowledged  # cut back to the acknowledged records
+    assert fresh.append(batch([9])) == 3
+    assert recovered_values(reopen(fresh)[1]) == [0, 1, 9]
+
+
+def test_appends_go_into_zeros_written_ahead_and_leave_the_file_size_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append past the zeros a segment has writes ``ZERO_AHEAD_BYTES`` more after its
+    record (before its one sync); the appends that fit in them change no file size, which is
+    what makes their ``fdatasync`` write no metadata (``raybus._storage.segments``)."""
+    monkeypatch.setattr(seg, "ZERO_AHEAD_BYTES", 2000)
+    log = _log(tmp_path)
+    syncs: list[int] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        syncs.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    sizes, ends = [], []
+    for v in range(12):
+        log.append(batch([v]))
+        path = Path(log.appending_to or "")
+        sizes.append(path.stat().st_size)
+        ends.append(records_end(path))
+    assert len(syncs) == 12  # still one sync an append
+    assert sizes[0] == ends[0] + 2000
+    content = path.read_bytes()
+    assert content[ends[-1] :] == bytes(sizes[-1] - ends[-1])  # zeros after the records
+    grew = [i for i in range(1, 12) if sizes[i] != sizes[i - 1]]
+    assert grew and len(grew) < 6  # most appends went into zeros already there
+    for i in grew:  # and a file grows only by an append that went past its zeros
+        assert ends[i] > sizes[i - 1] and sizes[i] == ends[i] + 2000
+    assert recovered_values(reopen(log)[1]) == list(range(12))
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
+def test_zeros_ahead_the_disk_refuses_cost_the_append_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """The zeros are for later appends: refusing them fails no append (its own sync
+    decides), and the next append past the records tries again."""
+    log = _log(tmp_path, segment_bytes=4 << 20)
+    real = os.pwrite
+    refused: list[int] = []
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        view = memoryview(data).cast("B")
+        if len(view) >= 1000 and not bytes(view).strip(b"\x00"):  # the zeros ahead
+            refused.append(len(view))
+            raise OSError(code, os.strerror(code))
+        return real(fd, data, offset)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "pwrite", pwrite)
+        assert log.append(batch([0])) == 1
+        assert log.append(batch([1])) == 2
+    assert len(refused) == 2  # asked for at each append: none were there
+    path = Path(log.appending_to or "")
+    assert path.stat().st_size == records_end(path)
+    assert log.append(batch([2])) == 3  # and written now
+    end = records_end(path)
+    assert path.stat().st_size == end + seg.zeros_ahead(end) == end + seg.ZERO_AHEAD_MIN_BYTES
+    assert recovered_values(reopen(log)[1]) == [0, 1, 2]
+
+
+def test_zeros_ahead_grow_with_the_segment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As many zeros as the segment holds, from ``ZERO_AHEAD_MIN_BYTES`` to
+    ``ZERO_AHEAD_BYTES``: a partition that appends little keeps a small file."""
+    monkeypatch.setattr(seg, "ZERO_AHEAD_MIN_BYTES", 1000)
+    monkeypatch.setattr(seg, "ZERO_AHEAD_BYTES", 5000)
+    log = _log(tmp_path)
+    path, runs = None, []
+    for v in range(60):
+        size = path.stat().st_size if path is not None else 0
+        log.append(_long_table([v]) if v % 3 == 1 else batch([v]))
+        path = Path(log.appending_to or "")
+        end = records_end(path)
+        if path.stat().st_size != size:
+            runs.append((end, path.stat().st_size - end))
+    assert runs[0][1] == 1000  # the first record is short of the least
+    assert all(ahead == min(5000, max(1000, end)) for end, ahead in runs)
+    assert {ahead for _end, ahead in runs} >= {1000, 5000}
+    assert recovered_values(reopen(log)[1]) == list(range(60))
+
+
+def test_zeros_ahead_stop_at_the_size_the_segment_rolls_at(tmp_path: Path) -> None:
+    log = _log(tmp_path, segment_bytes=3000)
+    log.append(batch([0]))
+    [path] = segments(_log_dir(tmp_path))
+    assert path.stat().st_size == 3000  # not the full ZERO_AHEAD_BYTES past the record
+    while log.appending_to is not None:
+        log.append(batch([1]))
+    assert records_end(path) >= 3000
+    assert path.stat().st_size == records_end(path)  # the last record went past: no zeros
+
+
+def test_segments_ending_in_zeros_recover_without_a_warning_and_the_log_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A segment's zeros are the end of its records, in the last segment and in earlier
+    ones (recovery starts a new segment and leaves the zeros where they are)."""
+    log = _log(tmp_path)
+    for v in range(3):
+        log.append(batch([v]))
+    with caplog.at_level(logging.WARNING, logger="raybus.storage"):
+        fresh, state = reopen(log)
+        assert recovered_values(state) == [0, 1, 2]
+        assert fresh.append(batch([3])) == 4
+        fresh.append(batch([4]))
+        again, state = reopen(fresh)
+    assert caplog.text == ""
+    assert recovered_values(state) == [0, 1, 2, 3, 4]
+    files = segments(_log_dir(tmp_path))
+    assert len(files) == 2
+    for path in files:
+        assert path.stat().st_size > records_end(path)  # zeros after the records
+    assert again.append(batch([5])) == 6
+
+
+@pytest.mark.parametrize("landed", [5, 40, "all but 12"])
+def test_a_record_torn_in_front_of_the_zeros_ahead_is_cut_off(
+    tmp_path: Path, landed: int | str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A crash in the middle of an append into the zeros: its first bytes landed, the zeros
+    after them are still there. Recovery cuts the record (and the zeros) off."""
+    log = _log(tmp_path)
+    log.append(batch([0]))
+    log.append(batch([1]))
+    path = Path(log.appending_to or "")
+    acknowledged = records_end(path)
+    _header, payload = encode(batch([2]))
+    record = encode_record(3, payload) + payload.to_pybytes()
+    count = len(record) - 12 if landed == "all but 12" else int(landed)
+    assert record[count:].strip(b"\x00")  # what did not land is not all zeros
+    write_at_records_end(path, record[:count])
+    assert path.read_bytes()[acknowledged + count :].count(0) > 1000  # zeros follow
+    with caplog.at_level(logging.WARNING, logger="raybus.storage"):
+        fresh, state = reopen(log)
+    assert "torn end of last log segment" in caplog.text
+    assert recovered_values(state) == [0, 1]
+    assert path.stat().st_size == acknowledged
     assert fresh.append(batch([9])) == 3
     assert recovered_values(reopen(fresh)[1]) == [0, 1, 9]
 
@@ -241,8 +395,7 @@ def test_checksummed_but_unreadable_last_record_is_corruption(tmp_path: Path) ->
     log.append(batch([0]))
     path = Path(log.appending_to or "")
     payload = pa.py_buffer(b"\xff" * 64)  # e.g. written by a format this reader cannot read
-    with open(path, "ab") as f:
-        f.write(encode_record(2, payload) + payload.to_pybytes())
+    write_at_records_end(path, encode_record(2, payload) + payload.to_pybytes())
     data = path.read_bytes()
     with pytest.raises(StorageCorruptedError, match="Arrow") as info:
         reopen(log)
@@ -261,8 +414,7 @@ def test_checksummed_last_record_with_an_lsn_out_of_sequence_is_corruption(
     log.append(batch([0]))
     path = Path(log.appending_to or "")
     _header, payload = encode(batch([9]))  # a readable Arrow stream
-    with open(path, "ab") as f:
-        f.write(encode_record(lsn, payload) + payload.to_pybytes())
+    write_at_records_end(path, encode_record(lsn, payload) + payload.to_pybytes())
     data = path.read_bytes()
     with pytest.raises(StorageCorruptedError, match=f"has LSN {lsn}, expected 2") as info:
         reopen(log)
@@ -379,7 +531,8 @@ def test_failed_append_acknowledges_nothing_and_the_lsn_is_reused(
 ) -> None:
     log = _log(tmp_path, segment_bytes=1 if where == "new_segment_dir_fsync" else 1 << 20)
     log.append(batch([1]))
-    size = {p: p.stat().st_size for p in segments(_log_dir(tmp_path))}
+    size = {p: records_end(p) for p in segments(_log_dir(tmp_path))}
+    content = {p: p.read_bytes()[: size[p]] for p in size}
     if where == "pwrite":
         monkeypatch.setattr(os, "pwrite", _short_pwrite(9, code))
     elif where == "fsync":  # the segment's data sync: fdatasync on Linux, else fsync
@@ -394,7 +547,9 @@ def test_failed_append_acknowledges_nothing_and_the_lsn_is_reused(
     assert log.next_lsn == 2
     monkeypatch.undo()
     for path, acknowledged in size.items():  # what was acknowledged is untouched
-        assert path.stat().st_size == acknowledged
+        assert path.read_bytes()[:acknowledged] == content[path]
+        # and what follows it is gone (with the zeros written ahead), or never was written
+        assert path.stat().st_size in (acknowledged, records_end(path))
     assert log.append(batch([3])) == 2  # the fault has cleared: the same LSN again
     assert recovered_values(reopen(log)[1]) == [1, 3]
 
@@ -454,9 +609,11 @@ def test_remnant_that_cannot_be_cut_is_cut_by_recovery_after_a_crash(
     log = _log(tmp_path)
     log.append(batch([1]))
     path = Path(log.appending_to or "")
-    acknowledged = path.stat().st_size
+    acknowledged = records_end(path)
     _fail_with_stuck_remnant(log, monkeypatch)
-    assert path.stat().st_size == acknowledged + 20
+    remnant = path.read_bytes()[acknowledged:]
+    assert remnant[:8] == RECORD_MAGIC  # 20 bytes of the failed record's header
+    assert remnant[20:] == bytes(len(remnant) - 20)  # in front of the zeros written ahead
     fresh, state = reopen(log)  # the crash: the remnant is a torn tail
     assert recovered_values(state) == [1]
     assert path.stat().st_size == acknowledged
@@ -473,7 +630,7 @@ def test_complete_remnant_that_cannot_be_cut_is_not_read_back_in_process(
     log = _log(tmp_path)
     log.append(batch([1]))
     path = Path(log.appending_to or "")
-    acknowledged = path.stat().st_size
+    acknowledged = records_end(path)
     with monkeypatch.context() as patch:
         patch.setattr(os, "fsync", _fail(errno.EIO))
         patch.setattr(os, "fdatasync", _fail(errno.EIO), raising=False)
