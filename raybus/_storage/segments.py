@@ -49,20 +49,21 @@ file system's metadata too (the new size and blocks: on ext4 a journal commit, a
 and cache flush), where an append into blocks the file already has writes only the data. So an
 append that goes past the zeros already there writes zeros after its record, before its one
 ``fdatasync``: as many as the segment holds (so an idle partition's segment takes little more
-disk than its records), at least 64 KiB and at most ``ZERO_AHEAD_BYTES`` (1 MiB). The appends
+disk than its records), at least 16 KiB and at most ``ZERO_AHEAD_BYTES`` (1 MiB). The appends
 that follow, until they reach the end of those zeros, change no metadata. Measured on this
 project's 2-core ext4 test machine with ``DurableLog.append`` (``benchmarks/log_flush.py``,
 each run the median of five interleaved rounds), against appends that grow the file: with 1 MiB
 of zeros each time (three runs), one message of 1 KiB took 0.51-0.67x the time and 0.62-0.69x
 the CPU, ten 0.52-0.61x, a hundred (110 KB; one append in nine also wrote the next MiB)
-0.88-0.95x; as it is (one run), one message 0.69x the time and 0.70x the CPU, a hundred 0.87x
-and 0.89x. Space reserved with ``fallocate`` reads no faster in a bare loop (its blocks are
-marked unwritten, and the first write into them changes metadata again), so the zeros are
-written. They never go past the size
-at which the log rolls to a new segment (``SegmentWriter(..., limit=)``), and a failed append's
-truncation takes them away with its remnant (written again by the next append that needs them).
-Recovery leaves a segment's zeros as they are: at most 1 MiB of disk per segment (and no more
-than its records past 64 KiB), deleted with the segment once a checkpoint covers it.
+0.88-0.95x; as it is (from 16 KiB up, one run), one message 0.65x the time and 0.68x the CPU, a
+hundred 0.87x and 0.81x. Space reserved with ``fallocate`` reads no faster in a bare loop (its
+blocks are marked unwritten, and the first write into them changes metadata again), so the
+zeros are written. They never go past the size at which the log rolls to a new segment
+(``SegmentWriter(..., limit=)``), and a failed append's truncation takes them away with its
+remnant (written again by the next append that needs them). Recovery leaves a segment's zeros
+as they are: at most 1 MiB of disk per segment (and no more than its records past 16 KiB: a
+drained queue's directory stays within the 64 KiB that ``tests/fault/test_storage_drain.py``
+allows it), deleted with the segment once a checkpoint covers it.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ DIRECT_MAX_BYTES = 64 << 20
 # Zeros written after a record that goes past the ones already there (module docstring): as
 # many as the segment holds already, at least the first and at most the second. Read at each
 # append: tests change them (0 turns it off).
-ZERO_AHEAD_MIN_BYTES = 64 << 10
+ZERO_AHEAD_MIN_BYTES = 16 << 10
 ZERO_AHEAD_BYTES = 1 << 20
 
 
