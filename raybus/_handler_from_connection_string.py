@@ -14,12 +14,14 @@ topic), as in the SDK; a name that differs from it is refused, as the client ref
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from .auth import parse_connection_string
 from .exceptions import InvalidArgumentError
 
-__all__ = ["receiver_from_connection_string", "sender_from_connection_string"]
+__all__ = ["ReceiverFromConnectionString", "SenderFromConnectionString"]
+
+H = TypeVar("H")
 
 _SENDER_OPTIONS = frozenset({"client_identifier", "socket_timeout"})
 _RECEIVER_OPTIONS = _SENDER_OPTIONS | {
@@ -56,7 +58,7 @@ def _queue_name(conn_str: str, name: str | None, wanted: str) -> str:
     return name
 
 
-def sender_from_connection_string(
+def _sender(
     client_cls: _ClientClass,
     conn_str: str,
     queue_name: str | None,
@@ -76,7 +78,7 @@ def sender_from_connection_string(
     return client.get_queue_sender(name, **options)
 
 
-def receiver_from_connection_string(
+def _receiver(
     client_cls: _ClientClass,
     conn_str: str,
     queue_name: str | None,
@@ -104,3 +106,63 @@ def receiver_from_connection_string(
         return client.get_subscription_receiver(topic_name, subscription_name, **options)
     name = _queue_name(conn_str, queue_name, "queue_name, or topic_name and subscription_name")
     return client.get_queue_receiver(name, **options)
+
+
+def _client_class(sync: bool) -> _ClientClass:
+    """The client that makes the handler: imported when asked for, as both client modules
+    import this one."""
+    if sync:
+        from . import _sync_client
+
+        return _sync_client.ServiceBusClient
+    from .aio import _client
+
+    return _client.ServiceBusClient
+
+
+class SenderFromConnectionString:
+    """``_from_connection_string`` of the sync and the asyncio ``ServiceBusSender`` (``_SYNC``
+    says which client makes it)."""
+
+    _SYNC: ClassVar[bool]
+
+    @classmethod
+    def _from_connection_string(
+        cls: type[H],
+        conn_str: str,
+        *,
+        queue_name: str | None = None,
+        topic_name: str | None = None,
+        **kwargs: Any,
+    ) -> H:
+        """A sender straight from a connection string, as the Azure SDK's samples make one
+        (module docstring); ``kwargs`` are the sender's options and
+        ``ServiceBusClient.from_connection_string``'s."""
+        sync: bool = cls._SYNC  # type: ignore[attr-defined]
+        sender: H = _sender(_client_class(sync), conn_str, queue_name, topic_name, kwargs)
+        return sender
+
+
+class ReceiverFromConnectionString:
+    """``_from_connection_string`` of the sync and the asyncio ``ServiceBusReceiver``."""
+
+    _SYNC: ClassVar[bool]
+
+    @classmethod
+    def _from_connection_string(
+        cls: type[H],
+        conn_str: str,
+        *,
+        queue_name: str | None = None,
+        topic_name: str | None = None,
+        subscription_name: str | None = None,
+        **kwargs: Any,
+    ) -> H:
+        """A receiver straight from a connection string, as the Azure SDK's samples make one
+        (module docstring); ``kwargs`` are the receiver's options and
+        ``ServiceBusClient.from_connection_string``'s."""
+        sync: bool = cls._SYNC  # type: ignore[attr-defined]
+        receiver: H = _receiver(
+            _client_class(sync), conn_str, queue_name, topic_name, subscription_name, kwargs
+        )
+        return receiver

@@ -17,8 +17,8 @@ from ._core.filters import RuleProperties, SqlRuleAction
 from ._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, SettleOp
 from ._core.pool import ProcessorStatistics
 from ._handler_from_connection_string import (
-    receiver_from_connection_string,
-    sender_from_connection_string,
+    ReceiverFromConnectionString,
+    SenderFromConnectionString,
 )
 from ._retry import RetryMode
 from ._sync import run
@@ -45,29 +45,15 @@ __all__ = [
 ]
 
 
-class ServiceBusSender:
+class ServiceBusSender(SenderFromConnectionString):
     """Sends messages to one queue (see ``raybus.aio.ServiceBusSender`` for guarantees)."""
+
+    _SYNC = True  # what _from_connection_string makes it with: the sync client
 
     def __init__(self, inner: aio.ServiceBusSender) -> None:
         self._aio = inner
         self.entity_path = inner.entity_path
         self.client_identifier = inner.client_identifier
-
-    @classmethod
-    def _from_connection_string(
-        cls,
-        conn_str: str,
-        *,
-        queue_name: str | None = None,
-        topic_name: str | None = None,
-        **kwargs: Any,
-    ) -> ServiceBusSender:
-        """A sender straight from a connection string, as the Azure SDK's samples make one
-        (``raybus._handler_from_connection_string``)."""
-        sender: ServiceBusSender = sender_from_connection_string(
-            ServiceBusClient, conn_str, queue_name, topic_name, kwargs
-        )
-        return sender
 
     def send_messages(
         self,
@@ -117,32 +103,17 @@ class ServiceBusSender:
         self.close()
 
 
-class ServiceBusReceiver:
+class ServiceBusReceiver(ReceiverFromConnectionString):
     """Receives from one queue (see ``raybus.aio.ServiceBusReceiver`` for guarantees,
     including when settlement waits for the broker)."""
+
+    _SYNC = True  # what _from_connection_string makes it with: the sync client
 
     def __init__(self, inner: aio.ServiceBusReceiver) -> None:
         self._aio = inner
         self.entity_path = inner.entity_path
         self.client_identifier = inner.client_identifier
         self.session = None if inner.session is None else ServiceBusSession(inner.session)
-
-    @classmethod
-    def _from_connection_string(
-        cls,
-        conn_str: str,
-        *,
-        queue_name: str | None = None,
-        topic_name: str | None = None,
-        subscription_name: str | None = None,
-        **kwargs: Any,
-    ) -> ServiceBusReceiver:
-        """A receiver straight from a connection string, as the Azure SDK's samples make one
-        (``raybus._handler_from_connection_string``)."""
-        receiver: ServiceBusReceiver = receiver_from_connection_string(
-            ServiceBusClient, conn_str, queue_name, topic_name, subscription_name, kwargs
-        )
-        return receiver
 
     def receive_messages(
         self, max_message_count: int | None = 1, max_wait_time: float | None = None

@@ -358,7 +358,7 @@ class SegmentWriter:
     truncates first, so no unacknowledged bytes ever sit before acknowledged ones.
     """
 
-    def __init__(self, path: str, first_lsn: int, limit: int | None = None) -> None:
+    def __init__(self, path: str, first_lsn: int, limit: int) -> None:
         """Create (or empty: any file of that name holds only unacknowledged LSNs) segment
         ``path``; its directory entry becomes durable with the first append. ``limit``: the
         size at which the log stops appending to it (no zeros are written past it)."""
@@ -393,7 +393,6 @@ class SegmentWriter:
             if self._dirty:
                 os.ftruncate(self._fd, self.end)
                 self._dirty = False
-                self.zeroed = self.end
             offset = None
             if DIRECT_MIN_BYTES <= size <= DIRECT_MAX_BYTES:
                 offset = self._write_direct(header, pieces, size)
@@ -413,7 +412,7 @@ class SegmentWriter:
             self._discard_tail()
             raise error from exc
         self.end = offset
-        self.zeroed = max(zeroed, offset)
+        self.zeroed = zeroed
         self.records += 1
 
     def _zero_ahead(self, offset: int) -> int:
@@ -422,7 +421,7 @@ class SegmentWriter:
         the disk refuses leaves the zeros it got (a run of zeros at the end is no record) and
         costs the record nothing: its own ``fdatasync`` decides."""
         ahead = zeros_ahead(offset)
-        end = offset + ahead if self._limit is None else min(offset + ahead, self._limit)
+        end = min(offset + ahead, self._limit)
         if end <= offset:
             return offset
         try:
@@ -462,7 +461,9 @@ class SegmentWriter:
         return start + length
 
     def _discard_tail(self) -> None:
-        self.zeroed = self.end  # the truncation takes the zeros too (or the file is dirty)
+        # The truncation takes the zeros too; if it fails, the next append (or cut_remnant)
+        # truncates to ``end`` before anything else: either way none are left past ``end``.
+        self.zeroed = self.end
         try:
             os.ftruncate(self._fd, self.end)
         except OSError as exc:
@@ -493,7 +494,6 @@ class SegmentWriter:
         except OSError as exc:
             raise _fs.unavailable("truncating", self.path, exc) from exc
         self._dirty = False
-        self.zeroed = self.end
 
     def close(self) -> None:
         direct = self._direct_fd

@@ -89,7 +89,7 @@ from .._connection import Connection, SettleResults
 from .._core.partition import ABANDON, COMPLETE, DEAD_LETTER, DEFER, RELEASE, SettleOp
 from .._core.record import MessageRecord, WireRecord, from_wire, wire_sizes
 from .._core.wire import pieces_for
-from .._handler_from_connection_string import receiver_from_connection_string
+from .._handler_from_connection_string import ReceiverFromConnectionString
 from .._retry import RetryPolicy
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import (
@@ -170,12 +170,21 @@ def _check_wait(value: Any, name: str, entity: str) -> float | None:
     return float(value)
 
 
-class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceReads, BatchDelete):
+class ServiceBusReceiver(
+    Settlement,
+    LockTokenSettlement,
+    Prefetch,
+    SequenceReads,
+    BatchDelete,
+    ReceiverFromConnectionString,
+):
     """Receives from one queue (or its dead-letter sub-queue).
 
     Get one from ``ServiceBusClient.get_queue_receiver``. Not safe to share across event loops;
     concurrent tasks of one loop may use it (their settlements share actor calls).
     """
+
+    _SYNC = False  # what _from_connection_string makes it with: the asyncio client
 
     def __init__(
         self,
@@ -304,26 +313,6 @@ class ServiceBusReceiver(Settlement, LockTokenSettlement, Prefetch, SequenceRead
             if partition == 0:
                 self._conn.forget(self.entity_path)
             raise
-
-    @classmethod
-    def _from_connection_string(
-        cls,
-        conn_str: str,
-        *,
-        queue_name: str | None = None,
-        topic_name: str | None = None,
-        subscription_name: str | None = None,
-        **kwargs: Any,
-    ) -> ServiceBusReceiver:
-        """A receiver straight from a connection string, as the Azure SDK's samples make one
-        (``raybus._handler_from_connection_string``); ``kwargs`` are the receiver's options
-        and ``ServiceBusClient.from_connection_string``'s."""
-        from ._client import ServiceBusClient
-
-        receiver: ServiceBusReceiver = receiver_from_connection_string(
-            ServiceBusClient, conn_str, queue_name, topic_name, subscription_name, kwargs
-        )
-        return receiver
 
     def _wrap(self, rows: Iterable[WireRecord], kind: str) -> list[ServiceBusReceivedMessage]:
         entity = self.entity_path

@@ -16,7 +16,7 @@ from .._connection import Connection
 from .._core.record import SCHEDULED, MessageRecord, snapshot
 from .._core.sendable import check_sendable
 from .._core.wire import send_args
-from .._handler_from_connection_string import sender_from_connection_string
+from .._handler_from_connection_string import SenderFromConnectionString
 from .._retry import send_repeatable
 from .._topic_models import is_subscription
 from ..exceptions import (
@@ -104,7 +104,7 @@ def _check_timeout(timeout: Any, entity: str) -> float | None:
     return float(timeout)
 
 
-class ServiceBusSender:
+class ServiceBusSender(SenderFromConnectionString):
     """Sends messages to one queue or topic. Get one from ``ServiceBusClient.get_queue_sender``
     or ``get_topic_sender``. A send to a topic returns once every subscription's copy is
     stored (all or none; see ``raybus._actors.router``).
@@ -114,6 +114,8 @@ class ServiceBusSender:
     across event loops.
     """
 
+    _SYNC = False  # what _from_connection_string makes it with: the asyncio client
+
     def __init__(
         self, connection: Connection, queue_name: str, client_identifier: str | None = None
     ) -> None:
@@ -122,25 +124,6 @@ class ServiceBusSender:
         self.client_identifier = client_identifier or f"SBSender-{uuid.uuid4()}"
         self._closed = False
         self._turn = 0  # rotates the partition that unkeyed messages go to on ties
-
-    @classmethod
-    def _from_connection_string(
-        cls,
-        conn_str: str,
-        *,
-        queue_name: str | None = None,
-        topic_name: str | None = None,
-        **kwargs: Any,
-    ) -> ServiceBusSender:
-        """A sender straight from a connection string, as the Azure SDK's samples make one
-        (``raybus._handler_from_connection_string``); ``kwargs`` are the sender's options and
-        ``ServiceBusClient.from_connection_string``'s."""
-        from ._client import ServiceBusClient
-
-        sender: ServiceBusSender = sender_from_connection_string(
-            ServiceBusClient, conn_str, queue_name, topic_name, kwargs
-        )
-        return sender
 
     async def _route(self, refresh: bool = False) -> Route:
         if self._closed:
