@@ -291,10 +291,11 @@ class Connection:
         return time.monotonic() - self.known_current(key) > ROUTE_TTL_S
 
     async def locate(
-        self, route: Route, seqs: list[int], state: int | None = None
+        self, route: Route, seqs: list[int], state: int | None = None, dead_letter: bool = False
     ) -> tuple[dict[int, list[int]], list[int]]:
-        """Which partition holds each (deferred or scheduled) sequence number: the one its
-        top bits name, unless a partition change moved it (then the one that adopted it).
+        """Which partition holds each (deferred or scheduled) sequence number (of the
+        dead-letter sub-queue with ``dead_letter``): the one its top bits name, unless a
+        partition change moved it (then the one that adopted it).
 
         Returns (numbers per partition, numbers found nowhere (in ``state``, when given));
         those found nowhere are also given to the partition they name, which reports them.
@@ -307,7 +308,7 @@ class Connection:
         missing: list[int] = []
         if len(parts) > 1 or state is not None:
             name = route.properties.name
-            asks = (_rpc.call(name, h.locate, seqs, state) for _pid, h in parts)
+            asks = (_rpc.call(name, h.locate, seqs, state, dead_letter) for _pid, h in parts)
             found = await asyncio.gather(*asks)
             where: dict[int, int] = {}
             moved: dict[int, int] = {}

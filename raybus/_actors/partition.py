@@ -484,13 +484,19 @@ class PartitionActor(Guarded):
         delete: bool,
         session: tuple[str, str] | None = None,
         pieces: int = 1,
+        dead_letter: bool = False,
     ) -> list[WireRecord] | tuple[list[WireRecord], ...]:
-        """The deferred messages ``sequence_numbers`` (all or none), in ``pieces`` values
-        as ``receive`` returns them; ``MessagesMovedError`` if those not here were moved away
-        by a partition change (see ``_or_moved``)."""
+        """The deferred messages ``sequence_numbers`` (all or none) of the main store or
+        (``dead_letter``) the dead-letter sub-queue, in ``pieces`` values as ``receive``
+        returns them; ``MessagesMovedError`` if those not here were moved away by a partition
+        change (see ``_or_moved``)."""
         core = self._core
         try:
-            rows = to_wire(core.receive_deferred(sequence_numbers, delete=delete, session=session))
+            rows = to_wire(
+                core.receive_deferred(
+                    sequence_numbers, delete=delete, session=session, dead_letter=dead_letter
+                )
+            )
         except MessageNotFoundError as missing:
             raise await self._or_moved(core, sequence_numbers, missing, "deferred") from None
         finally:  # expired deferred messages were removed even when this raises
@@ -757,9 +763,10 @@ class PartitionActor(Guarded):
 
     @guarded(LISTEN)
     async def locate(
-        self, sequence_numbers: list[int], state: int | None = None
+        self, sequence_numbers: list[int], state: int | None = None, dead_letter: bool = False
     ) -> tuple[list[int], dict[int, int]]:
-        """Which of these messages this partition holds (in ``state``, when given), and the
+        """Which of these messages this partition holds (in ``state``, when given; in the
+        dead-letter sub-queue with ``dead_letter``), and the
         partition each deferred or scheduled one of the others went to, if a partition change
         moved it from here (``migration.moved``).
 
@@ -771,7 +778,7 @@ class PartitionActor(Guarded):
         arrive in time leaves its messages out (not found, as before)."""
         core = self._core
         core.tick()
-        held = core.locate(sequence_numbers, state)
+        held = core.locate(sequence_numbers, state, dead_letter=dead_letter)
         if len(held) == len(sequence_numbers):
             return held, {}
         kept = set(held)

@@ -112,11 +112,9 @@ class Bundle:
     @cached_property
     def addressed(self) -> frozenset[int]:
         """Numbers (at the source) of its messages that are asked for by number: the
-        deferred and scheduled ones of the main store."""
+        deferred ones (of the main store or the dead-letter sub-queue) and the scheduled."""
         return frozenset(
-            rec.sequence_number
-            for store_id, rec in self._messages()
-            if store_id == journal.MAIN and rec.state in (DEFERRED, SCHEDULED)
+            rec.sequence_number for store_id, rec in self._messages() if _addressed(store_id, rec)
         )
 
     def _messages(self) -> Iterator[tuple[int, MessageRecord]]:
@@ -125,6 +123,13 @@ class Bundle:
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in ("tally", "addressed")}
+
+
+def _addressed(store_id: int, rec: MessageRecord) -> bool:
+    """Whether a receiver asks for ``rec`` by its number: a deferred message (of the main
+    store or the dead-letter sub-queue) or a scheduled one (which a sender cancels by number),
+    so a partition change that moves it must say where it went."""
+    return rec.state == DEFERRED or (rec.state == SCHEDULED and store_id == journal.MAIN)
 
 
 def hand_over(
@@ -205,7 +210,7 @@ def hand_over(
             b = bundle(target)
             b.records.append((store.id, journal.put_payload(rec)))
             seq = rec.sequence_number
-            if seq in earlier and store is p._main:
+            if seq in earlier:  # only a message asked for by number has earlier numbers
                 b.aliases[seq] = earlier[seq]
     if bounded:
         assert spill is not None
@@ -271,7 +276,7 @@ def adopt(p: Partition, move_id: str, b: Bundle) -> bool:
             p._push_available(store, rec)
             if rec.expires_at != float("inf"):
                 heapq.heappush(p._ttl_heap, (rec.expires_at, new))
-        if rec.state in (DEFERRED, SCHEDULED) and store is p._main:
+        if _addressed(store.id, rec):
             for number in (old, *b.aliases.get(old, ())):  # every number it was known by
                 p._aliases[number] = new
                 p._record(journal.ALIAS, p._main, new, number)

@@ -327,12 +327,19 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         """The sequence number a message has here (a moved-in message got a new one)."""
         return self._aliases.get(seq, seq)
 
-    def locate(self, sequence_numbers: Iterable[int], state: int | None = None) -> list[int]:
-        """Which of these messages this partition holds (in ``state``, when given)."""
-        main = self._main.messages
+    def locate(
+        self,
+        sequence_numbers: Iterable[int],
+        state: int | None = None,
+        *,
+        dead_letter: bool = False,
+    ) -> list[int]:
+        """Which of these messages this partition holds (in ``state``, when given), in the
+        main store or (``dead_letter``) the dead-letter sub-queue."""
+        messages = (self._dlq if dead_letter else self._main).messages
         out = []
         for s in sequence_numbers:
-            rec = main.get(self.resolve(s))
+            rec = messages.get(self.resolve(s))
             if rec is not None and (state is None or rec.state == state):
                 out.append(s)
         return out
@@ -433,24 +440,28 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         *,
         delete: bool = False,
         session: tuple[str, str] | None = None,
+        dead_letter: bool = False,
     ) -> list[MessageRecord]:
         """Lock (or remove) deferred messages by sequence number; all or none.
 
         Deferred messages never expire on their own; one found past its time to live here is
         expired (dead-lettered if the queue says so) and reported as not found. On a
-        session-enabled queue only the accepted ``session``'s messages are found.
+        session-enabled queue only the accepted ``session``'s messages are found. With
+        ``dead_letter`` they are the dead-letter sub-queue's deferred messages (a dead letter
+        deferred there), which never expire and belong to no session.
         """
         now = self._begin()
         self._check_receive()
+        store = self._dlq if dead_letter else self._main
         session_id = None
-        if session is not None or self._sessions is not None:
+        if not dead_letter and (session is not None or self._sessions is not None):
             session_id = self._held_session(session).id
         sequence_numbers = [self.resolve(s) for s in sequence_numbers]
         missing: list[int] = []
         expired: list[MessageRecord] = []
         found: list[MessageRecord] = []
         for seq in dict.fromkeys(sequence_numbers):
-            rec = self._main.messages.get(seq)
+            rec = store.messages.get(seq)
             if (
                 rec is None
                 or rec.state != DEFERRED
@@ -458,7 +469,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
                 or (session_id is not None and rec.session_id != session_id)
             ):
                 missing.append(seq)
-            elif rec.expires_at <= now:
+            elif rec.expires_at <= now and not dead_letter:
                 expired.append(rec)
                 missing.append(seq)
             else:
@@ -473,12 +484,12 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
             )
         if delete:
             for rec in found:
-                del self._main.messages[rec.sequence_number]
+                del store.messages[rec.sequence_number]
                 self._size -= rec.size
-                self._record(journal.DEL, self._main, rec.sequence_number)
+                self._record(journal.DEL, store, rec.sequence_number)
             return found
         until = now + self._props.lock_duration_s
-        return [self._lock(self._main, rec, until) for rec in found]
+        return [self._lock(store, rec, until) for rec in found]
 
     def delete_messages(
         self,

@@ -114,7 +114,12 @@ class SequenceReads:
         def _check_receivable(self, route: Any) -> None: ...
 
         async def _call_rows(
-            self, method_name: str, *args: Any, partition: int = 0, timeout: Any = None
+            self,
+            method_name: str,
+            *args: Any,
+            partition: int = 0,
+            timeout: Any = None,
+            pieces: int | None = None,
         ) -> list[WireRecord]: ...
 
         _call: Callable[..., Awaitable[Any]]  # ServiceBusReceiver._call
@@ -200,7 +205,8 @@ class SequenceReads:
         self, sequence_numbers: int | Iterable[int], *, timeout: Any = None
     ) -> list[ServiceBusReceivedMessage]:
         """Receive deferred messages by sequence number (all or none: ``MessageNotFoundError``
-        names the missing ones)."""
+        names the missing ones): of the receiver's sub-queue, so a dead-letter receiver
+        receives the dead letters deferred there, and never the main queue's."""
         await self._settle_pending()
         seqs = check_sequence_numbers(sequence_numbers, self.entity_path)
         if not seqs:
@@ -236,14 +242,17 @@ class SequenceReads:
         by_partition = await self._conn.retrying(self.entity_path, lambda: self._locate(seqs))
 
         async def receive(pid: int, share: list[int]) -> list[WireRecord]:
+            pieces = self._pieces(len(share))
             return await self._call_rows(
                 "receive_deferred",
                 share,
                 self._delete,
                 None,
-                self._pieces(len(share)),
+                pieces,
+                self._dead_letter,
                 partition=pid,
                 timeout=timeout,
+                pieces=pieces,
             )
 
         outcomes = await asyncio.gather(
@@ -287,7 +296,7 @@ class SequenceReads:
 
     async def _locate(self, seqs: list[int]) -> dict[int, list[int]]:
         route = await self._conn.route(self.entity_path)
-        by_partition, _missing = await self._conn.locate(route, seqs)
+        by_partition, _missing = await self._conn.locate(route, seqs, dead_letter=self._dead_letter)
         return by_partition
 
     async def _peek_call(

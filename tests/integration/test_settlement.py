@@ -242,6 +242,51 @@ async def test_aio_deferred_message_is_fetched_by_sequence_number_then_dead_lett
             await receiver.receive_deferred_messages([msg.sequence_number])
 
 
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_a_dead_letter_deferred_in_the_dead_letter_queue_is_received_there_by_number(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, partitions: int
+) -> None:
+    # Each sub-queue finds only its own deferred messages: a dead-letter receiver never takes
+    # (nor, receiving and deleting, deletes) one the main queue deferred, and the reverse.
+    queue = _name()
+    admin.create_queue(queue, partition_count=partitions)
+    _send(client, queue, "dead", "kept")
+    with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        dead, kept = _receive_n(receiver, 2)
+        receiver.dead_letter_message(dead, reason="R")
+        receiver.defer_message(kept)
+    with client.get_queue_receiver(queue, sub_queue=DLQ, max_wait_time=5) as dlq:
+        (msg,) = dlq.receive_messages()
+        dlq.defer_message(msg)
+        assert dlq.receive_messages(max_wait_time=0.5) == []
+        with pytest.raises(MessageNotFoundError):
+            dlq.receive_deferred_messages([kept.sequence_number])
+    with (
+        client.get_queue_receiver(queue, sub_queue=DLQ, receive_mode=RAD, max_wait_time=5) as dlq,
+        pytest.raises(MessageNotFoundError),
+    ):
+        dlq.receive_deferred_messages([kept.sequence_number])
+    assert _runtime(admin, queue)[:2] == (1, 1)
+    with (
+        client.get_queue_receiver(queue, max_wait_time=5) as receiver,
+        pytest.raises(MessageNotFoundError),
+    ):
+        receiver.receive_deferred_messages([dead.sequence_number])
+    with client.get_queue_receiver(queue, sub_queue=DLQ, max_wait_time=5) as dlq:
+        (got,) = dlq.receive_deferred_messages([dead.sequence_number])
+        assert (got.body, got.dead_letter_reason) == ("dead", "R")
+        assert got.state == ServiceBusMessageState.DEFERRED
+        dlq.abandon_message(got)  # stays deferred, in the dead-letter queue
+    with client.get_queue_receiver(queue, sub_queue=DLQ, receive_mode=RAD, max_wait_time=5) as dlq:
+        (gone,) = dlq.receive_deferred_messages([dead.sequence_number])
+        assert gone.body == "dead"
+    assert _runtime(admin, queue)[:2] == (1, 0)
+    with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        (again,) = receiver.receive_deferred_messages([kept.sequence_number])
+        receiver.complete_message(again)
+    assert _runtime(admin, queue) == (0, 0, 0)
+
+
 def test_dead_lettering_a_message_of_the_dead_letter_queue_is_refused_and_keeps_it(
     admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient, queue: str
 ) -> None:

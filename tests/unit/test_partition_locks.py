@@ -5,6 +5,8 @@ Every test drives the partition with a FakeClock; lock_duration is 30 s unless s
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from raybus._core.partition import (
@@ -395,6 +397,64 @@ def test_receive_deferred_of_an_active_message_raises_message_not_found(queue, m
         queue.receive_deferred([seq])
     assert info.value.sequence_numbers == [seq]
     assert [r.sequence_number for r in queue.receive(1)] == [seq]
+
+
+def _deferred_dead_letter(queue, msg, settle):
+    """A queue holding a dead letter deferred in its sub-queue and a deferred main message:
+    (the dead letter's number, the main message's)."""
+    dead, main = send(queue, msg, 2)
+    [rec] = queue.receive(1)
+    settle(queue, DEAD_LETTER, rec.lock_token, reason="r", description="d")
+    [dl] = queue.receive(1, dead_letter=True)
+    assert settle(queue, DEFER, dl.lock_token) is None
+    [rec] = queue.receive(1)
+    settle(queue, DEFER, rec.lock_token)
+    return dead, main
+
+
+def test_dead_letter_deferred_in_its_sub_queue_is_received_there_by_number(queue, msg, settle):
+    dead, main = _deferred_dead_letter(queue, msg, settle)
+    assert queue.receive(1, dead_letter=True) == []  # deferred: only by number
+    [peeked] = queue.peek(0, 10, dead_letter=True)
+    assert (peeked.sequence_number, peeked.state) == (dead, DEFERRED)
+    [got] = queue.receive_deferred([dead], dead_letter=True)
+    assert (got.sequence_number, got.dead_letter_reason) == (dead, "r")
+    assert settle(queue, COMPLETE, got.lock_token) is None
+    counts = queue.counts()
+    assert (counts.active, counts.dead_letter) == (1, 0)  # the main queue's deferred one
+    [kept] = queue.receive_deferred([main])
+    assert kept.sequence_number == main
+
+
+def test_each_sub_queue_finds_only_its_own_deferred_messages(queue, msg, settle):
+    dead, main = _deferred_dead_letter(queue, msg, settle)
+    for seq, dead_letter in ((main, True), (dead, False)):
+        with pytest.raises(MessageNotFoundError) as info:
+            queue.receive_deferred([seq], dead_letter=dead_letter, delete=True)
+        assert info.value.sequence_numbers == [seq]
+    counts = queue.counts()
+    assert (counts.active, counts.dead_letter) == (1, 1)  # nothing deleted
+
+
+def test_deferred_dead_letter_received_and_deleted_leaves_the_main_queue(queue, msg, settle):
+    dead, _main = _deferred_dead_letter(queue, msg, settle)
+    [gone] = queue.receive_deferred([dead], dead_letter=True, delete=True)
+    assert gone.sequence_number == dead
+    counts = queue.counts()
+    assert (counts.active, counts.dead_letter) == (1, 0)
+
+
+def test_deferred_dead_letter_never_expires_and_stays_deferred_after_its_lock(
+    make_partition, msg, clock, settle
+):
+    queue = make_partition(lock_duration=LOCK, default_message_time_to_live=timedelta(seconds=60))
+    dead, _main = _deferred_dead_letter(queue, msg, settle)
+    clock.advance(3600)
+    [d1] = queue.receive_deferred([dead], dead_letter=True)
+    clock.advance(LOCK + 1)
+    assert queue.receive(1, dead_letter=True) == []
+    [d2] = queue.receive_deferred([dead], dead_letter=True)
+    assert d2.delivery_count == d1.delivery_count + 1
 
 
 # ---------------------------------------------------------------- dead-letter

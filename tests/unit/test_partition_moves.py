@@ -428,6 +428,30 @@ def test_a_message_moved_twice_is_still_found_by_its_original_number(clock):
     assert got.message_id == "d"
 
 
+def test_a_dead_letter_deferred_in_its_sub_queue_is_found_by_its_number_after_a_spill(clock):
+    """A retiring partition spills its dead letters too; one deferred there is asked for by
+    number from the dead-letter sub-queue, so the source says where it went and the target
+    knows it by that number (in that sub-queue only)."""
+    a = part(clock, 0, ALL)
+    b = part(clock, 1, NONE)
+    c = part(clock, 2, NONE)
+    [seq] = a.send([rec(message_id="dead")])
+    [r] = a.receive(1)
+    settle_one(a, DEAD_LETTER, r.lock_token, reason="bad")
+    [dl] = a.receive(1, dead_letter=True)
+    settle_one(a, DEFER, dl.lock_token)
+
+    move(a, b, ALL, spill=c)
+
+    assert migration.moved(a, [seq]) == {seq: (2, None)}
+    assert c.locate([seq], dead_letter=True) == [seq]
+    assert c.locate([seq]) == []
+    with pytest.raises(MessageNotFoundError):
+        c.receive_deferred([seq])
+    [got] = c.receive_deferred([seq], dead_letter=True)
+    assert (got.message_id, got.state, got.dead_letter_reason) == ("dead", DEFERRED, "bad")
+
+
 def test_a_moved_message_keeps_its_first_number_as_its_enqueued_sequence_number(clock):
     """What a receiver's peeks use to leave out a message they were shown before it moved
     (``raybus.aio._sequence_reads.PeekedRanges``): A -> B -> C, and through a restart."""
