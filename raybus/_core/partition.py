@@ -49,6 +49,7 @@ from .record import (
     MessageRecord,
     active_expiry,
     check_application_properties,
+    check_settled_header,
     snapshot,
     stamp_accepted,
     to_wire,
@@ -655,16 +656,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
                 "message",
             )
         rec = store.messages[seq]
-        if op.properties:
-            check_application_properties(op.properties)
-        if op.kind == DEAD_LETTER and store is self._dlq:
-            raise InvalidArgumentError(
-                "the message is already in the dead-letter sub-queue", self.entity, "message"
-            )
-        if op.reason is not None or op.description is not None:
-            for text, what in ((op.reason, "reason"), (op.description, "error_description")):
-                if text is not None and not isinstance(text, str):
-                    raise InvalidArgumentError(f"{what} must be a str", self.entity, what)
+        self._check_settle_content(op, store, rec)
         # Validated: apply.
         if op.properties:
             rec.application_properties = {**(rec.application_properties or {}), **op.properties}
@@ -690,6 +682,26 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         else:  # DEFER
             rec.state = DEFERRED
             self._record_update(store, rec)
+
+    def _check_settle_content(self, op: SettleOp, store: Store, rec: MessageRecord) -> None:
+        """Refuse a settlement of ``rec`` (in ``store``) that its content rules out: a
+        dead-letter of a dead letter, properties or a reason that are not AMQP values, or a
+        header that would grow past what a send may carry (``check_settled_header``). Also
+        checked when a transaction prepares one, so that its commit cannot fail."""
+        if op.properties:
+            check_application_properties(op.properties)
+        if op.kind == DEAD_LETTER and store is self._dlq:
+            raise InvalidArgumentError(
+                "the message is already in the dead-letter sub-queue", self.entity, "message"
+            )
+        if op.reason is not None or op.description is not None:
+            for text, what in ((op.reason, "reason"), (op.description, "error_description")):
+                if text is not None and not isinstance(text, str):
+                    raise InvalidArgumentError(f"{what} must be a str", self.entity, what)
+        dead_lettered = op.kind == DEAD_LETTER and (op.reason, op.description) != (None, None)
+        if op.properties or dead_lettered:  # what the header grows by stays within its limits
+            reasons = (op.reason, op.description) if op.kind == DEAD_LETTER else None
+            check_settled_header(rec, op.properties, reasons, self.entity)
 
     def _locked(self, token: str) -> tuple[Store, int]:
         entry = self._locks.get(token)

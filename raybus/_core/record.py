@@ -31,6 +31,7 @@ __all__ = [
     "active_expiry",
     "check_application_properties",
     "check_body",
+    "check_settled_header",
     "encoded_size",
     "from_wire",
     "snapshot",
@@ -289,8 +290,68 @@ def check_string_fields(record: MessageRecord) -> int:
                 )
             if name in ("message_id", "session_id") and not value:
                 raise InvalidArgumentError(f"{name} must not be empty", None, name)
-        total += 5 + len(value.encode("utf-8"))
+        size = 5 + len(value.encode("utf-8"))
+        if size > MAX_PROPERTY_SIZE:
+            raise MessageSizeExceededError(
+                f"{name} is {size} bytes; one property may have at most {MAX_PROPERTY_SIZE}",
+                None,
+                size,
+                MAX_PROPERTY_SIZE,
+            )
+        total += size
     return total
+
+
+# A dead letter's reason and description, as Service Bus keeps them: application properties.
+_DEAD_LETTER_NAMES = (
+    ("DeadLetterReason", "reason"),
+    ("DeadLetterErrorDescription", "error_description"),
+)
+
+
+def check_settled_header(
+    record: MessageRecord,
+    properties: dict[str, Any] | None,
+    dead_letter: tuple[str | None, str | None] | None,
+    entity: str | None = None,
+) -> None:
+    """Refuse a settlement that would leave ``record`` with more header than a send may carry.
+
+    The header after it: the record's system properties, its application properties with
+    ``properties`` (a settlement's ``properties_to_modify``) merged in, and its dead-letter
+    reason and description, ``dead_letter`` when it is dead-lettered (else the ones it has;
+    Service Bus keeps them as the application properties ``DeadLetterReason`` and
+    ``DeadLetterErrorDescription``). Each within 32 KB, all within 64 KB, as a send checks:
+    ``MessageSizeExceededError`` naming what is too big, and the caller changes nothing.
+    """
+    merged = {**(record.application_properties or {}), **(properties or {})}
+    try:
+        total = check_string_fields(record) + check_application_properties(merged)
+    except MessageSizeExceededError as e:  # a property given to the settlement
+        raise MessageSizeExceededError(e.message, entity, e.size, e.max_size) from None
+    if dead_letter is None:
+        dead_letter = (record.dead_letter_reason, record.dead_letter_error_description)
+    for (name, field), text in zip(_DEAD_LETTER_NAMES, dead_letter, strict=True):
+        if text is None:
+            continue
+        size = len(name) + _value_size(text, field, nested=False)
+        if size > MAX_PROPERTY_SIZE:
+            raise MessageSizeExceededError(
+                f"the dead-letter {field} is {size} bytes as a property; one property may "
+                f"have at most {MAX_PROPERTY_SIZE}",
+                entity,
+                size,
+                MAX_PROPERTY_SIZE,
+            )
+        total += size
+    if total > MAX_PROPERTIES_SIZE:
+        raise MessageSizeExceededError(
+            f"the settlement would leave the message with {total} bytes of properties; at most "
+            f"{MAX_PROPERTIES_SIZE} are allowed",
+            entity,
+            total,
+            MAX_PROPERTIES_SIZE,
+        )
 
 
 def encoded_size(record: MessageRecord) -> int:

@@ -36,7 +36,7 @@ from typing import Any
 from ..exceptions import InvalidArgumentError, ServiceBusError
 from . import journal
 from .partition import Partition
-from .record import MessageRecord, check_application_properties, from_wire, to_wire
+from .record import MessageRecord, from_wire, to_wire
 from .slots import partition_key, slot_of
 from .store import SettleOp
 
@@ -87,15 +87,7 @@ def prepare(
             raise InvalidArgumentError(
                 f"{op.kind!r} cannot be part of a transaction", p.entity, "kind"
             )
-        if op.kind == "dead_letter" and store is p._dlq:
-            raise InvalidArgumentError(
-                "the message is already in the dead-letter sub-queue", p.entity, "message"
-            )
-        if op.properties:
-            check_application_properties(op.properties)
-        for text, what in ((op.reason, "reason"), (op.description, "error_description")):
-            if text is not None and not isinstance(text, str):
-                raise InvalidArgumentError(f"{what} must be a str", p.entity, what)
+        p._check_settle_content(op, store, store.messages[seq])
         tokens.add(op.lock_token)
     for token in renews:
         p._check_receive()

@@ -146,8 +146,12 @@ class Settlement:
     ) -> bool:
         """Whether the settlement may return before the broker answers. In a session an
         abandon waits: the abandoned message must be the next one a receive returns, so the
-        receive must not overtake it."""
+        receive must not overtake it. One that carries properties or a dead-letter reason
+        waits too: the broker may refuse what it would add to the message (past the header's
+        64 KB), and the call that asked for it raises that (``MessageSizeExceededError``)."""
         if self.session is not None and op.kind == ABANDON:
+            return False
+        if op.properties or op.reason is not None or op.description is not None:
             return False
         return self._lock_is_comfortable(message, lock_s)
 

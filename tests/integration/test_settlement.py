@@ -35,6 +35,7 @@ from raybus.exceptions import (
     MessageAlreadySettled,
     MessageLockLostError,
     MessageNotFoundError,
+    MessageSizeExceededError,
     SettlementFailedError,
 )
 from raybus.management import ServiceBusAdministrationClient
@@ -138,6 +139,20 @@ def test_abandon_and_defer_merge_properties_to_modify_into_application_propertie
         (deferred,) = receiver.receive_deferred_messages([again.sequence_number])
         assert deferred.application_properties == {"a": 1, "b": 3, "c": "new", "deferred": True}
         receiver.complete_message(deferred)
+
+
+def test_a_settlement_that_would_pass_the_header_limit_is_refused_and_keeps_the_message(
+    client: raybus.ServiceBusClient, queue: str
+) -> None:
+    # A send holds the properties to 64 KB; a settlement may not grow them past it either.
+    _send(client, queue, "props", application_properties={"a": "x" * 30_000, "b": "y" * 30_000})
+    with client.get_queue_receiver(queue, max_wait_time=5) as receiver:
+        (msg,) = receiver.receive_messages()
+        with pytest.raises(MessageSizeExceededError):
+            receiver.abandon_message(msg, properties_to_modify={"c": "z" * 30_000})
+        with pytest.raises(MessageSizeExceededError):
+            receiver.dead_letter_message(msg, reason="r" * 6_000)
+        receiver.complete_message(msg)  # still locked by this receiver, unchanged
 
 
 def test_properties_to_modify_take_bytes_names_as_the_sdk_gives_them(

@@ -253,6 +253,16 @@ def test_single_application_property_over_32_kib_raises_message_size_exceeded():
     assert info.value.max_size == 32 * 1024
 
 
+@pytest.mark.parametrize("field", ["correlation_id", "subject", "to", "reply_to", "content_type"])
+def test_a_system_string_property_over_32_kib_raises_message_size_exceeded(field):
+    # Each property within 32 KB, the system ones too (Service Bus's quota counts Label and
+    # the ids); the ids of at most 128 characters are refused before this.
+    encoded_size(MessageRecord(**{field: "v" * (32 * 1024 - 5)}))
+    with pytest.raises(MessageSizeExceededError, match=field) as info:
+        encoded_size(MessageRecord(**{field: "v" * (32 * 1024 - 4)}))
+    assert (info.value.size, info.value.max_size) == (32 * 1024 + 1, 32 * 1024)
+
+
 # ---------------------------------------------------------------- exceptions
 
 # Constructor arguments and expected fields of the classes with fields of their own. Every other

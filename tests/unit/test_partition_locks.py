@@ -23,6 +23,7 @@ from raybus.exceptions import (
     InvalidArgumentError,
     MessageLockLostError,
     MessageNotFoundError,
+    MessageSizeExceededError,
 )
 
 LOCK = 30.0
@@ -560,6 +561,54 @@ def test_defer_and_dead_letter_with_properties_merge_them(queue, msg, settle):
     assert deferred.application_properties == {"why": "later"}
     [dead] = queue.peek(0, 10, dead_letter=True)
     assert dead.application_properties == {"why": "broken"}
+
+
+def _held_with_properties(queue, msg, **props):
+    [seq] = queue.send([msg(message_id="m", application_properties=props or None)])
+    [rec] = queue.receive(1)
+    return seq, rec
+
+
+@pytest.mark.parametrize("kind", [ABANDON, DEFER, DEAD_LETTER])
+def test_properties_to_modify_that_would_pass_the_header_limit_are_refused(
+    queue, msg, settle, kind
+):
+    # 64 KB of properties in all, as a send is held to: two of 30 KB sent, a third added.
+    _seq, rec = _held_with_properties(queue, msg, a="x" * 30_000, b="y" * 30_000)
+    err = settle(queue, kind, rec.lock_token, properties={"c": "z" * 30_000})
+    assert isinstance(err, MessageSizeExceededError)
+    assert err.max_size == 64 * 1024 and err.size > 90_000 and err.entity == "orders"
+    [peeked] = queue.peek(0, 1)  # unchanged, still locked
+    assert sorted(peeked.application_properties) == ["a", "b"]
+    assert peeked.delivery_count == 0 and queue.receive(1) == []
+    # Replacing a property counts its new value only; what fits is applied.
+    assert settle(queue, kind, rec.lock_token, properties={"b": "z" * 3_000}) is None
+
+
+def test_a_dead_letter_reason_or_description_over_32_kib_is_refused(queue, msg, settle):
+    _seq, rec = _held_with_properties(queue, msg)
+    for fields in ({"reason": "r" * 33_000}, {"description": "d" * 33_000}):
+        err = settle(queue, DEAD_LETTER, rec.lock_token, **fields)
+        assert isinstance(err, MessageSizeExceededError)
+        assert err.max_size == 32 * 1024
+        assert ("reason" if "reason" in fields else "error_description") in str(err)
+    assert queue.counts().dead_letter == 0 and queue.receive(1) == []
+    assert settle(queue, DEAD_LETTER, rec.lock_token, reason="r" * 30_000) is None
+    [dead] = queue.peek(0, 1, dead_letter=True)
+    assert len(dead.dead_letter_reason) == 30_000
+
+
+def test_a_dead_letter_reason_counts_against_the_header_with_the_properties(queue, msg, settle):
+    _seq, rec = _held_with_properties(queue, msg, a="x" * 30_000, b="y" * 30_000)
+    err = settle(queue, DEAD_LETTER, rec.lock_token, reason="r" * 6_000)
+    assert isinstance(err, MessageSizeExceededError)
+    assert settle(queue, DEAD_LETTER, rec.lock_token, reason="r" * 4_000) is None
+    # In the dead-letter sub-queue its reason stays counted: a property that would pass the
+    # limit with it is refused.
+    [dead] = queue.receive(1, dead_letter=True)
+    err = settle(queue, ABANDON, dead.lock_token, properties={"c": "z" * 1_500})
+    assert isinstance(err, MessageSizeExceededError)
+    assert settle(queue, ABANDON, dead.lock_token, properties={"c": "z" * 10}) is None
 
 
 # ---------------------------------------------------------------- delete, peek, deadline

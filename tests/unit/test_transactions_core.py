@@ -294,6 +294,15 @@ def _bad_share(p: Partition, clock: FakeClock, case: str) -> tuple[dict[str, Any
     elif case == "bad application properties":
         other = received(p, "other")["other"]
         settles.append(op(ABANDON, other.lock_token, properties={"k": object()}))
+    elif case == "properties past the header limit":
+        other = received(p, "other")["other"]
+        big = {"a": "x" * 30_000, "b": "y" * 30_000, "c": "z" * 30_000}
+        settles.append(op(DEFER, other.lock_token, properties=big))
+        error = MessageSizeExceededError
+    elif case == "a dead-letter reason past the property limit":
+        other = received(p, "other")["other"]
+        settles.append(op(DEAD_LETTER, other.lock_token, reason="r" * 33_000))
+        error = MessageSizeExceededError
     elif case == "oversize send":
         sends.append(rec("huge", body=b"x" * (p.properties.max_message_size + 1)))
         error = MessageSizeExceededError
@@ -313,6 +322,8 @@ VALIDATION_CASES = [
     "unknown kind",
     "dead-letter a dead-lettered message",
     "bad application properties",
+    "properties past the header limit",
+    "a dead-letter reason past the property limit",
     "oversize send",
 ]
 
