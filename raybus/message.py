@@ -206,6 +206,22 @@ def _received_properties(props: dict[str, Any] | None) -> ReceivedProperties | N
     )
 
 
+def _received_application_properties(record: MessageRecord) -> ReceivedProperties | None:
+    """A received message's application properties: its record's, and a dead letter's
+    reason and description as ``DeadLetterReason`` and ``DeadLetterErrorDescription``, where
+    Service Bus keeps them (the SDK reads ``dead_letter_reason`` from there; the broker's
+    values win over properties of those names)."""
+    props = record.application_properties
+    reason, description = record.dead_letter_reason, record.dead_letter_error_description
+    if reason is not None or description is not None:
+        props = dict(props or {})
+        if reason is not None:
+            props["DeadLetterReason"] = reason
+        if description is not None:
+            props["DeadLetterErrorDescription"] = description
+    return _received_properties(props)
+
+
 def sendable_properties(
     props: dict[Any, Any], field: str = "application_properties"
 ) -> dict[Any, Any]:
@@ -267,10 +283,10 @@ class _Field(Generic[T]):
 
     __slots__ = ("convert", "name", "source")
 
-    def __init__(self, source: str, convert: Callable[[Any], Any] | None = None) -> None:
-        self.source = source
+    def __init__(self, source: str | None, convert: Callable[[Any], Any] | None = None) -> None:
+        self.source = source  # None: ``convert`` reads the whole record
         self.convert = convert
-        self.name = source
+        self.name = source or ""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -279,7 +295,8 @@ class _Field(Generic[T]):
         # Reached only while the message's __dict__ has no such field yet.
         if message is None:  # on the class: the descriptor itself
             return cast(T, self)
-        value = getattr(message.__dict__["_record"], self.source)
+        record = message.__dict__["_record"]
+        value = record if self.source is None else getattr(record, self.source)
         if self.convert is not None:
             value = self.convert(value)
         message.__dict__[self.name] = value
@@ -475,7 +492,7 @@ class ServiceBusReceivedMessage(ServiceBusMessage):
 
     body: _Field[Any] = _Field("body", _received_body)
     application_properties: _Field[dict[str, Any] | None] = _Field(
-        "application_properties", _received_properties
+        None, _received_application_properties
     )
     message_id: _Field[str | None] = _Field("message_id")
     correlation_id: _Field[str | None] = _Field("correlation_id")

@@ -162,8 +162,10 @@ def stamp_accepted(
     rec.delivery_count = 0
     rec.lock_token = None
     rec.locked_until = 0.0
-    rec.dead_letter_reason = rec.dead_letter_error_description = None
-    # dead_letter_source stays: only a forwarded dead letter arrives with one.
+    if rec.dead_letter_source is None:
+        rec.dead_letter_reason = rec.dead_letter_error_description = None
+    # Only a forwarded dead letter arrives with a dead_letter_source: it keeps that and its
+    # reason and description (Service Bus keeps them in its application properties).
     ttl = default_ttl if rec.time_to_live is None else min(rec.time_to_live, default_ttl)
     rec.time_to_live = ttl
     at = rec.scheduled_enqueue_time

@@ -78,10 +78,17 @@ def list_(
 
 def resubmit_copy(msg: ServiceBusReceivedMessage, *, new_id: bool = False) -> ServiceBusMessage:
     """A new message with ``msg``'s body, properties and ids (the broker's fields, such as
-    sequence number, delivery count and dead-letter reason, start afresh)."""
+    sequence number, delivery count and dead-letter reason, start afresh: the reason and
+    description a received dead letter shows among its application properties are left
+    out)."""
+    props = dict(msg.application_properties or {})
+    if msg.dead_letter_reason is not None:
+        props.pop("DeadLetterReason", None)
+    if msg.dead_letter_error_description is not None:
+        props.pop("DeadLetterErrorDescription", None)
     return ServiceBusMessage(
         msg.body,
-        application_properties=dict(msg.application_properties or {}) or None,
+        application_properties=props or None,
         message_id=None if new_id else msg.message_id,
         correlation_id=msg.correlation_id,
         session_id=msg.session_id,

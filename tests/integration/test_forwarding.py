@@ -118,11 +118,13 @@ def test_dead_letters_are_forwarded_with_their_source(
         sender.send_messages(ServiceBusMessage("bad"))
     with client.get_queue_receiver(src, max_wait_time=2) as receiver:
         (msg,) = receiver.receive_messages(1)
-        receiver.dead_letter_message(msg, reason="poison")
+        receiver.dead_letter_message(msg, reason="poison", error_description="no parse")
     _until(lambda: admin.get_queue_runtime_properties(dl).active_message_count == 1)
     (got,) = _drain(client, dl, 1)
     assert str(got) == "bad"
     assert got.dead_letter_source == src
+    # Its reason and description go with it (Service Bus keeps them as properties).
+    assert (got.dead_letter_reason, got.dead_letter_error_description) == ("poison", "no parse")
     assert admin.get_queue_runtime_properties(src).dead_letter_message_count == 0
 
 

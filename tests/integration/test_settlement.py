@@ -179,7 +179,13 @@ def test_properties_to_modify_take_bytes_names_as_the_sdk_gives_them(
         receiver.dead_letter_message(again, reason="r", properties_to_modify={b"dead": b"yes"})
     with client.get_queue_receiver(queue, sub_queue=DLQ, max_wait_time=5) as dlq:
         (dead,) = dlq.receive_messages()
-        assert dead.application_properties == {"a": 1, "b": 3, "c": 1, "dead": b"yes"}
+        assert dead.application_properties == {
+            "a": 1,
+            "b": 3,
+            "c": 1,
+            "dead": b"yes",
+            "DeadLetterReason": "r",
+        }
         dlq.complete_message(dead)
 
 
@@ -231,7 +237,14 @@ def test_dead_letter_message_moves_it_to_the_dead_letter_queue_with_reason_and_d
         assert dead.body == "bad"
         assert dead.dead_letter_reason == "Invalid"
         assert dead.dead_letter_error_description == "field x missing"
-        assert dead.application_properties == {"k": 1, "checked": True}
+        # The reason and description are among its properties too, as the SDK reads them.
+        assert dead.application_properties == {
+            "k": 1,
+            "checked": True,
+            "DeadLetterReason": "Invalid",
+            "DeadLetterErrorDescription": "field x missing",
+        }
+        assert dead.application_properties[b"DeadLetterReason"] == b"Invalid"
         dlq.complete_message(dead)
     assert _runtime(admin, queue) == (0, 0, 0)
 

@@ -340,7 +340,12 @@ def test_filter_evaluation_error_dead_letters_on_that_subscription_only(
     assert dead.body == "zero"
     assert dead.dead_letter_reason == "DivideByZero"
     assert "ratio" in (dead.dead_letter_error_description or "")
-    assert _props(dead) == {"a": 1, "b": 0}
+    assert _props(dead) == {
+        "a": 1,
+        "b": 0,
+        "DeadLetterReason": "DivideByZero",
+        "DeadLetterErrorDescription": dead.dead_letter_error_description,
+    }
     assert _bodies(_drain(client, t, "drop", 1)) == ["good"]
     assert _bodies(_drain(client, t, "healthy", 4)) == ["good", "zero", "unknown", "small"]
 

@@ -297,3 +297,21 @@ def test_rejected_batch_does_not_register_its_message_ids(make_partition, msg):
         p.send([msg(message_id="small"), msg(body=b"x" * 2000, message_id="big")])
     assert p.send([msg(message_id="small")]) == [1]
     assert p.counts().active == 1
+
+
+def test_a_forwarded_dead_letter_keeps_its_reason_and_others_arrive_without_one(
+    make_partition, msg
+):
+    # The forwarder sends a dead letter on with its source; Service Bus keeps its reason and
+    # description (application properties there). Anything else arrives with none.
+    p = make_partition()
+    forwarded = msg(message_id="f")
+    forwarded.dead_letter_source = "orders-in"
+    forwarded.dead_letter_reason, forwarded.dead_letter_error_description = "bad", "why"
+    plain = msg(message_id="p")
+    plain.dead_letter_reason, plain.dead_letter_error_description = "stale", "left over"
+    p.send([forwarded, plain])
+    got = {r.message_id: r for r in p.receive(2)}
+    assert (got["f"].dead_letter_reason, got["f"].dead_letter_error_description) == ("bad", "why")
+    assert got["f"].dead_letter_source == "orders-in"
+    assert (got["p"].dead_letter_reason, got["p"].dead_letter_error_description) == (None, None)
