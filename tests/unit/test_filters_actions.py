@@ -157,6 +157,17 @@ def test_action_evaluation_errors(text: str, type_name: str) -> None:
     assert info.value.type_name == type_name
 
 
+def test_set_of_the_scheduled_enqueue_time_is_ignored_but_its_value_is_evaluated() -> None:
+    # Service Bus ignores a subscription rule's SET of ScheduledEnqueueTimeUtc.
+    before = record(scheduled_enqueue_time=None)
+    rec = applied("SET sys.ScheduledEnqueueTimeUtc = sys.EnqueuedTimeUtc; SET a = 1", before)
+    assert rec.scheduled_enqueue_time is None
+    assert rec.application_properties is not None and rec.application_properties["a"] == 1
+    with pytest.raises(FilterEvaluationError) as info:
+        applied("SET sys.ScheduledEnqueueTimeUtc = 1 / 0")
+    assert info.value.type_name == "DivideByZero"
+
+
 def test_failed_action_leaves_the_record_unchanged() -> None:
     rec = record()
     before = (dict(rec.application_properties or {}), rec.subject, rec.to)

@@ -94,7 +94,9 @@ Statements run in order and each sees the effects of the earlier ones; apply is 
 case-insensitively (keeping its spelling), else adds the name as written; the value is stored
 as evaluated (NULL -> None; a uuid or datetime stays one). SET sys.X for X in MessageId,
 CorrelationId, To, ReplyTo, Label/Subject, SessionId, ReplyToSessionId, ContentType takes a str
-or NULL (else TypeMismatch); SET of another listed system property is ReadOnlySystemProperty,
+or NULL (else TypeMismatch); SET sys.ScheduledEnqueueTimeUtc is ignored (as Service Bus
+ignores it in a subscription; its value is still evaluated, and its errors raised); SET of
+another listed system property is ReadOnlySystemProperty,
 of an unlisted one MissingSystemProperty (both at apply time, after evaluating the value).
 REMOVE deletes every key matching case-insensitively (absent: no error); REMOVE sys.X is a
 syntax error. The right-hand side is a full expression (``SET b = a > 1`` stores a bool).

@@ -83,6 +83,8 @@ def _set_system(name: str, value: Fn) -> _Step:
     def step(r: MessageRecord) -> None:
         x = value(r)
         if field is None:
+            if lname == "scheduledenqueuetimeutc":
+                return  # ignored in a subscription, as Service Bus ignores it (the value ran)
             if lname in v.SYSTEM_PROPERTIES:
                 raise v.evaluation_error(
                     "ReadOnlySystemProperty", f"system property {name!r} cannot be SET"
