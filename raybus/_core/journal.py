@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from .record import ACTIVE, MessageRecord, _to_wire, stamp_accepted, to_wire
-from .slots import dedup_slot
+from .slots import DedupId, dedup_id, dedup_slot
 from .wire import PickledPieces, pickle_pieces
 
 __all__ = [
@@ -274,14 +274,14 @@ class ReplayedState:
     def __init__(self) -> None:
         self.main: dict[int, MessageRecord] = {}
         self.dead_letter: dict[int, MessageRecord] = {}
-        self.dedup: dict[str, tuple[float, int]] = {}
+        self.dedup: dict[DedupId, tuple[float, int]] = {}
         self.next_seq = 0
         self.properties: Any = None
         self.sessions: dict[str, tuple[bytes, float]] = {}  # session id -> (state, updated)
         self.slots: tuple[frozenset[int] | None, bool] | None = None  # (owned, retiring)
         self.aliases: dict[int, int] = {}  # old sequence number -> new, for moved messages
         self.adopted: set[str] = set()
-        self.dedup_slots: dict[str, int] = {}
+        self.dedup_slots: dict[DedupId, int] = {}
         self.outbox: dict[str, tuple[int, Any]] = {}  # move id -> (target, bundle)
         # deferred or scheduled message's number -> the partition a move finished since the
         # checkpoint took it to (``migration.moved``: a lookup racing the move and a restart)
@@ -408,8 +408,8 @@ def _store_sent(
         rec = MessageRecord(*row)
         stamp_accepted(rec, seq, now, default_ttl, session_queue)
         main[seq] = rec
-        if dedup and rec.message_id is not None:
-            st.dedup[rec.message_id] = (now, seq)
-            st.dedup_slots[rec.message_id] = dedup_slot(rec)
+        if dedup and (ident := dedup_id(rec)) is not None:
+            st.dedup[ident] = (now, seq)
+            st.dedup_slots[ident] = dedup_slot(rec)
         seq += 1
     st.next_seq = max(st.next_seq, seq)

@@ -51,7 +51,7 @@ from typing import Any
 from . import journal
 from .partition import Partition
 from .record import ACTIVE, DEFERRED, SCHEDULED, MessageRecord
-from .slots import SLOTS, partition_key, slot_of
+from .slots import SLOTS, DedupId, dedup_id_slot, partition_key, slot_of
 
 __all__ = [
     "MOVED_OUT_KEEP_S",
@@ -83,7 +83,7 @@ class Bundle:
 
     slots: frozenset[int]
     records: list[tuple[int, tuple[Any, ...]]] = field(default_factory=list)  # (store, row)
-    dedup: list[tuple[str, float, int, int]] = field(default_factory=list)  # id, at, seq, slot
+    dedup: list[tuple[DedupId, float, int, int]] = field(default_factory=list)  # id, at, seq, slot
     sessions: list[tuple[str, bytes, float]] = field(default_factory=list)  # id, state, at
     # Earlier numbers of moved records (moved before): number at the source -> older numbers.
     aliases: dict[int, list[int]] = field(default_factory=dict)
@@ -216,7 +216,8 @@ def hand_over(
         assert spill is not None
         bundle(spill).bounded = True
     for message_id, (accepted_at, seq) in p._dedup.items():
-        slot = p._dedup_slots.get(message_id, slot_of(message_id))
+        kept = p._dedup_slots.get(message_id)
+        slot = dedup_id_slot(message_id) if kept is None else kept
         target = slot_target.get(slot)
         if target is not None:
             bundle(target).dedup.append((message_id, accepted_at, seq, slot))

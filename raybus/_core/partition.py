@@ -56,7 +56,7 @@ from .record import (
 )
 from .sendable import check_sendable
 from .sessions import SessionTable
-from .slots import dedup_slot, partition_key, slot_of
+from .slots import DedupId, dedup_id, dedup_slot, partition_key, slot_of
 from .store import LockTokens, PartitionCounts, SettleOp, Store
 
 __all__ = [
@@ -153,7 +153,8 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         # Lengths past which the lock, expiry and session-lock heaps are rid of the entries
         # of settled locks, gone messages and released sessions (``_compacted``).
         self._heap_limits = [HEAP_SLACK, HEAP_SLACK, HEAP_SLACK]
-        self._dedup: dict[str, tuple[float, int]] = {}  # message id -> (accepted at, seq)
+        # dedup_id -> (accepted at, seq)
+        self._dedup: dict[DedupId, tuple[float, int]] = {}
         self._scheduled_count = 0
         self._size = 0
         self._tokens = LockTokens()
@@ -166,7 +167,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         self.retiring = False
         self._aliases: dict[int, int] = {}  # moved-in messages: old sequence number -> new
         self._adopted: set[str] = set()  # ids of moves applied here
-        self._dedup_slots: dict[str, int] = {}  # message id -> slot, on partitioned entities
+        self._dedup_slots: dict[DedupId, int] = {}  # dedup_id -> slot, on partitioned entities
         self.outbox: dict[str, tuple[int, Any]] = {}  # moves not yet applied by their target
         # Deferred and scheduled messages whose move finished: number here -> (target, when),
         # oldest first, for ``migration.moved`` (in memory only; kept MOVED_OUT_KEEP_S).
@@ -232,7 +233,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         fresh, is_fresh = self._validate_send(records, forced)
         self._store_fresh(fresh, now)
         return [
-            rec.sequence_number if ok else self._dedup[rec.message_id or ""][1]
+            rec.sequence_number if ok else self._dedup[dedup_id(rec) or ""][1]
             for rec, ok in zip(records, is_fresh, strict=True)
         ]
 
@@ -264,10 +265,10 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
     def _fresh(self, records: Sequence[MessageRecord]) -> tuple[list[MessageRecord], list[bool]]:
         """A batch's messages that duplicate detection keeps, and a freshness flag each."""
         dedup = self._props.requires_duplicate_detection
-        batch_ids: set[str] = set()
+        batch_ids: set[DedupId] = set()
         is_fresh: list[bool] = []
         for rec in records:
-            mid = rec.message_id
+            mid = dedup_id(rec) if dedup else None
             duplicate = dedup and mid is not None and (mid in self._dedup or mid in batch_ids)
             if dedup and mid is not None:
                 batch_ids.add(mid)
@@ -305,9 +306,9 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
                 heapq.heappush(self._schedule_heap, (rec.enqueued_time, seq))
             else:
                 self._make_active(rec, now)
-            if dedup and rec.message_id is not None:
-                self._dedup[rec.message_id] = (now, seq)
-                self._dedup_slots[rec.message_id] = dedup_slot(rec)
+            if dedup and (ident := dedup_id(rec)) is not None:
+                self._dedup[ident] = (now, seq)
+                self._dedup_slots[ident] = dedup_slot(rec)
 
     def _check_owned(self, records: Sequence[MessageRecord]) -> None:
         """Refuse a batch holding a message this partition no longer serves."""
@@ -737,7 +738,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
             self._make_active(rec, now)
             self._record(journal.DEL, self._main, seq)
             self._record(journal.PUT, self._main, new_seq, journal.put_payload(rec))
-            mid = rec.message_id
+            mid = dedup_id(rec)
             if mid is not None and self._dedup.get(mid, (0.0, 0))[1] == seq:
                 self._dedup[mid] = (self._dedup[mid][0], new_seq)
                 self._record(journal.DEDUP, self._main, new_seq, (mid, self._dedup[mid][0]))

@@ -13,6 +13,7 @@ from .._models import QueueProperties
 from . import journal
 from .record import ACTIVE, SCHEDULED, MessageRecord
 from .sessions import SessionTable
+from .slots import DedupId
 from .store import Store
 
 if TYPE_CHECKING:
@@ -32,8 +33,8 @@ class SnapshotOps:
         _dlq: Store
         _props: QueueProperties
         _sessions: SessionTable | None
-        _dedup: dict[str, tuple[float, int]]
-        _dedup_slots: dict[str, int]
+        _dedup: dict[DedupId, tuple[float, int]]
+        _dedup_slots: dict[DedupId, int]
         _aliases: dict[int, int]
         _adopted: set[str]
         _next_seq: int

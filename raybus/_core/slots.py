@@ -51,6 +51,30 @@ def partition_key(rec: MessageRecord, dedup: bool) -> str | None:
     return None
 
 
+# What duplicate detection keys a message on: its message id, or (message id, key).
+DedupId = str | tuple[str, str]
+
+
+def dedup_id(rec: MessageRecord) -> DedupId | None:
+    """The id duplicate detection keys ``rec`` on (None: no message id, never a duplicate):
+    its message id with the key that places it, its session id or partition key, when it has
+    one. Service Bus keys a partitioned entity's duplicates on MessageId + PartitionKey (the
+    session id is the partition key when set); raybus's partition count may change at run
+    time, so it keys every entity's so, and a message id sent with different keys is a
+    different message wherever the keys land (keyed on the id alone, those that landed in the
+    same partition were dropped and the others kept)."""
+    mid = rec.message_id
+    if mid is None:
+        return None
+    key = rec.session_id if rec.session_id is not None else rec.partition_key
+    return mid if key is None else (mid, key)
+
+
+def dedup_id_slot(ident: DedupId) -> int:
+    """The slot of a duplicate-detection id whose slot was not recorded: that of its key."""
+    return slot_of(ident if isinstance(ident, str) else ident[1])
+
+
 def dedup_slot(rec: MessageRecord) -> int:
     """The slot a duplicate-detection id is kept under: that of the message's key (not of its
     id), so the id moves with that slot when the partition count changes, even from a single

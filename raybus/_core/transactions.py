@@ -37,7 +37,7 @@ from ..exceptions import InvalidArgumentError, ServiceBusError
 from . import journal
 from .partition import Partition
 from .record import MessageRecord, from_wire, to_wire
-from .slots import partition_key, slot_of
+from .slots import DedupId, dedup_id, partition_key, slot_of
 from .store import SettleOp
 
 __all__ = ["Share", "abort", "commit", "prepare", "recover"]
@@ -137,11 +137,11 @@ def commit(p: Partition, txn_id: str) -> bool:
         # Duplicate detection applies now; the quota was reserved at prepare.
         props = p._props
         dedup = props.requires_duplicate_detection
-        seen: set[str] = set()
+        seen: set[DedupId] = set()
         fresh = []
         dropped = []
         for i, rec in enumerate(share.sends):
-            mid = rec.message_id
+            mid = dedup_id(rec)
             if dedup and mid is not None and (mid in p._dedup or mid in seen):
                 dropped.append(i)
                 continue

@@ -432,16 +432,30 @@ def test_duplicate_detection_drops_repeated_message_ids_on_a_partitioned_queue(
         )
         for body in ("keyed", "keyed again"):
             sender.send_messages(ServiceBusMessage(body, message_id="kid", partition_key="pk"))
-    assert _counts(admin, name) == (len(ids) + 2, 0, 0)
+        # The id with other keys: other messages (the key is MessageId + PartitionKey),
+        # wherever the keys land; each repeated is dropped.
+        keys = [f"pk-{i}" for i in range(8)]
+        for _ in range(2):
+            sender.send_messages(
+                [ServiceBusMessage(k, message_id="kid", partition_key=k) for k in keys]
+            )
+    assert len({pmap.owner(k) for k in keys}) > 1
+    total = len(ids) + 2 + len(keys)
+    assert _counts(admin, name) == (total, 0, 0)
     with client.get_queue_receiver(name, max_wait_time=5) as receiver:
-        got = _receive_all(receiver, len(ids) + 2)
+        got = _receive_all(receiver, total)
         receiver.complete_messages(got)
         assert receiver.receive_messages(max_wait_time=0.5) == []
-    bodies = {m.message_id: m.body for m in got}
+    bodies = {(m.message_id, m.partition_key): m.body for m in got}
     assert len(bodies) == len(got)
-    assert bodies == {**{i: f"first {i}" for i in ids}, "twin": "x", "kid": "keyed"}
+    assert bodies == {
+        **{(i, None): f"first {i}" for i in ids},
+        ("twin", None): "x",
+        ("kid", "pk"): "keyed",
+        **{("kid", k): k for k in keys},
+    }
     for m in got:
-        key = "pk" if m.message_id == "kid" else m.message_id
+        key = m.partition_key or m.message_id
         assert key is not None and m.partition_id == pmap.owner(key)
     assert len({m.partition_id for m in got}) > 1
 

@@ -291,6 +291,32 @@ def test_without_duplicate_detection_repeated_ids_are_all_stored(make_partition,
     assert p.counts().active == 3
 
 
+def test_duplicates_are_keyed_on_the_message_id_and_the_key_that_places_it(make_partition, msg):
+    # Service Bus keys a partitioned entity's duplicates on MessageId + PartitionKey (the
+    # session id being the partition key): the same id with another key is another message,
+    # in whichever partition its key lands.
+    p = dedup_queue(make_partition)
+    first = p.send(
+        [
+            msg(body=b"a", message_id="m", partition_key="k1"),
+            msg(body=b"b", message_id="m", partition_key="k2"),
+            msg(body=b"c", message_id="m", session_id="s1"),
+            msg(body=b"d", message_id="m"),
+        ]
+    )
+    assert len(set(first)) == 4
+    again = p.send(
+        [
+            msg(body=b"e", message_id="m", partition_key="k2"),
+            msg(body=b"f", message_id="m", session_id="s1", partition_key="s1"),
+            msg(body=b"g", message_id="m"),
+            msg(body=b"h", message_id="m", partition_key="k1"),
+        ]
+    )
+    assert again == [first[1], first[2], first[3], first[0]]
+    assert sorted(r.body for r in p.peek(0, 10)) == [b"a", b"b", b"c", b"d"]
+
+
 def test_rejected_batch_does_not_register_its_message_ids(make_partition, msg):
     p = make_partition(requires_duplicate_detection=True, max_message_size_in_kilobytes=1)
     with pytest.raises(MessageSizeExceededError):
