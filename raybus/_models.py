@@ -217,6 +217,11 @@ class QueueProperties:
     def max_size(self) -> int:
         return self.max_size_in_megabytes * 1024 * 1024
 
+    @property
+    def enable_partitioning(self) -> bool:
+        """The SDK's name: whether the queue has (or may scale to) more than one partition."""
+        return self.partition_count > 1 or self.max_partitions is not None
+
     @classmethod
     def option_names(cls) -> frozenset[str]:
         """The keyword options ``create_queue`` accepts (every field but ``name``)."""
@@ -224,6 +229,41 @@ class QueueProperties:
 
 
 MAX_PARTITIONS = 64
+# The partitions of a queue created with the SDK's ``enable_partitioning=True`` (and no
+# ``partition_count``): raybus's count may change later, by hand or by itself.
+PARTITIONED_QUEUE_PARTITIONS = 4
+
+
+def sdk_queue_options(
+    options: dict[str, Any], current: QueueProperties | None, entity: str
+) -> dict[str, Any]:
+    """``create_queue``/``update_queue`` options with the SDK's ``enable_partitioning`` read
+    as raybus keeps it: at creation, True without a ``partition_count`` (or
+    ``max_partitions``) makes ``PARTITIONED_QUEUE_PARTITIONS`` partitions, False one unless
+    a count is given; on an update it may only repeat what the queue is (Service Bus fixes
+    it at creation). None (the SDK's default) changes nothing."""
+    if "enable_partitioning" not in options:
+        return options
+    options = dict(options)
+    wanted = options.pop("enable_partitioning")
+    if wanted is None:
+        return options
+    if not isinstance(wanted, bool):
+        raise InvalidArgumentError(
+            "enable_partitioning must be a bool", entity, "enable_partitioning"
+        )
+    if current is not None:
+        if wanted != current.enable_partitioning:
+            raise InvalidArgumentError(
+                "enable_partitioning is fixed when the queue is created (raybus changes "
+                "partition_count instead)",
+                entity,
+                "enable_partitioning",
+            )
+    elif wanted and "partition_count" not in options and "max_partitions" not in options:
+        options["partition_count"] = PARTITIONED_QUEUE_PARTITIONS
+    return options
+
 
 IMMUTABLE_QUEUE_FIELDS = (
     "requires_session",

@@ -109,6 +109,12 @@ class TopicProperties:
     def option_names(cls) -> frozenset[str]:
         return frozenset(f.name for f in fields(cls) if f.name != "name")
 
+    # The SDK's topic settings raybus takes and does not keep (``sdk_topic_options``): they
+    # read as Service Bus's defaults.
+    enable_partitioning = property(lambda self: False)
+    enable_express = property(lambda self: False)
+    filtering_messages_before_publishing = property(lambda self: False)
+
     @property
     def max_message_size(self) -> int:
         return self.max_message_size_in_kilobytes * 1024
@@ -239,3 +245,28 @@ class SubscriptionRuntimeProperties:
     created_at_utc: datetime | None = None
     updated_at_utc: datetime | None = None
     accessed_at_utc: datetime | None = None
+
+
+# The SDK's topic options raybus takes and ignores (see ``sdk_topic_options``).
+IGNORED_TOPIC_OPTIONS = (
+    "enable_partitioning",
+    "enable_express",
+    "filtering_messages_before_publishing",
+)
+
+
+def sdk_topic_options(options: dict[str, Any], entity: str) -> dict[str, Any]:
+    """``create_topic``/``update_topic`` options without the SDK's ``enable_partitioning``,
+    ``enable_express`` and ``filtering_messages_before_publishing``, which raybus takes (a
+    bool or None) and ignores: a topic's subscriptions are stored as raybus stores them (each
+    subscription's partitions and durability are its own), and filters run on each message
+    as it is published. They read back as Service Bus's defaults (False), as the HTTP
+    gateway answers them."""
+    if not any(name in options for name in IGNORED_TOPIC_OPTIONS):
+        return options
+    options = dict(options)
+    for name in IGNORED_TOPIC_OPTIONS:
+        value = options.pop(name, None)
+        if value is not None and not isinstance(value, bool):
+            raise InvalidArgumentError(f"{name} must be a bool", entity, name)
+    return options

@@ -13,6 +13,7 @@ from .._models import (
     NamespaceProperties,
     QueueProperties,
     QueueRuntimeProperties,
+    sdk_queue_options,
     validate_entity_name,
 )
 from .._sdk_options import check_admin_options
@@ -103,7 +104,9 @@ class ServiceBusAdministrationClient(TopicManagement):
 
     async def create_queue(self, queue_name: str, **options: Any) -> QueueProperties:
         """Create a queue; ``options`` are ``QueueProperties`` fields (durations as
-        ``timedelta``). Raises ``MessagingEntityAlreadyExistsError`` if the name is taken."""
+        ``timedelta``; the SDK's ``enable_partitioning`` too: ``sdk_queue_options``). Raises
+        ``MessagingEntityAlreadyExistsError`` if the name is taken."""
+        options = sdk_queue_options(options, None, queue_name)
         unknown = set(options) - QueueProperties.option_names()
         if unknown:
             raise InvalidArgumentError(
@@ -133,6 +136,7 @@ class ServiceBusAdministrationClient(TopicManagement):
             raise InvalidArgumentError(
                 "update_queue takes the QueueProperties that get_queue returned", None, "queue"
             )
+        options = sdk_queue_options(options, queue, queue.name)
         unknown = set(options) - QueueProperties.option_names()
         if unknown:
             raise InvalidArgumentError(

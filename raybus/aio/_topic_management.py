@@ -13,6 +13,7 @@ from .._topic_models import (
     SubscriptionRuntimeProperties,
     TopicProperties,
     TopicRuntimeProperties,
+    sdk_topic_options,
     subscription_path,
 )
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
@@ -43,7 +44,9 @@ class TopicManagement:
     # ------------------------------------------------------------------ topics
 
     async def create_topic(self, topic_name: str, **options: Any) -> TopicProperties:
-        """Create a topic; ``options`` are ``TopicProperties`` fields."""
+        """Create a topic; ``options`` are ``TopicProperties`` fields (and the SDK's options
+        raybus ignores: ``sdk_topic_options``)."""
+        options = sdk_topic_options(options, topic_name)
         _check_options(options, TopicProperties.option_names(), topic_name)
         props = TopicProperties(validate_entity_name(topic_name, kind="topic"), **options)
         entry, _router = await self._call(topic_name, "create_topic", props)
@@ -64,6 +67,7 @@ class TopicManagement:
             raise InvalidArgumentError(
                 "update_topic takes the TopicProperties that get_topic returned", None, "topic"
             )
+        options = sdk_topic_options(options, topic.name)
         _check_options(options, TopicProperties.option_names(), topic.name)
         entry, _router = await self._call(
             topic.name, "update_topic", dataclasses.replace(topic, **options)

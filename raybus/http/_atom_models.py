@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .._core.filters import RuleFilter  # the union of the filter classes (a type only)
+from .._models import PARTITIONED_QUEUE_PARTITIONS  # shared with the admin client
 from ..auth import AccessRights, AuthorizationRule, normalise_rights
 from ..enums import EntityStatus
 from ..exceptions import InvalidArgumentError
@@ -78,7 +79,7 @@ __all__ = [
     "topic_description",
 ]
 
-PARTITIONED_QUEUE_PARTITIONS = 4
+
 SQL_COMPATIBILITY_LEVEL = "20"
 _COUNTS_NS = "http://schemas.microsoft.com/netservices/2011/06/servicebus"
 

@@ -88,6 +88,32 @@ def test_get_queue_returns_the_created_settings_under_any_casing_of_the_name(
     assert upper.name == name  # reported as created
 
 
+def test_the_sdks_enable_partitioning_and_topic_options_are_taken(
+    admin: ServiceBusAdministrationClient,
+) -> None:
+    # Code written for the SDK passes these: a queue is partitioned (raybus's count may change
+    # later), a topic takes them and reads back Service Bus's defaults.
+    q = _name()
+    made = admin.create_queue(q, enable_partitioning=True)
+    assert (made.partition_count, made.enable_partitioning) == (4, True)
+    got = admin.get_queue(q)
+    assert got.enable_partitioning and got.partition_count == 4
+    with pytest.raises(InvalidArgumentError):
+        admin.update_queue(got, enable_partitioning=False)
+    assert admin.update_queue(got, enable_partitioning=True).partition_count == 4
+    assert not admin.create_queue(_name(), enable_partitioning=False).enable_partitioning
+    t = _name("t")
+    topic = admin.create_topic(
+        t, enable_partitioning=True, enable_express=True, filtering_messages_before_publishing=True
+    )
+    assert (topic.enable_partitioning, topic.enable_express) == (False, False)
+    updated = admin.update_topic(
+        admin.get_topic(t), enable_express=False, max_size_in_megabytes=2048
+    )
+    assert updated.max_size_in_megabytes == 2048
+    admin.delete_topic(t)
+
+
 def test_create_queue_with_taken_name_in_any_casing_raises_already_exists(
     admin: ServiceBusAdministrationClient,
 ) -> None:

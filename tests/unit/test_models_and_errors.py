@@ -13,7 +13,14 @@ import pytest
 
 import raybus.exceptions as exc_module
 from raybus._core.record import MessageRecord, encoded_size
-from raybus._models import MAX_DURATION, QueueProperties, validate_entity_name
+from raybus._models import (
+    MAX_DURATION,
+    PARTITIONED_QUEUE_PARTITIONS,
+    QueueProperties,
+    sdk_queue_options,
+    validate_entity_name,
+)
+from raybus._topic_models import TopicProperties, sdk_topic_options
 from raybus.enums import EntityStatus
 from raybus.exceptions import InvalidArgumentError, MessageSizeExceededError, ServiceBusError
 
@@ -515,3 +522,48 @@ def test_bytes_system_fields_are_checked_as_strings_after_decoding() -> None:
     with pytest.raises(InvalidArgumentError) as info:  # other types are still refused
         ServiceBusMessage(b"body", message_id=b"m", correlation_id=42)  # type: ignore[arg-type]
     assert info.value.argument == "correlation_id"
+
+
+# ---------------------------------------------------------------- the SDK's entity options
+
+
+def test_enable_partitioning_at_creation_makes_a_partitioned_queue():
+    made = sdk_queue_options({"enable_partitioning": True}, None, "q")
+    assert made == {"partition_count": PARTITIONED_QUEUE_PARTITIONS}
+    props = QueueProperties("q", **made)
+    assert props.enable_partitioning and props.partition_count == 4
+    assert sdk_queue_options({"enable_partitioning": True, "partition_count": 8}, None, "q") == {
+        "partition_count": 8
+    }
+    assert sdk_queue_options({"enable_partitioning": False}, None, "q") == {}
+    assert sdk_queue_options({"enable_partitioning": None, "x": 1}, None, "q") == {"x": 1}
+    assert not QueueProperties("q").enable_partitioning
+    assert QueueProperties("q", max_partitions=8).enable_partitioning
+    with pytest.raises(InvalidArgumentError) as info:
+        sdk_queue_options({"enable_partitioning": "yes"}, None, "q")
+    assert info.value.argument == "enable_partitioning"
+
+
+def test_enable_partitioning_on_an_update_may_only_repeat_what_the_queue_is():
+    one, four = QueueProperties("q"), QueueProperties("q", partition_count=4)
+    assert sdk_queue_options({"enable_partitioning": True}, four, "q") == {}
+    assert sdk_queue_options({"enable_partitioning": False}, one, "q") == {}
+    for current, wanted in ((one, True), (four, False)):
+        with pytest.raises(InvalidArgumentError, match="fixed when the queue is created"):
+            sdk_queue_options({"enable_partitioning": wanted}, current, "q")
+
+
+def test_the_sdks_topic_options_are_taken_and_read_as_service_bus_defaults():
+    given = {
+        "enable_partitioning": True,
+        "enable_express": True,
+        "filtering_messages_before_publishing": False,
+        "max_size_in_megabytes": 2048,
+    }
+    assert sdk_topic_options(given, "t") == {"max_size_in_megabytes": 2048}
+    topic = TopicProperties("t")
+    assert (topic.enable_partitioning, topic.enable_express) == (False, False)
+    assert topic.filtering_messages_before_publishing is False
+    with pytest.raises(InvalidArgumentError) as info:
+        sdk_topic_options({"enable_express": 1}, "t")
+    assert info.value.argument == "enable_express"
