@@ -20,6 +20,7 @@ from ._handler_from_connection_string import (
     ReceiverFromConnectionString,
     SenderFromConnectionString,
 )
+from ._paged import ItemList
 from ._retry import RetryMode
 from ._sync import run
 from .aio import EntityInfo, _complete
@@ -455,7 +456,7 @@ class ServiceBusRuleManager:
         run(self._aio.delete_rule(rule_name))
 
     def list_rules(self) -> list[RuleProperties]:
-        return run(self._aio.list_rules())
+        return ItemList(run(self._aio.list_rules()))
 
     def close(self) -> None:
         run(self._aio.close())
@@ -720,12 +721,14 @@ class ServiceBusClient:
         state_updated_after: datetime | None = None,
         timeout: float | None = None,
     ) -> list[str]:
-        return run(
-            self._aio.list_subscription_sessions(
-                topic_name,
-                subscription_name,
-                state_updated_after=state_updated_after,
-                timeout=timeout,
+        return ItemList(
+            run(
+                self._aio.list_subscription_sessions(
+                    topic_name,
+                    subscription_name,
+                    state_updated_after=state_updated_after,
+                    timeout=timeout,
+                )
             )
         )
 
@@ -780,9 +783,11 @@ class ServiceBusClient:
         state_updated_after: datetime | None = None,
         timeout: float | None = None,
     ) -> list[str]:
-        return run(
-            self._aio.list_queue_sessions(
-                queue_name, state_updated_after=state_updated_after, timeout=timeout
+        return ItemList(
+            run(
+                self._aio.list_queue_sessions(
+                    queue_name, state_updated_after=state_updated_after, timeout=timeout
+                )
             )
         )
 

@@ -4,7 +4,8 @@ The SDK's asyncio ``list_queues``, ``list_rules``, ``list_queue_sessions`` and t
 are plain methods returning an ``AsyncItemPaged``, iterated with ``async for``. raybus's own
 code (and its users before this) awaits them for a list. An ``AsyncList`` does both: ``async
 for item in admin.list_queues()`` and ``await admin.list_queues()``. The listing is one call
-(raybus's registry answers a whole list at once, with no pages), made on first use and kept.
+(raybus's registry answers a whole list at once, with no pages), made on first use and kept;
+``by_page()`` gives it as one page, as the SDK's pages would be iterated.
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ class AsyncList(Generic[T]):
     async def _iterate(self) -> AsyncIterator[T]:
         for item in await self._all():
             yield item
+
+    def by_page(self, continuation_token: str | None = None) -> AsyncIterator[AsyncIterator[T]]:
+        """The SDK's ``AsyncItemPaged.by_page()``: the listing's pages, each iterated with
+        ``async for``; one page, the whole listing (a ``continuation_token`` gives none)."""
+        return self._pages(continuation_token)
+
+    async def _pages(self, continuation_token: str | None) -> AsyncIterator[AsyncIterator[T]]:
+        if continuation_token is None:
+            yield self._iterate()
 
 
 P = ParamSpec("P")

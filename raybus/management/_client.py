@@ -7,6 +7,7 @@ from typing import Any
 
 from .._core.filters import RuleProperties, SqlRuleAction
 from .._models import NamespaceProperties, QueueProperties, QueueRuntimeProperties
+from .._paged import ItemList
 from .._sync import run
 from .._topic_models import (
     SubscriptionProperties,
@@ -69,7 +70,7 @@ class ServiceBusAdministrationClient:
         return run(self._aio.create_authorization_rule(key_name, rights, **options))
 
     def list_authorization_rules(self, *, entity: str | None = None) -> list[AuthorizationRule]:
-        return run(self._aio.list_authorization_rules(entity=entity))
+        return ItemList(run(self._aio.list_authorization_rules(entity=entity)))
 
     def regenerate_authorization_key(self, key_name: str, **options: Any) -> AuthorizationRule:
         return run(self._aio.regenerate_authorization_key(key_name, **options))
@@ -78,7 +79,7 @@ class ServiceBusAdministrationClient:
         run(self._aio.delete_authorization_rule(key_name, entity=entity))
 
     def list_queues(self) -> list[QueueProperties]:
-        return run(self._aio.list_queues())
+        return ItemList(run(self._aio.list_queues()))
 
     def get_namespace_properties(self) -> NamespaceProperties:
         return run(self._aio.get_namespace_properties())
@@ -90,7 +91,7 @@ class ServiceBusAdministrationClient:
         return run(self._aio.wait_for_partitions(queue_name, timeout=timeout))
 
     def list_queues_runtime_properties(self) -> list[QueueRuntimeProperties]:
-        return run(self._aio.list_queues_runtime_properties())
+        return ItemList(run(self._aio.list_queues_runtime_properties()))
 
     def create_topic(self, topic_name: str, **options: Any) -> TopicProperties:
         return run(self._aio.create_topic(topic_name, **options))
@@ -99,7 +100,7 @@ class ServiceBusAdministrationClient:
         return run(self._aio.get_topic(topic_name))
 
     def list_topics(self) -> list[TopicProperties]:
-        return run(self._aio.list_topics())
+        return ItemList(run(self._aio.list_topics()))
 
     def update_topic(self, topic: TopicProperties, **options: Any) -> TopicProperties:
         return run(self._aio.update_topic(topic, **options))
@@ -128,7 +129,7 @@ class ServiceBusAdministrationClient:
         return run(self._aio.get_subscription(topic_name, subscription_name))
 
     def list_subscriptions(self, topic_name: str) -> list[SubscriptionProperties]:
-        return run(self._aio.list_subscriptions(topic_name))
+        return ItemList(run(self._aio.list_subscriptions(topic_name)))
 
     def update_subscription(
         self, topic_name: str, subscription: SubscriptionProperties, **options: Any
@@ -162,7 +163,7 @@ class ServiceBusAdministrationClient:
         return run(self._aio.get_rule(topic_name, subscription_name, rule_name))
 
     def list_rules(self, topic_name: str, subscription_name: str) -> list[RuleProperties]:
-        return run(self._aio.list_rules(topic_name, subscription_name))
+        return ItemList(run(self._aio.list_rules(topic_name, subscription_name)))
 
     def delete_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> None:
         run(self._aio.delete_rule(topic_name, subscription_name, rule_name))
@@ -173,12 +174,12 @@ class ServiceBusAdministrationClient:
         return run(self._aio.update_rule(topic_name, subscription_name, rule, **changes))
 
     def list_topics_runtime_properties(self) -> list[TopicRuntimeProperties]:
-        return run(self._aio.list_topics_runtime_properties())
+        return ItemList(run(self._aio.list_topics_runtime_properties()))
 
     def list_subscriptions_runtime_properties(
         self, topic_name: str
     ) -> list[SubscriptionRuntimeProperties]:
-        return run(self._aio.list_subscriptions_runtime_properties(topic_name))
+        return ItemList(run(self._aio.list_subscriptions_runtime_properties(topic_name)))
 
     def close(self) -> None:
         """Nothing to release."""

@@ -102,6 +102,8 @@ def test_the_sdks_enable_partitioning_and_topic_options_are_taken(
         admin.update_queue(got, enable_partitioning=False)
     assert admin.update_queue(got, enable_partitioning=True).partition_count == 4
     assert not admin.create_queue(_name(), enable_partitioning=False).enable_partitioning
+    # A listing reads as the SDK's ItemPaged: item by item, or by page.
+    assert q in [p.name for page in admin.list_queues().by_page() for p in page]
     t = _name("t")
     topic = admin.create_topic(
         t, enable_partitioning=True, enable_express=True, filtering_messages_before_publishing=True

@@ -11,6 +11,7 @@ import pytest
 
 import raybus
 from raybus import _connection
+from raybus._paged import ItemList
 from raybus._sdk_options import check_admin_options, check_client_options
 from raybus._sync import run
 from raybus.aio._paged import AsyncList, listing
@@ -152,6 +153,23 @@ async def test_an_async_list_is_iterated_or_awaited_and_fetched_once() -> None:
     things = Lister().list_things(2)
     assert isinstance(things, AsyncList)
     assert [i async for i in things] == [0, 1]
+
+
+async def test_an_async_list_is_read_by_page_as_the_sdks_async_item_paged() -> None:
+    async def fetch() -> list[int]:
+        return [1, 2, 3]
+
+    listed = AsyncList(fetch)
+    pages = [[i async for i in page] async for page in listed.by_page()]
+    assert pages == [[1, 2, 3]]
+    assert [page async for page in listed.by_page(continuation_token="next")] == []
+
+
+def test_a_sync_listing_is_a_list_read_by_page_as_the_sdks_item_paged() -> None:
+    listed = ItemList(["a", "b"])
+    assert listed == ["a", "b"] and listed[1] == "b"
+    assert [list(page) for page in listed.by_page()] == [["a", "b"]]
+    assert list(listed.by_page(continuation_token="next")) == []
 
 
 def test_the_sync_api_runs_an_async_list_to_its_list() -> None:
