@@ -64,8 +64,9 @@ def _status(obj: Any) -> None:
 
 @dataclass
 class TopicProperties:
-    """A topic's settings. ``requires_duplicate_detection`` and ``partition_count`` apply to
-    every subscription's store (a repeated message id is dropped by each)."""
+    """A topic's settings. ``requires_duplicate_detection`` applies to every subscription's
+    store: a repeated message is dropped by each, each rule's copy keyed on the rule and the
+    published message's id (``raybus._core.slots.dedup_id``)."""
 
     name: str
     default_message_time_to_live: timedelta = MAX_DURATION

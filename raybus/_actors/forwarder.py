@@ -136,6 +136,7 @@ class Forwarder:
             copy = snapshot(rec)
             copy.transfer_hops = rec.transfer_hops + 1
             copy.lock_token, copy.locked_until, copy.state = None, 0.0, 0
+            copy.copy_of = None  # a topic copy's identity there, not at the destination
             if dead_letter:
                 copy.dead_letter_source = source
             go.append((rec, copy))

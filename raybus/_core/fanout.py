@@ -4,7 +4,8 @@ Pure; the router actor (``raybus._actors.router``) runs it on each batch of publ
 messages and then delivers every subscription partition's copies in one call. Copy semantics
 are Service Bus's (``raybus._core.filters.fan_out``): the rules of a subscription that have no
 action are OR-ed into one copy; every matching rule with an action gives its own copy, changed
-by the action and carrying the property ``RuleName``. A rule that fails to evaluate sends the
+by the action and carrying the property ``RuleName`` (and, for a subscription's duplicate
+detection, ``copy_of``: ``raybus._core.slots.dedup_id``). A rule that fails to evaluate sends the
 message to that subscription's dead-letter sub-queue (reason: the error's type name) when the
 subscription dead-letters filter errors, and drops it for that subscription otherwise.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from ..exceptions import ServiceBusError
 from .filters import RuleProperties, fan_out
 from .record import ARRIVE_DEAD_LETTERED, MessageRecord, encoded_size, snapshot
+from .slots import rule_copy_id
 
 __all__ = ["Target", "plan"]
 
@@ -62,6 +64,7 @@ def plan(
                     copies.append(rec)
                     continue
                 copy = snapshot(rec)
+                copy_of = rule_copy_id(rec, rule_name)  # its duplicates: this rule's copies
                 try:
                     action.apply(copy)
                     props = dict(copy.application_properties or {})
@@ -75,6 +78,7 @@ def plan(
                     copy.state = ARRIVE_DEAD_LETTERED
                     copy.dead_letter_reason = getattr(exc, "type_name", type(exc).__name__)
                     copy.dead_letter_error_description = str(exc)
+                copy.copy_of = copy_of
                 copies.append(copy)
         if copies:
             out[target.path] = copies

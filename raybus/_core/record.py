@@ -103,6 +103,9 @@ class MessageRecord:
     dead_letter_error_description: str | None = None
     dead_letter_source: str | None = None
     transfer_hops: int = 0  # times auto-forwarded (Service Bus dead-letters past 4)
+    # A topic's copy made by a rule's action: what duplicate detection keys it on in the
+    # subscription (``raybus._core.slots.dedup_id``), set by the fan-out; None otherwise.
+    copy_of: Any = None
 
 
 # Records cross actor boundaries as plain tuples: Ray serialises lists of tuples of primitives

@@ -18,6 +18,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 from .record import MessageRecord
 
@@ -51,8 +52,10 @@ def partition_key(rec: MessageRecord, dedup: bool) -> str | None:
     return None
 
 
-# What duplicate detection keys a message on: its message id, or (message id, key).
-DedupId = str | tuple[str, str]
+# What duplicate detection keys a message on: its message id, or (message id, key), or for
+# a topic's copy made by a rule's action (RULE_COPY, rule name, the message's own id).
+DedupId = str | tuple[Any, ...]
+RULE_COPY = "rule-copy"
 
 
 def dedup_id(rec: MessageRecord) -> DedupId | None:
@@ -62,7 +65,14 @@ def dedup_id(rec: MessageRecord) -> DedupId | None:
     session id is the partition key when set); raybus's partition count may change at run
     time, so it keys every entity's so, and a message id sent with different keys is a
     different message wherever the keys land (keyed on the id alone, those that landed in the
-    same partition were dropped and the others kept)."""
+    same partition were dropped and the others kept).
+
+    A topic's copy made by a rule's action is keyed on the rule and the published message's
+    id (``copy_of``, set by ``raybus._core.fanout.plan``): each matching rule with an action
+    gives its own copy, so two rules' copies are not duplicates of each other, and an action
+    that changes the message id does not make copies of different messages duplicates."""
+    if rec.copy_of is not None:
+        return cast(DedupId, rec.copy_of)
     mid = rec.message_id
     if mid is None:
         return None
@@ -70,9 +80,19 @@ def dedup_id(rec: MessageRecord) -> DedupId | None:
     return mid if key is None else (mid, key)
 
 
+def rule_copy_id(rec: MessageRecord, rule_name: str | None) -> DedupId | None:
+    """The ``copy_of`` of rule ``rule_name``'s copy of the published ``rec``."""
+    own = dedup_id(rec)
+    return None if own is None else (RULE_COPY, rule_name or "", own)
+
+
 def dedup_id_slot(ident: DedupId) -> int:
     """The slot of a duplicate-detection id whose slot was not recorded: that of its key."""
-    return slot_of(ident if isinstance(ident, str) else ident[1])
+    if isinstance(ident, str):
+        return slot_of(ident)
+    if len(ident) == 3:  # a rule's copy: its message's
+        return dedup_id_slot(ident[2])
+    return slot_of(ident[1])
 
 
 def dedup_slot(rec: MessageRecord) -> int:

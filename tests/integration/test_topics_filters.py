@@ -9,6 +9,7 @@ subscription only (or drops it there). Fixtures: ``topics_support``.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
@@ -263,6 +264,37 @@ async def test_each_matching_rule_with_an_action_gives_its_own_copy_aio(
     e = copies[("one", "e")]
     assert (_props(e), e.subject) == ({"z": "e", RULE_NAME: "e"}, "changed")
     assert _props(copies[("two", None)]) == {"x": 2}
+
+
+def test_with_duplicate_detection_each_rules_copy_arrives_once(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    # Service Bus detects duplicates at the topic, before the rules: each matching rule with
+    # an action still gives its copy, an action that sets the message id makes no duplicates
+    # of other messages, and a message published again adds nothing.
+    t = f"dedup-{uuid.uuid4().hex[:8]}"
+    admin.create_topic(t, requires_duplicate_detection=True)
+    try:
+        admin.create_subscription(t, "s", default_rule=RuleProperties("a", TrueRuleFilter()))
+        admin.create_rule(t, "s", "d", filter=TrueRuleFilter(), action=SqlRuleAction("SET y = 1"))
+        admin.create_rule(
+            t, "s", "e", filter=TrueRuleFilter(), action=SqlRuleAction("SET sys.MessageId = 'x'")
+        )
+        with client.get_topic_sender(t) as sender:
+            for _ in range(2):
+                sender.send_messages([ServiceBusMessage(b, message_id=b) for b in ("one", "two")])
+        assert _counts(admin, t, "s") == (6, 0)
+        got = _drain(client, t, "s", 6)
+        assert sorted((str(m.body), str(_props(m).get(RULE_NAME, ""))) for m in got) == [
+            ("one", ""),
+            ("one", "d"),
+            ("one", "e"),
+            ("two", ""),
+            ("two", "d"),
+            ("two", "e"),
+        ]
+    finally:
+        admin.delete_topic(t)
 
 
 def test_subscription_without_rules_receives_nothing(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from raybus._core.fanout import RULE_NAME_PROPERTY, Target, plan
 from raybus._core.filters import (
     CorrelationRuleFilter,
@@ -10,7 +12,10 @@ from raybus._core.filters import (
     SqlRuleFilter,
     TrueRuleFilter,
 )
+from raybus._core.partition import Partition
 from raybus._core.record import ARRIVE_DEAD_LETTERED, MessageRecord
+from raybus._models import QueueProperties
+from raybus.testing import FakeClock
 
 
 def _rec(i: int, **props: object) -> MessageRecord:
@@ -74,3 +79,52 @@ def test_subscriptions_selecting_nothing_get_no_entry() -> None:
         "s", "t/subscriptions/s", (RuleProperties("c", CorrelationRuleFilter(label="x")),)
     )
     assert plan([target], [_rec(1)]) == {}
+
+
+def test_a_duplicate_detecting_subscription_keeps_each_rules_copy_once() -> None:
+    # Service Bus detects duplicates at the topic, before the rules: every matching rule with an
+    # action gives its copy, and an action that sets the message id makes no duplicates of
+    # other messages' copies. A subscription's store detects them on each rule's copy of the
+    # published message (``copy_of``), so a message published again adds nothing.
+    target = Target(
+        "s",
+        "t/Subscriptions/s",
+        (
+            RuleProperties("plain", TrueRuleFilter()),
+            RuleProperties("one", TrueRuleFilter(), SqlRuleAction("SET tag = 'one'")),
+            RuleProperties("two", TrueRuleFilter(), SqlRuleAction("SET tag = 'two'")),
+            RuleProperties("same", TrueRuleFilter(), SqlRuleAction("SET sys.MessageId = 'same'")),
+        ),
+    )
+    store = Partition(
+        QueueProperties(
+            "t/Subscriptions/s",
+            requires_duplicate_detection=True,
+            duplicate_detection_history_time_window=timedelta(minutes=10),
+        ),
+        FakeClock(),
+    )
+
+    def publish(*ids: int) -> None:
+        (copies,) = plan([target], [_rec(i) for i in ids]).values()
+        store.send(copies)
+
+    publish(1, 2)
+    held = store.peek(0, 100)
+    assert len(held) == 8  # four copies of each message
+    tags = sorted(
+        (r.message_id or "", str((r.application_properties or {}).get("tag"))) for r in held
+    )
+    assert tags == [
+        ("m1", "None"),
+        ("m1", "one"),
+        ("m1", "two"),
+        ("m2", "None"),
+        ("m2", "one"),
+        ("m2", "two"),
+        ("same", "None"),
+        ("same", "None"),
+    ]
+    publish(2, 1)  # again: every copy a duplicate
+    publish(3)
+    assert len(store.peek(0, 100)) == 12
