@@ -435,7 +435,8 @@ class NamespaceActor(TopicOps, AccessOps):
 
     @guarded(INTERNAL)
     async def delete_idle_queue(self, name: str, incarnation: int, accessed_at: float) -> bool:
-        """Delete the queue if it is still that incarnation and every partition is idle."""
+        """Delete the queue (or subscription, whose store is a queue's) if it is still that
+        incarnation and every partition is idle."""
         try:
             route, counts = await self._counts(name)
         except MessagingEntityNotFoundError:
@@ -445,6 +446,13 @@ class NamespaceActor(TopicOps, AccessOps):
             c.accessed_at + idle > time.time() for c in counts
         ):
             return False
+        entry = self._registry.get(name)
+        if entry.kind == "subscription":
+            topic = entry.properties.name.rsplit("/", 2)[0]
+            _log.info("deleting subscription %s: idle since %s", name, accessed_at)
+            await self._drop_subscription(entry)
+            await self._configure_router(topic)
+            return True
         _log.info("deleting queue %s: idle since %s", name, accessed_at)
         await self._delete_queue(name)
         return True

@@ -142,7 +142,7 @@ def hand_over(
     Returns the new outbox entries (move id -> (target, bundle)), also kept in ``p.outbox``
     and journaled, and the pinned slots (not moved, still served here).
     """
-    now = p._begin()
+    now = p._begin(use=False)  # a partition change is not use of the entity
     slot_target = {s: t for t, slots in moves.items() for s in slots}
     pinned: set[int] = set()
     sessions = p._sessions
@@ -254,7 +254,7 @@ def _take_out(p: Partition, store: Any, rec: MessageRecord) -> None:
 
 def adopt(p: Partition, move_id: str, b: Bundle) -> bool:
     """Store a moved-in bundle and serve its slots; False if it was applied before."""
-    p._begin()
+    p._begin(use=False)
     if move_id in p._adopted:
         return False
     for store_id, row in b.records:

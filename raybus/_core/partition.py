@@ -28,6 +28,7 @@ from typing import Any
 
 from .._clock import Clock
 from .._models import QueueProperties
+from .._topic_models import is_subscription
 from ..exceptions import (
     InvalidArgumentError,
     MessageLockLostError,
@@ -205,6 +206,10 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         # receive waits for the flush (a lock on a number not yet logged would not survive).
         self._activated: set[int] = set()
         self.accessed_at = clock.now()
+        # What counts as use for auto_delete_on_idle: for a queue every call, for a
+        # subscription every call but the topic's deliveries (Service Bus deletes a
+        # subscription nobody receives from or browses, however busy its topic).
+        self._sends_are_use = not is_subscription(properties.name)
 
     # ------------------------------------------------------------------ properties
 
@@ -213,9 +218,11 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         return self._props
 
     def update_properties(self, properties: QueueProperties) -> None:
-        """Apply new settings. Existing locks keep their expiry; new ones use the new duration."""
+        """Apply new settings. Existing locks keep their expiry; new ones use the new duration.
+        An update counts as use (``auto_delete_on_idle``), as in Service Bus."""
         self._props = properties
         self._record(journal.PROPS, self._main, 0, properties)
+        self.accessed_at = self._clock.now()
 
     # ------------------------------------------------------------------ sending
 
@@ -229,7 +236,7 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
         and the room before it was logged, so no status, message or quota check refuses it;
         a keyed message of a slot given away still does (``PartitionMovedError``).
         """
-        now = self._begin()
+        now = self._begin(use=self._sends_are_use)
         fresh, is_fresh = self._validate_send(records, forced)
         self._store_fresh(fresh, now)
         return [
@@ -836,10 +843,13 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
 
     # ------------------------------------------------------------------ internals
 
-    def _begin(self) -> float:
+    def _begin(self, *, use: bool = True) -> float:
+        """Apply what time made due; the time now, which is when the entity was last used
+        (``use``: the call counts as use, ``auto_delete_on_idle``)."""
         self.tick()
         now = self._clock.now()
-        self.accessed_at = now
+        if use:
+            self.accessed_at = now
         return now
 
     def _check_receive(self) -> None:

@@ -66,7 +66,7 @@ def prepare(
     renews: Sequence[str],
 ) -> None:
     """Validate and hold the share (raising, and changing nothing, when it cannot commit)."""
-    p._begin()
+    p._begin(use=bool(settles or renews) or p._sends_are_use)
     if txn_id in p.prepared:
         return  # a repeated prepare (the coordinator retried)
     if txn_id in p.ended_transactions:
@@ -128,7 +128,8 @@ def _to_payload(p: Partition, share: Share) -> tuple[Any, ...]:
 
 def commit(p: Partition, txn_id: str) -> bool:
     """Apply a prepared share; False if the transaction is not prepared here (it ended)."""
-    now = p._begin()
+    share = p.prepared.get(txn_id)
+    now = p._begin(use=share is None or bool(share.settles or share.renews) or p._sends_are_use)
     share = p.prepared.pop(txn_id, None)
     if share is None:
         return False

@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from raybus._core.partition import ABANDON, COMPLETE, DEFER, RELEASE
+from raybus._core.partition import ABANDON, COMPLETE, DEFER, RELEASE, Partition
 from raybus._core.record import ACTIVE, SCHEDULED
+from raybus._models import QueueProperties
 from raybus.exceptions import MessageLockLostError, MessageNotFoundError
 
 LOCK = 30.0
@@ -376,6 +377,32 @@ def test_idle_deadline_is_last_access_plus_auto_delete_on_idle(make_partition, m
     p.peek(0, 1)  # browsing counts as activity
     assert p.idle_deadline() == t0 + 150 + 600
     assert p.counts().accessed_at == t0 + 150
+
+
+def test_an_update_counts_as_use(make_partition, clock):
+    p = make_partition(auto_delete_on_idle=timedelta(minutes=10))
+    clock.advance(100)
+    p.update_properties(p.properties)
+    assert p.idle_deadline() == clock.now() + 600
+
+
+def test_a_subscriptions_store_is_used_by_receives_and_peeks_not_by_its_topics_sends(msg, clock):
+    # Service Bus deletes an idle subscription however busy its topic: what its receivers do
+    # counts (receive, browse, settle, update), the topic's deliveries do not.
+    props = QueueProperties(
+        name="orders/Subscriptions/audit", auto_delete_on_idle=timedelta(minutes=10)
+    )
+    p = Partition(props, clock)
+    t0 = clock.now()
+    clock.advance(100)
+    p.send([msg(), msg()])
+    assert p.idle_deadline() == t0 + 600
+    clock.advance(50)
+    assert len(p.receive(1)) == 1
+    assert p.idle_deadline() == t0 + 150 + 600
+    clock.advance(50)
+    p.peek(0, 1)
+    assert p.idle_deadline() == t0 + 200 + 600
 
 
 def test_idle_deadline_is_infinite_by_default(make_partition):
