@@ -266,6 +266,24 @@ CASES += [
         settle_ok,
     ),
     Case(
+        "dead_letter_reason_over_32_kib",
+        MessageSizeExceededError,
+        ANY,
+        lambda e, m: e.receivers[MAIN].dead_letter_message(m, reason="r" * 33_000),
+        fresh,
+        settle_ok,
+    ),
+    Case(
+        "abandon_properties_past_the_64_kib_header",
+        MessageSizeExceededError,
+        ANY,
+        lambda e, m: e.receivers[MAIN].abandon_message(
+            m, {"a": "x" * 30_000, "b": "y" * 30_000, "c": "z" * 30_000}
+        ),
+        fresh,
+        settle_ok,
+    ),
+    Case(
         "abandon_property_value_a_set",
         IAE,
         "properties_to_modify['k']",
