@@ -26,7 +26,9 @@ all-or-nothing with the outcome unknown: a logged publish is finished by the res
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -41,6 +43,7 @@ from .._core.record import WireRecord, from_wire, to_wire, wire_sizes
 from .._core.registry import partition_actor_name, router_log_name, topic_schedule_log_name
 from .._core.sendable import check_sendable
 from .._core.wire import INLINE_BYTES, join_groups, send_args
+from .._models import MAX_DURATION
 from .._topic_models import TopicProperties
 from ..auth import AccessRights
 from ..exceptions import (
@@ -96,6 +99,11 @@ class RouterActor(Guarded):
         )
         self.published = 0
         self.copies = 0
+        # When the topic was last used (publishes, schedules, settings and subscription
+        # changes), for auto_delete_on_idle; a restart counts as use (``_idle_loop``).
+        self.accessed_at = time.time()
+        self._incarnation = incarnation
+        self._idle_task: asyncio.Task[None] | None = None
         self._deliverer = Deliverer(
             namespace,
             storage_path,
@@ -110,8 +118,10 @@ class RouterActor(Guarded):
             topic.name,
             self._publish_due,
         )
-        # Deliver what a restart left undelivered, and time what is scheduled, unasked.
-        if self._deliverer.log.pending or self._scheduler.count:
+        # Deliver what a restart left undelivered, time what is scheduled, and run the idle
+        # timer, unasked (an idle topic gets no call that would start it).
+        idles = topic.auto_delete_on_idle < MAX_DURATION
+        if self._deliverer.log.pending or self._scheduler.count or idles:
             actor = ray.get_runtime_context().current_actor
             call_self_until_answered(actor.resume.remote, "router-resume")
 
@@ -122,8 +132,15 @@ class RouterActor(Guarded):
     async def configure(
         self, version: int, topic: TopicProperties, subscriptions: list[tuple[Target, Any]]
     ) -> None:
-        """Install the topic's settings and subscriptions (ignored if older than the current)."""
+        """Install the topic's settings and subscriptions (ignored if older than the current).
+        A change of them counts as use of the topic; the first starts its idle timer."""
         self._configure(version, topic, subscriptions)
+        self.accessed_at = time.time()
+        self._start_idle()
+
+    def _start_idle(self) -> None:
+        if self._idle_task is None:
+            self._idle_task = asyncio.get_running_loop().create_task(self._idle_loop())
 
     def _configure(
         self, version: int, topic: TopicProperties, subscriptions: list[tuple[Target, Any]]
@@ -136,9 +153,32 @@ class RouterActor(Guarded):
         self._routes = {t.path: route for t, route in subscriptions}
         self._deliverer.log.forget_rooms()  # a subscription's size may have changed
 
+    async def _idle_loop(self) -> None:
+        """Ask the namespace to delete the topic once it has been idle long enough
+        (``auto_delete_on_idle``): no publishes, schedules or changes here, and none of its
+        subscriptions used (the namespace checks those)."""
+        while True:
+            idle = self._props.auto_delete_on_idle
+            if idle >= MAX_DURATION:
+                await asyncio.sleep(60)
+                continue
+            wait = self.accessed_at + idle.total_seconds() - time.time()
+            if wait > 0:
+                await asyncio.sleep(min(wait, 60))
+                continue
+            try:
+                registry = await self._registry()
+                await registry.delete_idle_topic.remote(
+                    self._props.name, self._incarnation, self.accessed_at
+                )
+            except Exception:  # the registry may be restarting; try again later
+                _log.warning("auto-delete of idle topic %s failed", self._props.name)
+            await asyncio.sleep(5)
+
     @guarded(AccessRights.MANAGE)
-    async def stats(self) -> dict[str, int]:
+    async def stats(self) -> dict[str, float]:
         return {
+            "accessed_at": self.accessed_at,
             "published": self.published,
             "copies": self.copies,
             "subscriptions": len(self._targets),
@@ -150,10 +190,13 @@ class RouterActor(Guarded):
     async def resume(self) -> None:
         """Start delivering what the log holds undelivered, and the timer of the scheduled
         messages (called by the actor itself after a restart). Delivering needs no
-        configuration: the log names the partitions."""
+        configuration: the log names the partitions. The idle timer starts too; until the
+        namespace configures this router again it reads the settings the router was made with
+        (the namespace checks the topic's current ones before it deletes anything)."""
         self._deliverer.start_resume(self._replace)
         if self._scheduler.count:
             self._scheduler.start()
+        self._start_idle()
 
     @guarded(AccessRights.SEND)
     async def schedule(self, layout: list[int], *pieces: list[WireRecord]) -> list[int]:
@@ -161,6 +204,7 @@ class RouterActor(Guarded):
         ``scheduled_enqueue_time``, then publish them (``raybus._core.topic_schedule``); their
         sequence numbers, of the topic's own. The topic's checks first: a refused schedule
         stores nothing."""
+        self.accessed_at = time.time()
         (group,) = join_groups(layout, pieces)
         records = from_wire(group)
         await self._admit(records)
@@ -217,6 +261,7 @@ class RouterActor(Guarded):
         """Deliver each group's copies; ``None`` or the error per group (one error for all
         the groups of the call when delivery itself failed). The groups arrive as their
         lengths and their rows in pieces (``raybus._core.wire``)."""
+        self.accessed_at = time.time()
         groups = join_groups(layout, pieces)
         await self._ensure_configured()
         results: list[ServiceBusError | None] = []

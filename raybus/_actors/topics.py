@@ -11,17 +11,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import ray
 
 from .._clock import from_timestamp
-from .._core.access import ANY
+from .._core.access import ANY, INTERNAL
 from .._core.fanout import Target
 from .._core.filters import DEFAULT_RULE_NAME, RuleProperties, TrueRuleFilter
 from .._core.registry import EntityEntry, Registry
 from .._core.slots import PartitionMap
+from .._models import MAX_DURATION
 from .._topic_models import (
     MAX_SUBSCRIPTIONS_PER_TOPIC,
     SubscriptionProperties,
@@ -227,6 +229,9 @@ class TopicOps:
 
     @guarded(_MANAGE, lambda name: name)
     async def delete_topic(self, name: str) -> None:
+        await self._delete_topic(name)
+
+    async def _delete_topic(self, name: str) -> None:
         entry = self._topic(name)
         for sub_entry in self._subscriptions_of(entry.properties.name):
             await self._drop_subscription(sub_entry)
@@ -237,6 +242,29 @@ class TopicOps:
             await self._kill_deleted([router])
         await self._delete_storage(entry)  # the router's publish log
         await self._forget_rules(entry.properties.name)
+
+    @guarded(INTERNAL)
+    async def delete_idle_topic(self, name: str, incarnation: int, accessed_at: float) -> bool:
+        """Delete the topic if it is still that incarnation and idle for its
+        ``auto_delete_on_idle``: its router unused since ``accessed_at`` (publishes,
+        schedules, changes) and none of its subscriptions used since (receives, peeks,
+        settlements: Service Bus counts a topic's subscriptions' activity as the topic's)."""
+        try:
+            entry = self._topic(name)
+        except MessagingEntityNotFoundError:
+            return False
+        idle = entry.properties.auto_delete_on_idle
+        if entry.incarnation != incarnation or idle >= MAX_DURATION:
+            return False
+        since = time.time() - idle.total_seconds()
+        if accessed_at > since:
+            return False
+        _entry, _n, counts, _scheduled = await self._topic_counts(name)
+        if any(c.accessed_at > since for c in counts):
+            return False
+        _log.info("deleting topic %s: idle since %s", name, accessed_at)
+        await self._delete_topic(name)
+        return True
 
     @guarded(ANY, lambda name: name)
     async def topic_counts(self, name: str) -> tuple[Any, int, list[PartitionCounts], int]:

@@ -66,3 +66,31 @@ def test_a_subscription_nobody_reads_is_deleted_however_busy_its_topic(
     assert "left" not in names, "the unread subscription outlived its auto_delete_on_idle"
     assert "read" in names
     assert admin.get_subscription_runtime_properties("events", "read").active_message_count > 1
+
+
+def test_an_idle_topic_is_deleted_and_a_used_one_is_kept(ray_cluster: str) -> None:
+    # A topic is used by publishes and by its subscriptions' receivers (Service Bus counts
+    # their activity as the topic's): one with neither goes away.
+    ns = f"idle-topic-{uuid.uuid4().hex[:6]}"
+    client = raybus.connect(ns, storage_path="memory://")
+    admin = ServiceBusAdministrationClient(ns, storage_path="memory://")
+    idle = timedelta(minutes=5)
+    for name in ("gone", "sent", "read"):
+        admin.create_topic(name, auto_delete_on_idle=idle)
+        admin.create_subscription(name, "s")
+    deadline = time.monotonic() + idle.total_seconds() + 120
+    with (
+        client.get_topic_sender("sent") as sender,
+        client.get_subscription_receiver("read", "s") as receiver,
+    ):
+        while time.monotonic() < deadline:
+            sender.send_messages(ServiceBusMessage("news"))
+            receiver.peek_messages(1)
+            names = {t.name for t in admin.list_topics()}
+            if "gone" not in names:
+                break
+            time.sleep(20)
+    names = {t.name for t in admin.list_topics()}
+    assert "gone" not in names, "the idle topic outlived its auto_delete_on_idle"
+    assert {"sent", "read"} <= names
+    assert [s.name for s in admin.list_subscriptions("read")] == ["s"]
