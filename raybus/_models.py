@@ -180,6 +180,10 @@ class QueueProperties:
                     validate_entity_name(value, kind=what)
                 except InvalidArgumentError as exc:
                     raise InvalidArgumentError(exc.message, self.name, what) from None
+        if self.forward_to is not None:
+            # Service Bus sets a forwarding entity's auto_delete_on_idle to the maximum: the
+            # forwarding is its use, and it is never deleted for idleness.
+            object.__setattr__(self, "auto_delete_on_idle", MAX_DURATION)
         for flag in (
             "dead_lettering_on_message_expiration",
             "requires_duplicate_detection",

@@ -176,6 +176,8 @@ class SubscriptionProperties:
             auto_delete_on_idle=self.auto_delete_on_idle,
             partition_count=self.partition_count,
         )
+        if self.forward_to is not None:  # as Service Bus sets it: forwarding is its use
+            object.__setattr__(self, "auto_delete_on_idle", MAX_DURATION)
 
     @property
     def path(self) -> str:

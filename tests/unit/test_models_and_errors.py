@@ -20,7 +20,7 @@ from raybus._models import (
     sdk_queue_options,
     validate_entity_name,
 )
-from raybus._topic_models import TopicProperties, sdk_topic_options
+from raybus._topic_models import SubscriptionProperties, TopicProperties, sdk_topic_options
 from raybus.enums import EntityStatus
 from raybus.exceptions import InvalidArgumentError, MessageSizeExceededError, ServiceBusError
 
@@ -567,3 +567,17 @@ def test_the_sdks_topic_options_are_taken_and_read_as_service_bus_defaults():
     with pytest.raises(InvalidArgumentError) as info:
         sdk_topic_options({"enable_express": 1}, "t")
     assert info.value.argument == "enable_express"
+
+
+def test_a_forwarding_entity_is_never_deleted_for_idleness():
+    # Service Bus sets a forwarding source's auto_delete_on_idle to the maximum.
+    idle = timedelta(minutes=10)
+    assert QueueProperties("q", auto_delete_on_idle=idle).auto_delete_on_idle == idle
+    forwarding = QueueProperties("q", auto_delete_on_idle=idle, forward_to="dest")
+    assert forwarding.auto_delete_on_idle == MAX_DURATION
+    dead_letters_only = QueueProperties(
+        "q", auto_delete_on_idle=idle, forward_dead_lettered_messages_to="dest"
+    )
+    assert dead_letters_only.auto_delete_on_idle == idle
+    sub = SubscriptionProperties("t", "s", auto_delete_on_idle=idle, forward_to="dest")
+    assert sub.auto_delete_on_idle == MAX_DURATION
