@@ -9,8 +9,11 @@ at any point neither loses nor duplicates a message.
 
 Service Bus's rules: a message forwarded more than ``MAX_HOPS`` times is dead-lettered at the
 source with ``MaxTransferHopCountExceeded``; a destination that is missing, disabled, full, or
-refuses the message otherwise dead-letters it at the source (reason: the error's type); a
-forwarded dead letter carries ``dead_letter_source`` (the source's path). Transient failures
+refuses the message otherwise dead-letters it at the source (reason: the error's type), and
+so does a session-enabled destination queue a message without a session id ("Session ID is
+null"); a forwarded dead letter carries ``dead_letter_source`` (the source's path) and keeps
+its reason (a dead letter without a session id goes on: the source cannot dead-letter it
+again, and the destination dead-letters it there). Transient failures
 (an actor restarting) give the messages back and retry shortly.
 """
 
@@ -23,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _rpc
 from .._core.fanout import plan
-from .._core.record import MessageRecord, snapshot, to_wire
+from .._core.record import SESSION_ID_IS_NULL, MessageRecord, snapshot, to_wire
 from .._core.registry import partition_actor_name
 from .._core.store import SettleOp
 from ..exceptions import (
@@ -49,6 +52,12 @@ _log = logging.getLogger("raybus.forward")
 BATCH = 100
 MAX_HOPS = 4
 HOPS_EXCEEDED = "MaxTransferHopCountExceeded"
+# A message without a session id, forwarded to a session-enabled queue: dead-lettered at the
+# source, with the reason a session queue gives one sent to it.
+NO_SESSION_ID = (
+    SESSION_ID_IS_NULL,
+    "The forwarding destination requires sessions and the message has no session id.",
+)
 
 
 def _transient(cause: BaseException | None) -> bool:
@@ -145,7 +154,17 @@ class Forwarder:
         if not go:
             return len(stop)
         try:
-            participants = await self._destination(dest, [c for _r, c in go])
+            route = await self._registry.call(dest, "route", dest)
+            if not dead_letter and _takes_sessions_only(route):
+                # Service Bus dead-letters at the source a message without a session id that
+                # a session-enabled queue would not take.
+                lacking = [(r, c) for r, c in go if c.session_id is None]
+                if lacking:
+                    await self._dead_letter([r for r, _c in lacking], *NO_SESSION_ID)
+                    go = [(r, c) for r, c in go if c.session_id is not None]
+                    if not go:
+                        return len(stop) + len(lacking)
+            participants = await self._destination(route, dest, [c for _r, c in go])
         except ServiceBusError as exc:  # missing destination: dead-letter at the source
             await self._refuse(dead_letter, [r for r, _c in go], type(exc).__name__, str(exc))
             return len(go)
@@ -167,12 +186,13 @@ class Forwarder:
             await asyncio.sleep(0.5)
         return len(go)
 
-    async def _destination(self, dest: str, copies: list[MessageRecord]) -> list[tuple[Any, ...]]:
-        """The destination's shares as transaction participants."""
+    async def _destination(
+        self, route: Any, dest: str, copies: list[MessageRecord]
+    ) -> list[tuple[Any, ...]]:
+        """The destination's shares (``route`` is its route) as transaction participants."""
         from .namespace import TopicRoute
 
         actor = self._actor
-        route = await self._registry.call(dest, "route", dest)
         if isinstance(route, TopicRoute):
             _version, _props, subs = await self._registry.call(dest, "router_config", dest)
             targets = [t for t, _r in subs]
@@ -218,3 +238,11 @@ class Forwarder:
         actor._core.settle(ops)
         await actor._commit.durable()
         actor._notify()
+
+
+def _takes_sessions_only(route: Any) -> bool:
+    """Whether ``route`` is a session-enabled queue's (a topic's subscriptions decide each
+    for itself, as their copies arrive)."""
+    from .namespace import TopicRoute
+
+    return not isinstance(route, TopicRoute) and bool(route.properties.requires_session)

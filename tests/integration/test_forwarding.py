@@ -194,3 +194,25 @@ def test_forwarding_rides_out_a_destination_partition_crash(
     got = _drain(client, dest, n)
     assert sorted(m.body for m in got) == sorted(f"m{i}" for i in range(n))
     assert _drain(client, src, 1, sub_queue="deadletter") == []
+
+
+def test_a_message_without_a_session_id_for_a_session_queue_is_dead_lettered_at_the_source(
+    admin: ServiceBusAdministrationClient, client: raybus.ServiceBusClient
+) -> None:
+    # Service Bus dead-letters it at the source; the others go on.
+    src, dst = _n("src"), _n("sess")
+    admin.create_queue(dst, requires_session=True)
+    admin.create_queue(src, forward_to=dst)
+    with client.get_queue_sender(src) as sender:
+        sender.send_messages(
+            [ServiceBusMessage("plain"), ServiceBusMessage("in s1", session_id="s1")]
+        )
+    _until(lambda: admin.get_queue_runtime_properties(src).dead_letter_message_count == 1)
+    _until(lambda: admin.get_queue_runtime_properties(dst).active_message_count == 1)
+    (dead,) = _drain(client, src, 1, sub_queue=raybus.ServiceBusSubQueue.DEAD_LETTER)
+    assert (str(dead), dead.dead_letter_reason) == ("plain", "Session ID is null")
+    with client.get_queue_receiver(dst, session_id="s1", max_wait_time=5) as receiver:
+        (got,) = receiver.receive_messages()
+        assert str(got) == "in s1"
+        receiver.complete_message(got)
+    assert admin.get_queue_runtime_properties(dst).dead_letter_message_count == 0
