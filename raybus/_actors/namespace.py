@@ -448,10 +448,8 @@ class NamespaceActor(TopicOps, AccessOps):
             return False
         entry = self._registry.get(name)
         if entry.kind == "subscription":
-            topic = entry.properties.name.rsplit("/", 2)[0]
             _log.info("deleting subscription %s: idle since %s", name, accessed_at)
-            await self._drop_subscription(entry)
-            await self._configure_router(topic)
+            await self._delete_subscription(entry)
             return True
         _log.info("deleting queue %s: idle since %s", name, accessed_at)
         await self._delete_queue(name)

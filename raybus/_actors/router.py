@@ -176,9 +176,8 @@ class RouterActor(Guarded):
             await asyncio.sleep(5)
 
     @guarded(AccessRights.MANAGE)
-    async def stats(self) -> dict[str, float]:
+    async def stats(self) -> dict[str, int]:
         return {
-            "accessed_at": self.accessed_at,
             "published": self.published,
             "copies": self.copies,
             "subscriptions": len(self._targets),

@@ -259,7 +259,8 @@ class TopicOps:
         since = time.time() - idle.total_seconds()
         if accessed_at > since:
             return False
-        _entry, _n, counts, _scheduled = await self._topic_counts(name)
+        subs = self._subscriptions_of(entry.properties.name)
+        counts = [c for each in await self._counts_of_subscriptions(subs) for c in each]
         if any(c.accessed_at > since for c in counts):
             return False
         _log.info("deleting topic %s: idle since %s", name, accessed_at)
@@ -287,6 +288,17 @@ class TopicOps:
     async def _topic_counts(self, name: str) -> tuple[Any, int, list[PartitionCounts], int]:
         entry = self._topic(name)
         subs = self._subscriptions_of(entry.properties.name)
+        router = self._in(self._routers[entry.properties.name.lower()])
+        per_sub, stats = await asyncio.gather(
+            self._counts_of_subscriptions(subs), router.stats.remote()
+        )
+        counts = [c for sub_counts in per_sub for c in sub_counts]
+        return entry, len(subs), counts, stats["scheduled"]
+
+    async def _counts_of_subscriptions(
+        self, subs: list[EntityEntry]
+    ) -> list[list[PartitionCounts]]:
+        """Each subscription's partitions' counts, all asked at once."""
 
         async def counts_of(sub: EntityEntry) -> list[PartitionCounts]:
             # Held, no partition change of the subscription moves or removes meanwhile.
@@ -294,12 +306,7 @@ class TopicOps:
                 handles = list(self._handles[sub.properties.name.lower()].values())
                 return list(await asyncio.gather(*(self._in(h).counts.remote() for h in handles)))
 
-        router = self._in(self._routers[entry.properties.name.lower()])
-        per_sub, stats = await asyncio.gather(
-            asyncio.gather(*(counts_of(s) for s in subs)), router.stats.remote()
-        )
-        counts = [c for sub_counts in per_sub for c in sub_counts]
-        return entry, len(subs), counts, stats["scheduled"]
+        return list(await asyncio.gather(*(counts_of(s) for s in subs)))
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -407,9 +414,12 @@ class TopicOps:
 
     @guarded(_MANAGE, subscription_path)
     async def delete_subscription(self, topic: str, name: str) -> None:
-        entry = self._subscription(topic, name)
+        await self._delete_subscription(self._subscription(topic, name))
+
+    async def _delete_subscription(self, entry: EntityEntry) -> None:
+        """Delete a subscription and tell its topic's router (also for idleness)."""
         await self._drop_subscription(entry)
-        await self._configure_router(topic)
+        await self._configure_router(entry.extra[0].topic_name)
 
     async def _drop_subscription(self, entry: EntityEntry) -> None:
         self._scaler.stop(entry.properties.name)  # its partition change, as a queue's

@@ -305,11 +305,7 @@ def from_received(msg: ServiceBusReceivedMessage, *, locked: bool) -> bytes:
         props.pop()
     parts.append(_section(_PROPERTIES, props))
     app = dict(msg.application_properties or {})
-    raw = app.pop(RAW_BODY_PROPERTY, None)
-    if msg.dead_letter_reason is not None:
-        app["DeadLetterReason"] = msg.dead_letter_reason
-    if msg.dead_letter_error_description is not None:
-        app["DeadLetterErrorDescription"] = msg.dead_letter_error_description
+    raw = app.pop(RAW_BODY_PROPERTY, None)  # (a dead letter's reason is among them)
     if app:
         parts.append(_section(_APP_PROPS, app))
     parts.append(raw if isinstance(raw, bytes) else encode_body(msg.body))

@@ -292,11 +292,7 @@ def received_headers(msg: ServiceBusReceivedMessage) -> dict[str, str]:
         "BrokerProperties": json.dumps(_broker_properties(msg), separators=(",", ":")),
         "Content-Type": _content_type(msg.content_type),
     }
-    props = dict(msg.application_properties or {})
-    if msg.dead_letter_reason is not None:
-        props.setdefault("DeadLetterReason", msg.dead_letter_reason)
-    if msg.dead_letter_error_description is not None:
-        props.setdefault("DeadLetterErrorDescription", msg.dead_letter_error_description)
+    props = dict(msg.application_properties or {})  # a dead letter's reason among them
     for name, value in props.items():
         if not isinstance(name, str) or not _TOKEN.match(name):
             continue
