@@ -51,15 +51,27 @@ def _check_bool(obj: Any, names: tuple[str, ...]) -> None:
             raise InvalidArgumentError(f"{flag} must be a bool", obj.name, flag)
 
 
-def _status(obj: Any) -> None:
+def _status(obj: Any, allowed: tuple[EntityStatus, ...]) -> None:
+    """Check the status against those the entity kind can have: as in Service Bus, a topic
+    is Active, Disabled or SendDisabled (no one receives from it), a subscription Active,
+    Disabled or ReceiveDisabled (no one sends to it)."""
     try:
-        object.__setattr__(obj, "status", EntityStatus(obj.status))
+        status = EntityStatus(obj.status)
     except ValueError:
+        status = None
+    if status not in allowed:
+        kind = "topic" if isinstance(obj, TopicProperties) else "subscription"
         raise InvalidArgumentError(
-            f"status {obj.status!r} is not one of {', '.join(s.value for s in EntityStatus)}",
+            f"status {obj.status!r} is not one a {kind} can have: "
+            f"{', '.join(s.value for s in allowed)}",
             obj.name,
             "status",
-        ) from None
+        )
+    object.__setattr__(obj, "status", status)
+
+
+_TOPIC_STATUSES = (EntityStatus.ACTIVE, EntityStatus.DISABLED, EntityStatus.SEND_DISABLED)
+_SUBSCRIPTION_STATUSES = (EntityStatus.ACTIVE, EntityStatus.DISABLED, EntityStatus.RECEIVE_DISABLED)
 
 
 @dataclass
@@ -92,7 +104,7 @@ class TopicProperties:
             "auto_delete_on_idle",
         ):
             object.__setattr__(self, name, _duration(getattr(self, name), name))
-        _status(self)
+        _status(self, _TOPIC_STATUSES)
         _check_int(self, "max_size_in_megabytes", 1, 80 * 1024)
         _check_int(self, "max_message_size_in_kilobytes", 1, 102_400)
         _check_bool(
@@ -150,7 +162,7 @@ class SubscriptionProperties:
             )
         for name in ("lock_duration", "default_message_time_to_live", "auto_delete_on_idle"):
             object.__setattr__(self, name, _duration(getattr(self, name), name))
-        _status(self)
+        _status(self, _SUBSCRIPTION_STATUSES)
         _check_bool(
             self,
             (

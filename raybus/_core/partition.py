@@ -855,8 +855,13 @@ class Partition(SessionOps, SnapshotOps, DeliveryOps):
     def _check_receive(self) -> None:
         status = self._props.status
         if not status.can_receive:
+            what = (  # a subscription's store is ReceiveDisabled for either of its statuses
+                "subscription is disabled"
+                if is_subscription(self.entity)
+                else f"queue is {status.value}"
+            )
             raise MessagingEntityDisabledError(
-                f"the queue is {status.value}; receiving and settling are not allowed",
+                f"the {what}; receiving and settling are not allowed",
                 self.entity,
                 status.value,
             )

@@ -15,8 +15,8 @@ scales its replicas with the number of requests in flight. Routes, headers and s
 
 Access control: a request carries ``Authorization: SharedAccessSignature sr=..&sig=..&se=..
 &skn=..``; the gateway refuses a malformed or expired token (401) and the broker checks the
-signature and the rule's rights (401 / 403). A namespace without authorization rules is open:
-requests without the header are then served.
+signature and the rule's rights (401 too, as Service Bus answers a token without the right).
+A namespace without authorization rules is open: requests without the header are then served.
 """
 
 from __future__ import annotations

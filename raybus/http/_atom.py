@@ -82,7 +82,7 @@ _STATUS: tuple[tuple[type[ServiceBusError], int], ...] = (
     (FilterSyntaxError, 400),
     (MessagingEntityDisabledError, 400),
     (ServiceBusAuthenticationError, 401),
-    (ServiceBusAuthorizationError, 403),
+    (ServiceBusAuthorizationError, 401),  # Service Bus: 401, "'Manage' claim(s) are required"
     (ServiceBusQuotaExceededError, 403),
     (ServiceBusServerBusyError, 503),
     (ServiceBusConnectionError, 503),

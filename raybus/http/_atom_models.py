@@ -169,11 +169,17 @@ _FIELDS: dict[str, tuple[_Field, ...]] = {
 }
 
 
+# Settings whose absence from an update's description means "none" (their default).
+_UNSET_WHEN_ABSENT = frozenset(("forward_to", "forward_dead_lettered_messages_to", "user_metadata"))
+
+
 def entity_options(description: ET.Element, current: Any = None) -> dict[str, Any]:
     """The raybus options a ``Queue``/``Topic``/``SubscriptionDescription`` sets.
 
     ``current`` is the entity's properties for an update (None for a create): then
-    ``EnablePartitioning`` may only repeat what the queue already is, as in Service Bus.
+    ``EnablePartitioning`` may only repeat what the queue already is, as in Service Bus, and
+    the forwarding targets and user metadata the description leaves out are cleared (an
+    update replaces the description; other settings left out keep their values).
     """
     kind = local_name(description)
     specs = _FIELDS.get(kind)
@@ -186,6 +192,13 @@ def entity_options(description: ET.Element, current: Any = None) -> dict[str, An
             "IsAnonymousAccessible=true is not supported", None, "IsAnonymousAccessible"
         )
     options = {f.option: f.parse(given[f.xml]) for f in specs if f.xml in given}
+    if current is not None:
+        # An update replaces the description, as in Service Bus: a setting that may be unset
+        # and is left out is unset (the SDK leaves out what is None, so this is how its
+        # update_queue(props) with props.forward_to = None stops the forwarding).
+        for f in specs:
+            if f.option in _UNSET_WHEN_ABSENT and f.xml not in given:
+                options[f.option] = None
     partitioned = given.get("EnablePartitioning")
     if kind == "QueueDescription" and partitioned is not None:
         wanted = parse_bool(partitioned)

@@ -19,11 +19,14 @@ Every operation goes through the same client calls a Python user makes (``send_m
 token), so the broker's semantics live in one place. The sequence number's top 16 bits name the
 partition holding the lock (a message id in its place only works on entities of one partition;
 on others it is a 400). Settlements wait for the broker's answer before the response is sent,
-so a 200 means done and a 410 means the lock was gone and nothing changed.
+so a 200 means done and a 404 means the lock was gone and nothing changed.
 
-Status codes: 201 sent / locked, 200, 204 nothing to receive, 400 bad input (with the reason),
-401 / 403 authentication / authorization, 404 entity or message not found, 410 lock lost, 413
-too large, 503 busy or unreachable (retry; ``Retry-After`` set).
+Status codes, as Service Bus's REST API answers them: 201 sent / locked, 200, 204 nothing to
+receive, 400 bad input (with the reason), 401 no, a bad or an insufficient token, 403 too large
+for the entity, full, or disabled, 404 no message with that lock token (unknown, expired or
+used), 410 no such queue, topic or subscription, 503 busy or unreachable (retry;
+``Retry-After`` set). A request body over the gateway's own limit is a 413
+(``raybus.http._app``).
 """
 
 from __future__ import annotations
@@ -161,16 +164,20 @@ def receive_timeout(query: Mapping[str, str], cap_s: float) -> float:
 
 # ------------------------------------------------------------------------------- errors
 
+# Service Bus's REST reference: 401 for any authorization failure (no, a bad or an
+# insufficient token), 403 "quota exceeded or message too large" (and a disabled entity), 404
+# "no message was found with the specified MessageId or LockToken", 410 "the specified queue
+# or subscription does not exist".
 _STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (ServiceBusAuthenticationError, 401),
-    (ServiceBusAuthorizationError, 403),
-    (MessagingEntityNotFoundError, 404),
+    (ServiceBusAuthorizationError, 401),
+    (MessagingEntityNotFoundError, 410),
     (MessageNotFoundError, 404),
-    (MessageLockLostError, 410),  # includes SettlementFailedError
-    (SessionLockLostError, 410),
-    (MessageAlreadySettled, 410),
-    (MessageSizeExceededError, 413),
-    (ServiceBusQuotaExceededError, 403),  # Service Bus: "quota exceeded" is a 403
+    (MessageLockLostError, 404),  # includes SettlementFailedError
+    (SessionLockLostError, 404),
+    (MessageAlreadySettled, 404),
+    (MessageSizeExceededError, 403),
+    (ServiceBusQuotaExceededError, 403),
     (MessagingEntityDisabledError, 403),
     (MessagingEntityAlreadyExistsError, 409),
     (SessionCannotBeLockedError, 409),
@@ -288,7 +295,7 @@ async def _settle_one(receiver: ServiceBusReceiver, route: RuntimeRoute) -> dict
 
 async def _settle(client: ServiceBusClient, route: RuntimeRoute) -> Response:
     """Settle by the URL's lock token; the receiver waits for the broker's answer, so a 200
-    means done and a 410 that the lock was gone (unknown, expired or used) and nothing
+    means done and a 404 that the lock was gone (unknown, expired or used) and nothing
     changed."""
     receiver = _receiver(client, route)
     try:

@@ -346,7 +346,7 @@ def test_unlock_makes_the_message_available_again_with_a_higher_delivery_count(
     assert _props(again)["SequenceNumber"] == _props(first)["SequenceNumber"]
     assert _props(again)["DeliveryCount"] == 2
     # The first lock is gone: settling with it is refused and changes nothing.
-    assert http.delete(first.headers["Location"]).status_code == 410
+    assert http.delete(first.headers["Location"]).status_code == 404
     assert http.delete(again.headers["Location"]).status_code == 200
 
 
@@ -369,7 +369,7 @@ def test_renew_extends_the_lock(http: httpx.Client, admin: ServiceBusAdministrat
         admin.delete_queue(name)
 
 
-def test_complete_after_lock_expiry_is_410_and_the_message_comes_again(
+def test_complete_after_lock_expiry_is_404_and_the_message_comes_again(
     http: httpx.Client, admin: ServiceBusAdministrationClient
 ) -> None:
     name = f"h-{uuid.uuid4().hex[:8]}"
@@ -378,7 +378,7 @@ def test_complete_after_lock_expiry_is_410_and_the_message_comes_again(
         resp = _lock(http, name)
         time.sleep(0.6)
         lost = http.delete(resp.headers["Location"])
-        assert lost.status_code == 410
+        assert lost.status_code == 404  # Service Bus: no message with that lock token
         assert "MessageLockLost" in _error_detail(lost)
         again = http.post(f"/{name}/messages/head", params={"timeout": 5})
         assert again.status_code == 201
@@ -387,11 +387,11 @@ def test_complete_after_lock_expiry_is_410_and_the_message_comes_again(
         admin.delete_queue(name)
 
 
-def test_unknown_lock_token_is_410_for_every_settlement(http: httpx.Client, queue: str) -> None:
+def test_unknown_lock_token_is_404_for_every_settlement(http: httpx.Client, queue: str) -> None:
     bogus = f"/{queue}/messages/1/{uuid.uuid4()}"
-    assert http.delete(bogus).status_code == 410
-    assert http.put(bogus).status_code == 410
-    assert http.post(bogus).status_code == 410
+    assert http.delete(bogus).status_code == 404
+    assert http.put(bogus).status_code == 404
+    assert http.post(bogus).status_code == 404
 
 
 def test_malformed_lock_token_is_400_and_the_message_stays_locked(
@@ -492,28 +492,31 @@ def test_the_transfer_dead_letter_queue_is_reachable_and_empty(
     resp = http.post(f"/{queue}/messages/head", params={"timeout": 5})
     assert resp.status_code == 201 and resp.content == b"stays"
     seq_token = resp.headers["Location"].split("/messages/")[1]
-    assert http.delete(f"{tdlq}/{seq_token}").status_code == 410  # not its lock
+    assert http.delete(f"{tdlq}/{seq_token}").status_code == 404  # not its lock
     assert http.delete(resp.headers["Location"]).status_code == 200
 
 
 # ------------------------------------------------------------------ errors
 
 
-def test_missing_entity_is_404(http: httpx.Client) -> None:
+def test_missing_entity_is_410(http: httpx.Client) -> None:
+    """Service Bus's runtime REST API: 410, the specified queue or topic does not exist."""
     missing = f"nope-{uuid.uuid4().hex[:6]}"
-    assert http.post(f"/{missing}/messages", content=b"x").status_code == 404
-    assert http.post(f"/{missing}/messages/head", params={"timeout": 0}).status_code == 404
-    assert http.delete(f"/{missing}/messages/1/{uuid.uuid4()}").status_code == 404
+    assert http.post(f"/{missing}/messages", content=b"x").status_code == 410
+    assert http.post(f"/{missing}/messages/head", params={"timeout": 0}).status_code == 410
+    assert http.delete(f"/{missing}/messages/1/{uuid.uuid4()}").status_code == 410
+    gone = http.post(f"/{missing}/subscriptions/s/messages/head", params={"timeout": 0})
+    assert gone.status_code == 410
 
 
-def test_oversize_message_is_413_and_nothing_is_stored(
+def test_oversize_message_is_403_and_nothing_is_stored(
     http: httpx.Client, queue: str, admin: ServiceBusAdministrationClient
 ) -> None:
     too_big = b"x" * (300 * 1024)  # over the queue's 256 KiB, under the gateway's 1 MiB
     resp = http.post(f"/{queue}/messages", content=too_big)
-    assert resp.status_code == 413
+    assert resp.status_code == 403  # Service Bus: quota exceeded or message too large
     assert "MessageSizeExceeded" in _error_detail(resp)
-    huge = b"x" * (2 * 1024 * 1024)  # over the gateway's request limit
+    huge = b"x" * (2 * 1024 * 1024)  # over the gateway's own request limit: HTTP's 413
     assert http.post(f"/{queue}/messages", content=huge).status_code == 413
     assert admin.get_queue_runtime_properties(queue).active_message_count == 0
 
@@ -684,15 +687,15 @@ def test_rights_decide_what_a_token_may_do(closed: Closed) -> None:
     with httpx.Client(base_url=closed.url, timeout=30) as c:
         assert c.post("/q/messages", content=b"m", headers=closed.send()).status_code == 201
         refused = c.post("/q/messages/head", params={"timeout": 0}, headers=closed.send())
-        assert refused.status_code == 403, refused.text
+        assert refused.status_code == 401, refused.text  # as Service Bus: 401, not 403
         assert "ServiceBusAuthorizationError" in _error_detail(refused)
-        assert c.post("/q/messages", content=b"m", headers=closed.listen()).status_code == 403
+        assert c.post("/q/messages", content=b"m", headers=closed.listen()).status_code == 401
         got = c.post("/q/messages/head", params={"timeout": 5}, headers=closed.listen())
         assert got.status_code == 201, got.text
         assert got.content == b"m"
         assert got.headers["Location"].startswith(f"{closed.url}/q/messages/")
         # Settling needs Listen too.
-        assert c.delete(got.headers["Location"], headers=closed.send()).status_code == 403
+        assert c.delete(got.headers["Location"], headers=closed.send()).status_code == 401
         assert c.delete(got.headers["Location"], headers=closed.listen()).status_code == 200
     assert closed.root.get_queue_runtime_properties("q").active_message_count == 0
 
@@ -700,7 +703,7 @@ def test_rights_decide_what_a_token_may_do(closed: Closed) -> None:
 def test_a_token_for_one_entity_does_not_reach_another(closed: Closed) -> None:
     with httpx.Client(base_url=closed.url, timeout=30) as c:
         wrong = c.post("/other/messages", content=b"x", headers=closed.send("q"))
-        assert wrong.status_code == 403, wrong.text
+        assert wrong.status_code == 401, wrong.text
         right = c.post("/other/messages", content=b"x", headers=closed.send("other"))
         assert right.status_code == 201, right.text
         taken = c.delete(

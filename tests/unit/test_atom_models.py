@@ -346,6 +346,62 @@ def test_an_update_sends_back_every_field_and_changes_only_the_edited_ones(
     )
 
 
+def test_an_update_with_forwarding_and_metadata_set_to_none_clears_them(
+    sdk: ServiceBusAdministrationClient, stub: _StubAdmin
+) -> None:
+    """The SDK leaves None fields out of an update's XML; Service Bus replaces the whole
+    description, so they are cleared (a forwarding source could otherwise never be received
+    from again). Settings it sends stay as sent."""
+    stub.entities["dst"] = QueueProperties("dst")
+    sdk.create_queue(
+        "q", forward_to="dst", forward_dead_lettered_messages_to="dst", user_metadata="m"
+    )
+    got = sdk.get_queue("q")
+    got.forward_to = None
+    got.forward_dead_lettered_messages_to = None
+    got.user_metadata = None
+    sdk.update_queue(got)
+    assert stub.entities["q"] == QueueProperties("q", auto_delete_on_idle=MAX_DURATION)
+    sdk.update_queue(sdk.get_queue("q"), forward_to="dst")  # and set again
+    assert stub.entities["q"].forward_to == "dst"
+
+    stub.entities["t"] = TopicProperties("t", user_metadata="tm")
+    topic = sdk.get_topic("t")
+    topic.user_metadata = None
+    sdk.update_topic(topic)
+    assert stub.entities["t"].user_metadata is None
+    sdk.create_subscription("t", "s", forward_to="dst", user_metadata="sm")
+    sub = sdk.get_subscription("t", "s")
+    sub.forward_to = None
+    sdk.update_subscription("t", sub)
+    assert (stub.subs["t", "s"].forward_to, stub.subs["t", "s"].user_metadata) == (None, "sm")
+
+
+@pytest.mark.parametrize(
+    ("kind", "status"), [("topic", "ReceiveDisabled"), ("subscription", "SendDisabled")]
+)
+def test_a_status_the_entity_kind_cannot_have_is_refused(
+    sdk: ServiceBusAdministrationClient, stub: _StubAdmin, kind: str, status: str
+) -> None:
+    """Service Bus: a topic is Active, Disabled or SendDisabled; a subscription Active,
+    Disabled or ReceiveDisabled. Refused at create and at update, nothing changed."""
+    stub.entities["t"] = TopicProperties("t")
+    sdk.create_subscription("t", "s")
+    with pytest.raises(HttpResponseError, match="status") as info:
+        if kind == "topic":
+            sdk.create_topic("t2", status=status)
+        else:
+            sdk.create_subscription("t", "s2", status=status)
+    assert info.value.status_code == 400
+    assert "t2" not in stub.entities and ("t", "s2") not in stub.subs
+    with pytest.raises(HttpResponseError, match="status"):
+        if kind == "topic":
+            sdk.update_topic(sdk.get_topic("t"), status=status)
+        else:
+            sdk.update_subscription("t", sdk.get_subscription("t", "s"), status=status)
+    assert stub.entities["t"].status == "Active" and stub.subs["t", "s"].status == "Active"
+
+
 def test_topic_and_subscription_settings_cross_both_ways(
     sdk: ServiceBusAdministrationClient, stub: _StubAdmin
 ) -> None:
@@ -548,7 +604,7 @@ def test_bad_paging_is_400(stub: _StubAdmin, top: str, skip: str) -> None:
         (InvalidArgumentError("bad", "q", "x"), 400),
         (FilterSyntaxError("SQL syntax error at position 3", "q"), 400),
         (ServiceBusAuthenticationError("who are you"), 401),
-        (ServiceBusAuthorizationError("not allowed"), 403),
+        (ServiceBusAuthorizationError("not allowed"), 401),  # as Service Bus: claims missing
         (ServiceBusServerBusyError("busy"), 503),
         (ServiceBusError("odd"), 500),
     ],

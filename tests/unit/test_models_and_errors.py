@@ -59,6 +59,22 @@ def test_queue_properties_accept_numbers_as_seconds_and_status_strings():
     assert q.status is EntityStatus.SEND_DISABLED
 
 
+def test_topics_and_subscriptions_take_only_the_statuses_service_bus_gives_them():
+    """A topic: Active, Disabled, SendDisabled; a subscription: Active, Disabled,
+    ReceiveDisabled (a topic is not received from, a subscription not sent to)."""
+    for status in ("Active", "Disabled", "SendDisabled"):
+        assert TopicProperties("t", status=status).status == status
+    for status in ("Active", "Disabled", "ReceiveDisabled"):
+        assert SubscriptionProperties("t", "s", status=status).status == status
+    with pytest.raises(InvalidArgumentError, match="topic can have") as info:
+        TopicProperties("t", status=EntityStatus.RECEIVE_DISABLED)
+    assert info.value.argument == "status"
+    with pytest.raises(InvalidArgumentError, match="subscription can have"):
+        SubscriptionProperties("t", "s", status="SendDisabled")
+    with pytest.raises(InvalidArgumentError, match="subscription can have"):
+        dataclasses.replace(SubscriptionProperties("t", "s"), status="Paused")
+
+
 def test_queue_properties_are_validated_again_on_replace():
     q = QueueProperties(name="orders")
     with pytest.raises(InvalidArgumentError):
