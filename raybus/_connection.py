@@ -25,7 +25,7 @@ from ._actors.access import AuthedHandle
 from ._actors.namespace import Route, namespace_actor, route_stamp
 from ._batching import Coalescer
 from ._core.partition import SettleOp
-from ._core.record import MessageRecord
+from ._core.record import SCHEDULED, MessageRecord
 from ._core.wire import send_args
 from ._retry import RetryPolicy
 from .auth import CredentialLike, as_credential, resource_path
@@ -308,7 +308,10 @@ class Connection:
         missing: list[int] = []
         if len(parts) > 1 or state is not None:
             name = route.properties.name
-            asks = (_rpc.call(name, h.locate, seqs, state, dead_letter) for _pid, h in parts)
+            if state == SCHEDULED and not dead_letter:  # a sender's cancel: the Send right
+                asks = (_rpc.call(name, h.locate_scheduled, seqs) for _pid, h in parts)
+            else:
+                asks = (_rpc.call(name, h.locate, seqs, state, dead_letter) for _pid, h in parts)
             found = await asyncio.gather(*asks)
             where: dict[int, int] = {}
             moved: dict[int, int] = {}

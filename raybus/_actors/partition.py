@@ -27,7 +27,7 @@ from .._core.access import ANY, INTERNAL
 from .._core.committer import Committer
 from .._core.ended_waits import EndedWaits
 from .._core.partition import Partition, PartitionCounts, SettleOp, makes_available
-from .._core.record import MessageRecord, WireRecord, from_wire, to_wire
+from .._core.record import SCHEDULED, MessageRecord, WireRecord, from_wire, to_wire
 from .._core.registry import partition_storage_dirs
 from .._core.wait_lines import WaitLines
 from .._core.wire import join_groups, split_rows, unpack_rows
@@ -776,6 +776,20 @@ class PartitionActor(Guarded):
         ``receive_deferred_messages`` raised ``MessageNotFoundError`` for 1 or 2 of 200
         deferred messages in every scale-down from 4 partitions to 1. A move that does not
         arrive in time leaves its messages out (not found, as before)."""
+        return await self._locate(sequence_numbers, state, dead_letter)
+
+    @guarded(SEND)
+    async def locate_scheduled(
+        self, sequence_numbers: list[int]
+    ) -> tuple[list[int], dict[int, int]]:
+        """``locate`` of scheduled messages, for a sender's ``cancel_scheduled_messages``:
+        under the Send right, as cancelling is (a Send-only token, which Service Bus lets
+        cancel, was refused by ``locate``'s Listen)."""
+        return await self._locate(sequence_numbers, SCHEDULED, False)
+
+    async def _locate(
+        self, sequence_numbers: list[int], state: int | None, dead_letter: bool
+    ) -> tuple[list[int], dict[int, int]]:
         core = self._core
         core.tick()
         held = core.locate(sequence_numbers, state, dead_letter=dead_letter)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import ray
@@ -131,6 +132,32 @@ def test_send_and_listen_rights_are_enforced(
             raybus._sync.run(listen_admin._aio._call("t", "subscription_counts", "t", ["s"]))
     assert active(closed) == 0
     assert "nope" not in [q.name for q in closed.list_queues()]
+
+
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_a_send_only_token_schedules_and_cancels_and_a_listen_only_one_cannot_cancel(
+    namespace: str, closed: ServiceBusAdministrationClient, partitions: int
+) -> None:
+    """Cancelling is a sender's operation (Service Bus: the Send right). Finding the
+    partitions that hold the numbers asked for Listen, so a Send-only sender was refused."""
+    queue = f"sched-{partitions}"
+    closed.create_queue(queue, partition_count=partitions)
+    send = closed.create_authorization_rule("send", ["Send"])
+    listen = closed.create_authorization_rule("listen", ["Listen"])
+    at = datetime.now(timezone.utc) + timedelta(hours=1)
+    with client_with(namespace, "send", send.primary_key) as c, c.get_queue_sender(queue) as s:
+        seqs = s.schedule_messages(
+            [ServiceBusMessage(f"s{i}", partition_key=f"k{i}") for i in range(6)], at
+        )
+        s.cancel_scheduled_messages(seqs[:4])
+    with (
+        client_with(namespace, "listen", listen.primary_key) as c,
+        c.get_queue_sender(queue) as s,
+        pytest.raises(ServiceBusAuthorizationError, match="not Send"),
+    ):
+        s.cancel_scheduled_messages(seqs[4:])
+    runtime = closed.get_queue_runtime_properties(queue)
+    assert runtime.scheduled_message_count == 2
 
 
 def test_an_entity_rule_reaches_only_its_entity(
