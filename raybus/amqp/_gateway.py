@@ -28,6 +28,7 @@ from .._topic_models import subscription_path
 from ..auth import SasTokenCredential, covers, parse_sas_token, resource_path
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError, ServiceBusError
+from ..message import ServiceBusReceivedMessage
 from ._connection import AmqpConnection
 from ._locks import LockIndex
 
@@ -157,6 +158,8 @@ class Gateway:
         self._connections.discard(conn)
         for key in [k for k in self._mgmt if k[0] == conn.id]:
             receiver = self._mgmt.pop(key)
+            if isinstance(receiver, _PeekPages):
+                receiver = receiver.receiver
             if isinstance(receiver, aio.ServiceBusReceiver):
                 asyncio.get_running_loop().create_task(_quietly(receiver.close()))
 
@@ -223,6 +226,32 @@ class Gateway:
             self._mgmt[key] = receiver
         return receiver
 
+    async def peek_pages(
+        self, conn: AmqpConnection, node: str, start: int, count: int
+    ) -> list[ServiceBusReceivedMessage] | None:
+        """The SDK's paging through peeks, over every partition. The SDK asks from sequence
+        number 1, then from one past the last number it was shown; a partitioned entity's
+        numbers carry their partition in the top bits, and a peek from an explicit number
+        stays in that partition, so paging by numbers saw one partition's messages only. A
+        peek from 1 starts a receiver kept for this connection and entity, and a peek from
+        one past its last page's last number goes on with its cursors, which page through
+        every partition. None when ``start`` does neither (an explicit number: the caller
+        peeks from it)."""
+        address = parse_address(node)
+        key = (conn.id, address.raw.lower(), "peek")
+        pages = self._mgmt.get(key)
+        if start <= 1:
+            if pages is not None:
+                await _quietly(pages.receiver.close())
+            client = await self.client_for(conn, address.entity)
+            pages = self._mgmt[key] = _PeekPages(address.receiver(client))
+        elif pages is None or start != pages.next:
+            return None
+        peeked = await pages.receiver.peek_messages(count)
+        if peeked:
+            pages.next = peeked[-1].sequence_number + 1
+        return peeked
+
     async def management_sender(self, conn: AmqpConnection, node: str) -> aio.ServiceBusSender:
         address = parse_address(node)
         if address.subscription is not None or address.sub_queue is not None:
@@ -234,6 +263,14 @@ class Gateway:
             sender = client.get_queue_sender(address.entity)
             self._mgmt[key] = sender
         return sender
+
+
+class _PeekPages:
+    """A connection's paging through one entity's messages by peeks (``peek_pages``)."""
+
+    def __init__(self, receiver: aio.ServiceBusReceiver) -> None:
+        self.receiver = receiver
+        self.next = 0  # the number the SDK asks from to go on: one past the last shown
 
 
 async def _quietly(coro: Any) -> None:

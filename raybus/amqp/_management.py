@@ -360,20 +360,13 @@ class ManagementRequests(IncomingLink):
             # A session lives in one partition, where 1 is before every sequence number.
             receiver = self._session_receiver(args, app)
             peeked = await receiver.peek_messages(count, sequence_number=max(start, 1))
-        elif start <= 1:
-            # The SDK's "from the beginning". On a partitioned queue an explicit number names
-            # one partition, so peek with a fresh receiver, whose cursor in every partition is
-            # at the beginning (an explicit number, the SDK's next request, ignores cursors).
-            address = self.gateway.parse_address(self.address)
-            client = await self.gateway.client_for(self.conn, address.entity)
-            fresh = address.receiver(client)
-            try:
-                peeked = await fresh.peek_messages(count)
-            finally:
-                await fresh.close()
         else:
-            receiver = await self._plain_receiver(args, app)
-            peeked = await receiver.peek_messages(count, sequence_number=start)
+            # The SDK's paging (from 1, then after the last shown) goes through every
+            # partition; another number names one partition, as a native peek's does.
+            peeked = await self.gateway.peek_pages(self.conn, self.address, start, count)
+            if peeked is None:
+                receiver = await self._plain_receiver(args, app)
+                peeked = await receiver.peek_messages(count, sequence_number=start)
         if not peeked:
             return 204, None
         return 200, {"messages": [{"message": from_received(m, locked=False)} for m in peeked]}

@@ -266,8 +266,15 @@ def _dt(when: datetime | None) -> Timestamp | None:
 def from_received(msg: ServiceBusReceivedMessage, *, locked: bool) -> bytes:
     """The AMQP encoding of a received (or peeked) message as the peer gets it."""
     ttl = msg.time_to_live
-    ttl_ms = None if ttl is None else UInt(min(round(ttl.total_seconds() * 1000), 2**32 - 1))
-    parts = [_section(_HEADER, [True, None, ttl_ms, None, UInt(msg.delivery_count)])]
+    ttl_ms = None if ttl is None else round(ttl.total_seconds() * 1000)
+    if ttl_ms is not None and ttl_ms >= 2**32:
+        # The header's ttl is a uint of milliseconds (up to 49.7 days): a longer one is left
+        # out, as the SDK leaves out an unset one (its expires_at_utc is enqueued time plus
+        # this ttl, so a capped one read as a wrong, earlier expiry). absolute-expiry-time
+        # still carries the expiry.
+        ttl_ms = None
+    ttl_field = None if ttl_ms is None else UInt(ttl_ms)
+    parts = [_section(_HEADER, [True, None, ttl_field, None, UInt(msg.delivery_count)])]
     enqueued = _dt(msg.enqueued_time_utc)
     ann: dict[Any, Any] = {
         _SEQ: msg.sequence_number,

@@ -425,6 +425,40 @@ def test_partitioned_queue_peek_iterate_with_prefetch_and_defer(
         receiver.complete_message(deferred)
 
 
+def test_paging_through_peeks_sees_every_partitions_messages_once(
+    sdk: SdkClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """The SDK pages by numbers: from 1, then one past the last it was shown. A partitioned
+    queue's numbers carry their partition, and paging by them had shown one partition's
+    messages only (7 of 24 on 4 partitions); the dead-letter sub-queue pages alike. A number
+    of the SDK's own choosing still peeks from it."""
+    queue = _queue(admin, partition_count=4)
+    names = sorted(f"m{i}" for i in range(24))
+    with sdk.get_queue_sender(queue) as sender:
+        sender.send_messages([ServiceBusMessage(f"m{i}", partition_key=f"k{i}") for i in range(24)])
+    with sdk.get_queue_receiver(queue, max_wait_time=2) as receiver:
+        seen = []
+        while page := receiver.peek_messages(5):
+            seen += page
+        assert sorted(str(m) for m in seen) == names
+        assert len({m.sequence_number for m in seen}) == 24
+        last = max(seen, key=lambda m: m.sequence_number)
+        again = receiver.peek_messages(3, sequence_number=last.sequence_number)
+        assert [m.sequence_number for m in again] == [last.sequence_number]
+        got: list = []
+        while len(got) < 24:
+            batch = receiver.receive_messages(24, max_wait_time=5)
+            assert batch, f"{len(got)} of 24 received"
+            got += batch
+        for m in got:
+            receiver.dead_letter_message(m, reason="paged")
+    with sdk.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
+        seen = []
+        while page := dlq.peek_messages(7):
+            seen += page
+        assert sorted(str(m) for m in seen) == names
+
+
 def test_batch_delete_messages_deletes_unreceived_and_answers_the_count(
     gateway: GatewayHandle, client: raybus.ServiceBusClient, pooled_queue: str
 ) -> None:

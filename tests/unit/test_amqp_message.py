@@ -176,6 +176,32 @@ def test_a_received_message_carries_the_broker_annotations() -> None:
     assert Symbol("x-opt-locked-until") not in unlocked[0x72]
 
 
+@pytest.mark.parametrize(
+    ("ttl_s", "header_ttl"),
+    [(60.0, UInt(60_000)), (2**32 / 1000 - 0.001, UInt(2**32 - 1)), (60 * 86400.0, None)],
+)
+def test_a_ttl_past_the_headers_uint_is_left_out_and_the_expiry_stays_exact(
+    ttl_s: float, header_ttl: UInt | None
+) -> None:
+    """The header's ttl holds up to 2**32 - 1 ms (49.7 days). Capped, a 60-day ttl made the
+    SDK's expires_at_utc (enqueued time + ttl) 10 days early; left out, the SDK reads none,
+    and absolute-expiry-time keeps the exact expiry."""
+    rec = MessageRecord(
+        body=b"b",
+        sequence_number=1,
+        enqueued_time=100.0,
+        time_to_live=ttl_s,
+        expires_at=100.0 + ttl_s,
+    )
+    received = ServiceBusReceivedMessage(rec, entity="q", kind="peeked")
+    sections = {
+        int(v.descriptor): v.value
+        for v, _s, _e in decode_all(from_received(received, locked=False))
+    }
+    assert sections[0x70][2] == header_ttl
+    assert sections[0x73][8] == Timestamp(round((100.0 + ttl_s) * 1000))
+
+
 def test_a_batch_envelope_splits_into_its_messages() -> None:
     inner = [_section(0x75, b"1"), _section(0x75, b"2")]
     envelope = _section(0x73, ["mid"]) + b"".join(_section(0x75, m) for m in inner)
