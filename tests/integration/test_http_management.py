@@ -192,6 +192,31 @@ def test_partitioned_queue_and_forward_to_read_back_as_service_bus_writes_them(
     assert "EnablePartitioning" in str(info.value)
 
 
+def test_an_sdk_update_with_forward_to_none_stops_forwarding(
+    sdk: ServiceBusAdministrationClient, namespace: str
+) -> None:
+    """The SDK leaves None out of an update's XML; the update replaces the description, so
+    the source stops forwarding and can be received from again."""
+    name, target = _name("q"), _name("target")
+    sdk.create_queue(target)
+    sdk.create_queue(name, forward_to=target, user_metadata="was")
+    props = sdk.get_queue(name)
+    props.forward_to = None
+    props.user_metadata = None
+    sdk.update_queue(props)
+    got = sdk.get_queue(name)
+    assert (got.forward_to, got.user_metadata) == (None, None)
+    with raybus.ServiceBusClient(namespace) as client:
+        client.get_queue_sender(name).send_messages(ServiceBusMessage("stays"))
+        with client.get_queue_receiver(
+            name, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE
+        ) as receiver:
+            assert [str(m) for m in receiver.receive_messages(1, max_wait_time=10)] == ["stays"]
+    with pytest.raises(HttpResponseError) as info:
+        sdk.update_topic(sdk.create_topic(_name("t")), status="ReceiveDisabled")
+    assert info.value.status_code == 400 and "status" in str(info.value)
+
+
 def test_list_queues_pages_through_skip_and_top(sdk: ServiceBusAdministrationClient) -> None:
     prefix = _name("page")
     names = sorted(f"{prefix}-{i}" for i in range(5))
