@@ -184,6 +184,7 @@ class RouterActor(Guarded):
             "logged": self._deliverer.delivered,
             "undelivered": len(self._deliverer.log.pending),
             "scheduled": self._scheduler.count,
+            "scheduled_bytes": self._scheduler.size_in_bytes,
         }
 
     async def resume(self) -> None:
@@ -259,12 +260,15 @@ class RouterActor(Guarded):
     ) -> list[ServiceBusError | None]:
         """Deliver each group's copies; ``None`` or the error per group (one error for all
         the groups of the call when delivery itself failed). The groups arrive as their
-        lengths and their rows in pieces (``raybus._core.wire``)."""
-        self.accessed_at = time.time()
+        lengths and their rows in pieces (``raybus._core.wire``). A group with messages
+        whose scheduled time is to come is published after the others, those messages held
+        in the topic's schedule (``_publish_holding``)."""
+        now = self.accessed_at = time.time()
         groups = join_groups(layout, pieces)
         await self._ensure_configured()
         results: list[ServiceBusError | None] = []
         records = []
+        holding: list[tuple[int, list[Any]]] = []  # groups with messages scheduled later
         for group in groups:
             recs = from_wire(group)
             try:
@@ -272,15 +276,43 @@ class RouterActor(Guarded):
             except ServiceBusError as exc:
                 results.append(exc)
                 continue
+            if any((r.scheduled_enqueue_time or 0.0) > now for r in recs):
+                holding.append((len(results), recs))
+            else:
+                records.extend(recs)
             results.append(None)
-            records.extend(recs)
-        if not records:
-            return results
-        try:
-            await self._combiner.submit(records)
-        except ServiceBusError as exc:
-            return [r if r is not None else exc for r in results]
+        if records:
+            try:
+                await self._combiner.submit(records)
+            except ServiceBusError as exc:
+                results = [exc if r is None else r for r in results]
+                holding = []
+        for index, recs in holding:
+            results[index] = await self._publish_holding(recs, now)
         return results
+
+    async def _publish_holding(self, recs: list[Any], now: float) -> ServiceBusError | None:
+        """A group sent with messages whose ``scheduled_enqueue_time_utc`` is to come: those
+        wait in the topic's schedule, as ``schedule_messages``' do (Service Bus keeps them in
+        the topic: each subscription sees a message at its time, through its rules as they
+        stand then, and neither its peek nor its counts show it before); the others are
+        delivered now. All or none: a refused delivery cancels the group's schedule."""
+        later = [r for r in recs if (r.scheduled_enqueue_time or 0.0) > now]
+        at_once = [r for r in recs if (r.scheduled_enqueue_time or 0.0) <= now]
+        try:
+            seqs = await self._scheduler.schedule(later)
+        except ServiceBusError as exc:
+            return exc
+        if at_once:
+            try:
+                await self._combiner.submit(at_once)
+            except ServiceBusError as exc:
+                try:
+                    await self._scheduler.cancel(seqs)
+                except ServiceBusError as cancel_exc:  # due already, or the log failed
+                    _log.warning("a refused send's scheduled messages stay: %r", cancel_exc)
+                return exc
+        return None
 
     async def _deliver_combined(self, calls: list[list[Any]]) -> list[ServiceBusError | None]:
         """Deliver the records of every publish call waiting now as ONE delivery (one

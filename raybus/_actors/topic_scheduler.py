@@ -67,6 +67,10 @@ class TopicScheduler:
     def count(self) -> int:
         return len(self.state.entries)
 
+    @property
+    def size_in_bytes(self) -> int:
+        return self.state.size_in_bytes()
+
     async def _append(self, change: Any) -> None:
         if self._changes is not None:
             await self._changes.append(change)

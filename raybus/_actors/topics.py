@@ -77,6 +77,11 @@ async def each_present(names: list[str], lookup: Callable[[str], Awaitable[T]]) 
     return list(await asyncio.gather(*(one(n) for n in names)))
 
 
+# A topic's entry, subscription count, subscription partitions' counts, and the number and
+# encoded size of the messages its router holds scheduled (``topic_counts``).
+TopicCounts = tuple[Any, int, list["PartitionCounts"], tuple[int, int]]
+
+
 class TopicOps:
     """Topic, subscription and rule operations of ``NamespaceActor``."""
 
@@ -268,15 +273,13 @@ class TopicOps:
         return True
 
     @guarded(ANY, lambda name: name)
-    async def topic_counts(self, name: str) -> tuple[Any, int, list[PartitionCounts], int]:
+    async def topic_counts(self, name: str) -> TopicCounts:
         """The topic's entry, subscription count, its subscription partitions' counts, and the
-        messages its router holds scheduled."""
+        number and size of the messages its router holds scheduled."""
         return await self._topic_counts(name)
 
     @guarded(_MANAGE, lambda names: None)
-    async def topics_counts(
-        self, names: list[str]
-    ) -> list[tuple[Any, int, list[PartitionCounts], int] | None]:
+    async def topics_counts(self, names: list[str]) -> list[TopicCounts | None]:
         """``topic_counts`` of each topic in ``names``, in one call, for
         ``list_topics_runtime_properties``; None for a name that is no topic any more (deleted
         since it was listed). Needs the namespace's Manage right, as ``list_topics`` does.
@@ -285,7 +288,9 @@ class TopicOps:
         check_names(names, "topic")
         return await each_present(names, self._topic_counts)
 
-    async def _topic_counts(self, name: str) -> tuple[Any, int, list[PartitionCounts], int]:
+    async def _topic_counts(self, name: str) -> TopicCounts:
+        """The topic, its subscription count, their partitions' counts, and the number and
+        encoded size of the messages its router holds scheduled."""
         entry = self._topic(name)
         subs = self._subscriptions_of(entry.properties.name)
         router = self._in(self._routers[entry.properties.name.lower()])
@@ -293,7 +298,7 @@ class TopicOps:
             self._counts_of_subscriptions(subs), router.stats.remote()
         )
         counts = [c for sub_counts in per_sub for c in sub_counts]
-        return entry, len(subs), counts, stats["scheduled"]
+        return entry, len(subs), counts, (stats["scheduled"], stats.get("scheduled_bytes", 0))
 
     async def _counts_of_subscriptions(
         self, subs: list[EntityEntry]

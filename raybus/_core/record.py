@@ -33,6 +33,7 @@ __all__ = [
     "check_body",
     "check_settled_header",
     "encoded_size",
+    "encoded_sizes",
     "from_wire",
     "snapshot",
     "stamp_accepted",
@@ -123,6 +124,11 @@ ROW_ALLOWANCE = 192
 
 
 _size_of = operator.itemgetter(_SIZE_AT)
+
+
+def encoded_sizes(rows: Iterable[WireRecord]) -> int:
+    """The messages' encoded sizes (as size limits count them) of ``rows``, summed."""
+    return sum(map(_size_of, rows))
 
 
 def wire_sizes(rows: Iterable[WireRecord]) -> list[int]:

@@ -20,12 +20,12 @@ every change it returns is logged by the router before the caller is answered.
 them each time it wakes, which every ``schedule_messages`` call does. Entries removed or
 moved (``retry``) leave their old heap items behind, skipped when they come up.
 
-Deviations (README, Differences): ``send_messages`` of a message whose
-``scheduled_enqueue_time_utc`` is set, and schedules inside a transaction, still fan out at
-once and wait in each subscription (their copies show in a subscription's peek and scheduled
-count); only ``schedule_messages`` outside a transaction goes through here. Duplicate
-detection (done by the subscriptions' stores) applies when a message is published, not when
-it is scheduled.
+Outside a transaction both ways to schedule come here: ``schedule_messages``, and
+``send_messages`` of messages whose ``scheduled_enqueue_time_utc`` is to come (the router's
+``_publish_holding``; their numbers are not answered). Deviations (README, Differences):
+schedules inside a transaction still fan out at once and wait in each subscription (their
+copies show in a subscription's peek and scheduled count). Duplicate detection (done by the
+subscriptions' stores) applies when a message is published, not when it is scheduled.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .record import encoded_sizes
 
 __all__ = ["TopicSchedule"]
 
@@ -66,6 +68,11 @@ class TopicSchedule:
         state._queue = [(due, seq) for seq, (due, _row) in state.entries.items()]
         heapq.heapify(state._queue)
         return state
+
+    def size_in_bytes(self) -> int:
+        """The encoded size of the messages scheduled (a topic's size counts them, as Service
+        Bus counts a topic's scheduled messages)."""
+        return encoded_sizes(row for _due, row in self.entries.values())
 
     def snapshot(self) -> list[Any]:
         """A checkpoint: the counter and every message still scheduled."""

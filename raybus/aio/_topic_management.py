@@ -233,16 +233,18 @@ class TopicManagement:
 
 
 def _topic_runtime(
-    entry: Any, subscriptions: int, counts: list[Any], held: int
+    entry: Any, subscriptions: int, counts: list[Any], held: tuple[int, int]
 ) -> TopicRuntimeProperties:
     """A topic's runtime properties from its registry answer (``topic_counts``)."""
     accessed = max((c.accessed_at for c in counts), default=entry.created_at)
+    held_count, held_bytes = held
     return TopicRuntimeProperties(
         name=entry.properties.name,
         subscription_count=subscriptions,
-        # held by the router (schedule_messages) and in the subscriptions (scheduled sends)
-        scheduled_message_count=held + sum(c.scheduled for c in counts),
-        size_in_bytes=sum(c.size_in_bytes for c in counts),
+        # held by the router (scheduled outside a transaction) and in the subscriptions
+        # (scheduled inside one)
+        scheduled_message_count=held_count + sum(c.scheduled for c in counts),
+        size_in_bytes=held_bytes + sum(c.size_in_bytes for c in counts),
         created_at_utc=from_timestamp(entry.created_at),
         updated_at_utc=from_timestamp(entry.updated_at),
         accessed_at_utc=from_timestamp(accessed),

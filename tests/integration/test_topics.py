@@ -224,16 +224,16 @@ def test_topic_and_subscription_runtime_counts(
         sender.send_messages(ServiceBusMessage("c", subject="x"))
         seqs = sender.schedule_messages([ServiceBusMessage("s1"), ServiceBusMessage("s2")], later)
         assert len(seqs) == 2 and seqs[1] == seqs[0] + 1  # numbered by the topic
-        # A scheduled send (not schedule_messages) waits in each subscription it selects.
+        # A send with a scheduled time waits in the topic too, not in the subscriptions.
         sender.send_messages(ServiceBusMessage("s3", scheduled_enqueue_time_utc=later))
     runtime = admin.get_topic_runtime_properties(t)
     assert runtime.subscription_count == 2
-    assert runtime.scheduled_message_count == 3  # 2 held by the topic, 1 in "all"
+    assert runtime.scheduled_message_count == 3  # all held by the topic
     assert runtime.size_in_bytes > 0
     all_rt = admin.get_subscription_runtime_properties(t, "all")
     assert (all_rt.topic_name, all_rt.name) == (t, "all")
     assert (all_rt.active_message_count, all_rt.dead_letter_message_count) == (3, 0)
-    assert all_rt.total_message_count == 4  # 3 active + 1 scheduled send
+    assert all_rt.total_message_count == 3  # the scheduled ones are the topic's
     x_rt = admin.get_subscription_runtime_properties(t, "x")
     assert (x_rt.active_message_count, x_rt.total_message_count) == (2, 2)
 

@@ -67,6 +67,20 @@ def test_numbers_are_the_topics_own_and_never_repeat_across_restarts(
     assert asyncio.run(again.schedule(at(clock, 60, "c"))) == [3]
 
 
+def test_the_size_held_is_the_scheduled_messages_encoded_size(clock: FakeClock) -> None:
+    """A topic's size counts its scheduled messages (``TopicRuntimeProperties``)."""
+    pub = Publisher()
+    s = scheduler(None, pub, clock)
+    assert s.size_in_bytes == 0
+    records = at(clock, 60, "a", "b") + at(clock, 120, "c")
+    seqs = asyncio.run(s.schedule(records))
+    assert s.size_in_bytes == sum(r.size for r in records) > 0
+    asyncio.run(s.cancel(seqs[:1]))
+    clock.advance(60)
+    fire_due(s, clock)
+    assert s.size_in_bytes == records[2].size
+
+
 def test_only_due_messages_are_published_earliest_first(clock: FakeClock) -> None:
     pub = Publisher()
     s = scheduler(None, pub, clock)
