@@ -49,6 +49,7 @@ from ._message import (
     _SCHED,
     _SEQUENCE,
     _VALUE,
+    RAW_BODY_PROPERTY,
     Sections,
     _native,
     _native_body,
@@ -520,6 +521,21 @@ def _restore(cls: type[ServiceBusMessage], state: dict[str, Any]) -> Any:
 
 _FIELD_NAMES = ("body", "application_properties", *_IN_PROPERTIES)
 _FIELD_NAMES += ("time_to_live", "scheduled_enqueue_time_utc", "partition_key")
+
+
+def body_type_of(message: ServiceBusMessage) -> AmqpMessageBodyType:
+    """The AMQP type of ``message``'s body (the SDK's ``body_type``), without making its
+    sections: that of sections it holds (``raw_amqp_message`` was asked for, or a body that
+    came over AMQP in a form raybus keeps as its bytes), else DATA for a ``bytes`` or ``str``
+    body and VALUE for another, as the gateway would emit it (``body_section``)."""
+    raw = message.__dict__.get("_raw")
+    if raw is not None:
+        return raw.body_type  # type: ignore[no-any-return]
+    props = message.application_properties
+    if props and RAW_BODY_PROPERTY in props:
+        return AmqpAnnotatedMessage._from_sections(props[RAW_BODY_PROPERTY]).body_type
+    code, _value = body_section(message.body)
+    return AmqpMessageBodyType.DATA if code == _DATA else AmqpMessageBodyType.VALUE
 
 
 def adopt_sections(message: ServiceBusMessage) -> AmqpAnnotatedMessage:

@@ -521,9 +521,56 @@ def test_a_system_string_field_of_bytes_that_are_not_utf8_is_refused_by_name(fie
         ServiceBusMessage(b"body", **{field: b"\xff\xfe"})
     assert info.value.argument == field
     m = ServiceBusMessage(b"body")
+    before = getattr(m, field)
     with pytest.raises(InvalidArgumentError) as info:
         setattr(m, field, b"\xff")
-    assert info.value.argument == field and getattr(m, field) is None  # left as it was
+    assert info.value.argument == field and getattr(m, field) == before  # left as it was
+
+
+def test_a_message_without_an_id_gets_a_unique_one_in_uuid_form_as_the_sdk_gives() -> None:
+    """The SDK gives every message it builds without one a ``uuid4()`` id; consumers key on
+    it, and duplicate detection drops a message object sent twice."""
+    from raybus import ServiceBusMessage
+
+    ids = [ServiceBusMessage(b"m").message_id for _ in range(1000)]
+    assert len(set(ids)) == 1000
+    assert all(uuid.UUID(i).version == 4 for i in ids)
+    assert ServiceBusMessage(b"m", message_id="mine").message_id == "mine"
+    m = ServiceBusMessage(b"m")
+    assert m._to_record().message_id == m.message_id  # what a send stores
+    m.message_id = None  # unset on purpose: left unset, as in the SDK
+    assert m._to_record().message_id is None
+
+
+def test_a_forked_child_draws_message_ids_of_its_own() -> None:
+    import os
+
+    from raybus import ServiceBusMessage
+
+    ServiceBusMessage(b"m")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, to the parent
+        os.write(write, ServiceBusMessage(b"m").message_id.encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 100).decode()
+    parent = ServiceBusMessage(b"m").message_id
+    assert child[:24] != parent[:24]  # another prefix, so no id repeats the parent's
+
+
+def test_body_type_is_the_sdks() -> None:
+    from raybus import ServiceBusMessage
+    from raybus.amqp import AmqpMessageBodyType
+    from raybus.amqp._message import _section, to_raybus
+
+    assert ServiceBusMessage(b"x").body_type is AmqpMessageBodyType.DATA
+    assert ServiceBusMessage("x").body_type is AmqpMessageBodyType.DATA
+    assert ServiceBusMessage([1, 2]).body_type is AmqpMessageBodyType.VALUE
+    assert to_raybus(_section(0x76, [1, "x"])).body_type is AmqpMessageBodyType.SEQUENCE
+    adopted = ServiceBusMessage(b"x")
+    adopted.raw_amqp_message  # noqa: B018  (its sections from now on)
+    assert adopted.body_type is AmqpMessageBodyType.DATA
 
 
 def test_bytes_system_fields_are_checked_as_strings_after_decoding() -> None:
