@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from .enums import EntityStatus
@@ -68,6 +69,68 @@ def validate_entity_name(name: Any, *, max_length: int = 260, kind: str = "queue
     return name
 
 
+# Settings an update unsets when given None: the SDK leaves what is None out of the entity's
+# description, which an update replaces (``update_queue(props)`` with ``props.forward_to =
+# None`` stops forwarding).
+CLEARABLE_OPTIONS = frozenset(("forward_to", "forward_dead_lettered_messages_to", "user_metadata"))
+
+
+def given_options(options: dict[str, Any], *, update: bool) -> dict[str, Any]:
+    """The admin client's keyword options as raybus applies them: None is the SDK's "not
+    given" (the service's default at a create, the current value at an update), except that
+    an update's None unsets a setting that may be unset (``CLEARABLE_OPTIONS``)."""
+    return {
+        name: value
+        for name, value in options.items()
+        if value is not None or (update and name in CLEARABLE_OPTIONS)
+    }
+
+
+def _bad_duration(message: str, what: str) -> InvalidArgumentError:
+    return InvalidArgumentError(message, None, what)
+
+
+_DURATION = re.compile(
+    r"(?P<sign>-)?P(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
+    r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def duration_from_text(value: str, what: str) -> timedelta:
+    """An ISO 8601 duration (``P1DT2H``, ``PT0.5S``). Years and months have no fixed length
+    (Service Bus rejects them too) and are refused; anything at or beyond .NET's
+    ``TimeSpan.MaxValue`` is ``MAX_DURATION`` ("never")."""
+    match = _DURATION.fullmatch(value.strip())
+    parts = match.groupdict() if match else {}
+    if (
+        not match
+        or value.strip().endswith("T")
+        or not any(v for k, v in parts.items() if k != "sign")
+    ):
+        raise _bad_duration(
+            f"{what} must be an ISO 8601 duration such as PT1M, not {value!r}", what
+        )
+    try:
+        seconds = (
+            Decimal(parts["weeks"] or 0) * 604800
+            + Decimal(parts["days"] or 0) * 86400
+            + Decimal(parts["hours"] or 0) * 3600
+            + Decimal(parts["minutes"] or 0) * 60
+            + Decimal(parts["seconds"] or 0)
+        )
+    except InvalidOperation:
+        raise _bad_duration(f"{what}: {value!r} is not a duration", what) from None
+    if parts["sign"]:
+        seconds = -seconds
+    if seconds >= Decimal(str(MAX_DURATION.total_seconds())) - Decimal("0.000001"):
+        return MAX_DURATION
+    micros = int((seconds * 1_000_000).to_integral_value())
+    try:
+        return timedelta(microseconds=micros)
+    except OverflowError:  # only a huge negative duration gets here
+        raise _bad_duration(f"{what}: {value!r} is out of range", what) from None
+
+
 def _seconds(value: Any, what: str) -> float:
     if isinstance(value, timedelta):
         return value.total_seconds()
@@ -79,8 +142,12 @@ def _seconds(value: Any, what: str) -> float:
 
 
 def _duration(value: Any, what: str) -> timedelta:
+    """A setting's duration: a ``timedelta``, seconds, or an ISO 8601 text (``"PT1M"``), as
+    the SDK's admin models take it."""
     if isinstance(value, timedelta):
         return value
+    if isinstance(value, str):
+        return duration_from_text(value, what)
     return timedelta(seconds=_seconds(value, what))
 
 

@@ -623,8 +623,14 @@ class ServiceBusClient:
         ``raybus.aio.ServiceBusClient.from_connection_string``)."""
         info = parse_connection_string(conn_str, kwargs)
         client = cls(info.namespace, credential=info.credential, **kwargs)
-        client._aio._entity_path = info.entity_path
+        client._aio._take_connection_string(info)
         return client
+
+    @property
+    def fully_qualified_namespace(self) -> str:
+        """The SDK's: the host name given (a connection string's endpoint host), else the
+        namespace."""
+        return self._aio.fully_qualified_namespace
 
     def get_queue_sender(
         self,

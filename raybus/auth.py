@@ -309,6 +309,7 @@ class ConnectionString:
     namespace: str
     credential: Credential | None
     entity_path: str | None
+    host: str = ""  # the endpoint's host name: the SDK's fully_qualified_namespace
 
 
 def _bad_connection_string(why: str) -> InvalidArgumentError:
@@ -347,9 +348,8 @@ def parse_connection_string(conn_str: str, options: Iterable[str] = ()) -> Conne
                 option,
             )
     props, credential = _read_connection_string(conn_str)
-    return ConnectionString(
-        _first_label(props.fully_qualified_namespace), credential, props.entity_path
-    )
+    host = props.fully_qualified_namespace
+    return ConnectionString(_first_label(host), credential, props.entity_path, host)
 
 
 @dataclass(frozen=True)

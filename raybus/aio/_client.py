@@ -13,7 +13,7 @@ from .._models import validate_entity_name
 from .._retry import RetryMode, RetryPolicy
 from .._sdk_options import check_client_options
 from .._topic_models import subscription_path
-from ..auth import CredentialLike, client_namespace, parse_connection_string
+from ..auth import ConnectionString, CredentialLike, client_namespace, parse_connection_string
 from ..enums import ServiceBusReceiveMode, ServiceBusSubQueue
 from ..exceptions import InvalidArgumentError, OperationTimeoutError
 from ._entity import EntityInfo, resolve_entity
@@ -96,6 +96,10 @@ class ServiceBusClient:
         name = client_namespace(namespace, fully_qualified_namespace)
         self._conn = Connection(name, address, storage_path, credential, retry)
         self.namespace = name
+        # The SDK's: the host name given (a connection string's endpoint host), else the name.
+        self.fully_qualified_namespace: str = (
+            fully_qualified_namespace if isinstance(fully_qualified_namespace, str) else name
+        )
         self._entity_path: str | None = None  # a connection string's EntityPath
 
     @classmethod
@@ -106,8 +110,14 @@ class ServiceBusClient:
         options). With ``EntityPath`` the client works on that entity only, as the SDK's."""
         info = parse_connection_string(conn_str, kwargs)
         client = cls(info.namespace, credential=info.credential, **kwargs)
-        client._entity_path = info.entity_path
+        client._take_connection_string(info)
         return client
+
+    def _take_connection_string(self, info: ConnectionString) -> None:
+        """What a connection string says beyond the namespace and key: ``EntityPath`` and
+        the endpoint's host (the SDK's ``fully_qualified_namespace``)."""
+        self._entity_path = info.entity_path
+        self.fully_qualified_namespace = info.host or info.namespace
 
     def _check_entity(self, name: str, kind: str) -> None:
         """Refuse an entity other than the connection string's ``EntityPath``, if it had one."""

@@ -13,6 +13,7 @@ from .._models import (
     NamespaceProperties,
     QueueProperties,
     QueueRuntimeProperties,
+    given_options,
     sdk_queue_options,
     validate_entity_name,
 )
@@ -106,7 +107,7 @@ class ServiceBusAdministrationClient(TopicManagement):
         """Create a queue; ``options`` are ``QueueProperties`` fields (durations as
         ``timedelta``; the SDK's ``enable_partitioning`` too: ``sdk_queue_options``). Raises
         ``MessagingEntityAlreadyExistsError`` if the name is taken."""
-        options = sdk_queue_options(options, None, queue_name)
+        options = sdk_queue_options(given_options(options, update=False), None, queue_name)
         unknown = set(options) - QueueProperties.option_names()
         if unknown:
             raise InvalidArgumentError(
@@ -136,7 +137,7 @@ class ServiceBusAdministrationClient(TopicManagement):
             raise InvalidArgumentError(
                 "update_queue takes the QueueProperties that get_queue returned", None, "queue"
             )
-        options = sdk_queue_options(options, queue, queue.name)
+        options = sdk_queue_options(given_options(options, update=True), queue, queue.name)
         unknown = set(options) - QueueProperties.option_names()
         if unknown:
             raise InvalidArgumentError(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._clock import from_timestamp
 from .._core.filters import RuleProperties, SqlRuleAction, TrueRuleFilter
-from .._models import validate_entity_name
+from .._models import given_options, validate_entity_name
 from .._topic_models import (
     SubscriptionProperties,
     SubscriptionRuntimeProperties,
@@ -46,7 +46,7 @@ class TopicManagement:
     async def create_topic(self, topic_name: str, **options: Any) -> TopicProperties:
         """Create a topic; ``options`` are ``TopicProperties`` fields (and the SDK's options
         raybus ignores: ``sdk_topic_options``)."""
-        options = sdk_topic_options(options, topic_name)
+        options = sdk_topic_options(given_options(options, update=False), topic_name)
         _check_options(options, TopicProperties.option_names(), topic_name)
         props = TopicProperties(validate_entity_name(topic_name, kind="topic"), **options)
         entry, _router = await self._call(topic_name, "create_topic", props)
@@ -67,7 +67,7 @@ class TopicManagement:
             raise InvalidArgumentError(
                 "update_topic takes the TopicProperties that get_topic returned", None, "topic"
             )
-        options = sdk_topic_options(options, topic.name)
+        options = sdk_topic_options(given_options(options, update=True), topic.name)
         _check_options(options, TopicProperties.option_names(), topic.name)
         entry, _router = await self._call(
             topic.name, "update_topic", dataclasses.replace(topic, **options)
@@ -95,6 +95,7 @@ class TopicManagement:
     ) -> SubscriptionProperties:
         """Create a subscription; ``options`` are ``SubscriptionProperties`` fields. It gets
         the rule ``$Default`` (a true filter) unless ``default_rule`` replaces it."""
+        options = given_options(options, update=False)
         _check_options(options, SubscriptionProperties.option_names(), subscription_name)
         if default_rule is not None and not isinstance(default_rule, RuleProperties):
             raise InvalidArgumentError(
@@ -127,6 +128,7 @@ class TopicManagement:
                 topic_name,
                 "subscription",
             )
+        options = given_options(options, update=True)
         _check_options(options, SubscriptionProperties.option_names(), subscription.name)
         sub = dataclasses.replace(subscription, topic_name=topic_name, **options)
         props, _route = await self._call(topic_name, "update_subscription", sub)

@@ -30,7 +30,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .._core.filters import RuleFilter  # the union of the filter classes (a type only)
-from .._models import PARTITIONED_QUEUE_PARTITIONS  # shared with the admin client
+from .._models import (  # shared with the admin client
+    CLEARABLE_OPTIONS,
+    PARTITIONED_QUEUE_PARTITIONS,
+)
 from ..auth import AccessRights, AuthorizationRule, normalise_rights
 from ..enums import EntityStatus
 from ..exceptions import InvalidArgumentError
@@ -169,10 +172,6 @@ _FIELDS: dict[str, tuple[_Field, ...]] = {
 }
 
 
-# Settings whose absence from an update's description means "none" (their default).
-_UNSET_WHEN_ABSENT = frozenset(("forward_to", "forward_dead_lettered_messages_to", "user_metadata"))
-
-
 def entity_options(description: ET.Element, current: Any = None) -> dict[str, Any]:
     """The raybus options a ``Queue``/``Topic``/``SubscriptionDescription`` sets.
 
@@ -197,7 +196,7 @@ def entity_options(description: ET.Element, current: Any = None) -> dict[str, An
         # and is left out is unset (the SDK leaves out what is None, so this is how its
         # update_queue(props) with props.forward_to = None stops the forwarding).
         for f in specs:
-            if f.option in _UNSET_WHEN_ABSENT and f.xml not in given:
+            if f.option in CLEARABLE_OPTIONS and f.xml not in given:
                 options[f.option] = None
     partitioned = given.get("EnablePartitioning")
     if kind == "QueueDescription" and partitioned is not None:

@@ -27,9 +27,9 @@ import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from .._models import duration_from_text
 from ..exceptions import InvalidArgumentError
 from ..management import MAX_DURATION
 
@@ -160,45 +160,6 @@ def parse_int(element: ET.Element) -> int:
     if not re.fullmatch(r"[+-]?\d{1,19}", value):
         raise _bad(f"{local_name(element)} must be an integer, not {value!r}", local_name(element))
     return int(value)
-
-
-_DURATION = re.compile(
-    r"(?P<sign>-)?P(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
-    r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?"
-)
-
-
-def duration_from_text(value: str, what: str) -> timedelta:
-    """An ISO 8601 duration (``P1DT2H``, ``PT0.5S``). Years and months have no fixed length
-    (Service Bus rejects them too) and are refused; anything at or beyond .NET's
-    ``TimeSpan.MaxValue`` is ``MAX_DURATION`` ("never")."""
-    match = _DURATION.fullmatch(value.strip())
-    parts = match.groupdict() if match else {}
-    if (
-        not match
-        or value.strip().endswith("T")
-        or not any(v for k, v in parts.items() if k != "sign")
-    ):
-        raise _bad(f"{what} must be an ISO 8601 duration such as PT1M, not {value!r}", what)
-    try:
-        seconds = (
-            Decimal(parts["weeks"] or 0) * 604800
-            + Decimal(parts["days"] or 0) * 86400
-            + Decimal(parts["hours"] or 0) * 3600
-            + Decimal(parts["minutes"] or 0) * 60
-            + Decimal(parts["seconds"] or 0)
-        )
-    except InvalidOperation:
-        raise _bad(f"{what}: {value!r} is not a duration", what) from None
-    if parts["sign"]:
-        seconds = -seconds
-    if seconds >= Decimal(str(MAX_DURATION.total_seconds())) - Decimal("0.000001"):
-        return MAX_DURATION
-    micros = int((seconds * 1_000_000).to_integral_value())
-    try:
-        return timedelta(microseconds=micros)
-    except OverflowError:  # only a huge negative duration gets here
-        raise _bad(f"{what}: {value!r} is out of range", what) from None
 
 
 def parse_duration(element: ET.Element) -> timedelta:

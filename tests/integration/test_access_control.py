@@ -671,3 +671,25 @@ def test_the_sdks_constructor_form_a_host_name_and_a_credential(
     assert active(admin) == 1
     with pytest.raises(InvalidArgumentError, match="not both"):
         raybus.ServiceBusClient(namespace, fully_qualified_namespace=host)
+
+
+def test_a_clients_fully_qualified_namespace_is_the_host_it_was_given() -> None:
+    """The SDK's ``client.fully_qualified_namespace``: a connection string's endpoint host,
+    or the host passed; the namespace raybus connects to is its first label (a client joins
+    Ray when made: an integration test)."""
+    import raybus
+    import raybus.aio
+
+    conn = "Endpoint=sb://orders.servicebus.windows.net/;SharedAccessKeyName=a;SharedAccessKey=b"
+    for make in (raybus.ServiceBusClient, raybus.aio.ServiceBusClient):
+        client = make.from_connection_string(conn)
+        assert (client.namespace, client.fully_qualified_namespace) == (
+            "orders",
+            "orders.servicebus.windows.net",
+        )
+        given = make(fully_qualified_namespace="shop.servicebus.windows.net")
+        assert (given.namespace, given.fully_qualified_namespace) == (
+            "shop",
+            "shop.servicebus.windows.net",
+        )
+        assert make("shop").fully_qualified_namespace == "shop"

@@ -77,6 +77,42 @@ def test_create_queue_applies_given_options_with_durations_as_timedelta_or_secon
     assert props.user_metadata == "meta"
 
 
+def test_options_as_the_sdk_passes_them_none_for_defaults_and_iso_8601_durations(
+    admin: ServiceBusAdministrationClient,
+) -> None:
+    """The SDK's keywords default to None ("the service's default"), and its models take
+    durations as ISO 8601 text; both raised InvalidArgumentError. At an update None keeps a
+    setting, except that it unsets forwarding and user metadata (as the SDK, which leaves
+    what is None out of the description the update replaces)."""
+    target = _name("target")
+    admin.create_queue(target)
+    name = _name()
+    props = admin.create_queue(
+        name,
+        lock_duration="PT45S",
+        max_delivery_count=None,
+        default_message_time_to_live="P1DT2H",
+        auto_delete_on_idle=None,
+        forward_to=target,
+        user_metadata="m",
+    )
+    assert props.lock_duration == timedelta(seconds=45) and props.max_delivery_count == 10
+    assert props.default_message_time_to_live == timedelta(days=1, hours=2)
+    assert props.forward_to == target
+    got = admin.get_queue(name)
+    got.lock_duration = "PT2M"  # type: ignore[assignment]  # as the SDK's models take it
+    updated = admin.update_queue(got, max_delivery_count=None, forward_to=None, user_metadata=None)
+    assert updated.lock_duration == timedelta(minutes=2) and updated.max_delivery_count == 10
+    assert (updated.forward_to, updated.user_metadata) == (None, None)
+    with pytest.raises(InvalidArgumentError, match="ISO 8601"):
+        admin.create_queue(_name(), lock_duration="one minute")
+    topic = admin.create_topic(_name("t"), default_message_time_to_live="PT1H", user_metadata=None)
+    assert topic.default_message_time_to_live == timedelta(hours=1)
+    sub = admin.create_subscription(topic.name, "s", lock_duration="PT30S", forward_to=None)
+    assert sub.lock_duration == timedelta(seconds=30) and sub.forward_to is None
+    admin.delete_topic(topic.name)
+
+
 def test_get_queue_returns_the_created_settings_under_any_casing_of_the_name(
     admin: ServiceBusAdministrationClient,
 ) -> None:
