@@ -126,18 +126,24 @@ def test_a_send_that_could_store_twice_is_not_repeated(
     with raybus.ServiceBusClient(namespace, retry_backoff_factor=0.01) as client:
         monkeypatch.setattr(_rpc, "call", breaks)
         # A timeout sends on raybus's loop, through ``_rpc.call``, never the direct path.
+        unnamed = ServiceBusMessage("x")
+        unnamed.message_id = None  # (one built without an id gets one, as in the SDK)
         for queue, message in [
             ("plain", ServiceBusMessage("x", message_id="id")),
-            ("dedup", ServiceBusMessage("x")),  # no id: duplicate detection cannot see it
+            ("dedup", unnamed),  # no id: duplicate detection cannot see it
         ]:
             calls.clear()
             with client.get_queue_sender(queue) as sender, pytest.raises(ServiceBusConnectionError):
                 sender.send_messages(message, timeout=30)
             assert calls == [queue], f"{queue}: tried {len(calls)} times"
-        calls.clear()
-        with client.get_queue_sender("dedup") as sender, pytest.raises(ServiceBusConnectionError):
-            sender.send_messages(ServiceBusMessage("x", message_id="id"), timeout=30)
-        assert calls == ["dedup"] * 4  # one try and the policy's three retries
+        for message in (ServiceBusMessage("x", message_id="id"), ServiceBusMessage("x")):
+            calls.clear()  # an id of its own or the one it was given: repeated
+            with (
+                client.get_queue_sender("dedup") as sender,
+                pytest.raises(ServiceBusConnectionError),
+            ):
+                sender.send_messages(message, timeout=30)
+            assert calls == ["dedup"] * 4  # one try and the policy's three retries
     assert admin.get_queue_runtime_properties("dedup").active_message_count == 0
 
 
