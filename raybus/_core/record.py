@@ -276,14 +276,21 @@ def check_application_properties(
 
 
 _strings = operator.attrgetter(*_STRING_FIELDS)
-_NO_STRINGS = (None,) * len(_STRING_FIELDS)
+_others = operator.attrgetter(*_STRING_FIELDS[1:])  # all but message_id, the first
+_NO_OTHERS = (None,) * (len(_STRING_FIELDS) - 1)
 
 
 def check_string_fields(record: MessageRecord) -> int:
     """Validate the system string properties; return their encoded size."""
+    if _others(record) == _NO_OTHERS:  # the common case: a message id at most
+        mid = record.message_id
+        if mid is None:
+            return 0
+        # An ASCII id (as every one a message is given) of a valid length: its UTF-8 is
+        # itself, far below a property's limit.
+        if mid.__class__ is str and 0 < len(mid) <= MAX_ID_LENGTH and mid.isascii():
+            return 5 + len(mid)
     values = _strings(record)
-    if values == _NO_STRINGS:  # none set (the common case): one comparison
-        return 0
     total = 0
     for name, value in zip(_STRING_FIELDS, values, strict=True):
         if value is None:
