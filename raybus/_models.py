@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .enums import EntityStatus
+from .enums import EntityAvailabilityStatus, EntityStatus
 from .exceptions import InvalidArgumentError
 
 __all__ = [
@@ -187,6 +187,11 @@ class QueueProperties:
     min_partitions: int = 1
     max_partitions: int | None = None
     target_backlog_per_partition: int = 10_000
+
+    @property
+    def availability_status(self) -> EntityAvailabilityStatus:
+        """The SDK's availability status: always ``AVAILABLE`` (as the HTTP gateway reports)."""
+        return EntityAvailabilityStatus.AVAILABLE
 
     def __post_init__(self) -> None:
         validate_entity_name(self.name)

@@ -19,7 +19,7 @@ from ._models import (
     _duration,
     validate_entity_name,
 )
-from .enums import EntityStatus
+from .enums import EntityAvailabilityStatus, EntityStatus
 from .exceptions import InvalidArgumentError
 
 __all__ = [
@@ -92,6 +92,11 @@ class TopicProperties:
     enable_batched_operations: bool = True
     user_metadata: str | None = None
 
+    @property
+    def availability_status(self) -> EntityAvailabilityStatus:
+        """The SDK's availability status: always ``AVAILABLE`` (as the HTTP gateway reports)."""
+        return EntityAvailabilityStatus.AVAILABLE
+
     def __post_init__(self) -> None:
         validate_entity_name(self.name, kind="topic")
         if "/subscriptions/" in self.name.lower():
@@ -152,6 +157,11 @@ class SubscriptionProperties:
     forward_dead_lettered_messages_to: str | None = None
     user_metadata: str | None = None
     partition_count: int = 1
+
+    @property
+    def availability_status(self) -> EntityAvailabilityStatus:
+        """The SDK's availability status: always ``AVAILABLE`` (as the HTTP gateway reports)."""
+        return EntityAvailabilityStatus.AVAILABLE
 
     def __post_init__(self) -> None:
         validate_entity_name(self.topic_name, kind="topic")

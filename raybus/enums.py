@@ -6,6 +6,7 @@ from enum import Enum, IntEnum
 
 __all__ = [
     "NEXT_AVAILABLE_SESSION",
+    "EntityAvailabilityStatus",
     "EntityStatus",
     "ServiceBusDisposition",
     "ServiceBusMessageState",
@@ -79,3 +80,15 @@ class EntityStatus(str, Enum):
     @property
     def can_receive(self) -> bool:
         return self in (EntityStatus.ACTIVE, EntityStatus.SEND_DISABLED)
+
+
+class EntityAvailabilityStatus(str, Enum):
+    """An entity's availability (``azure.servicebus.management`` names): a raybus entity that
+    can be read is ``AVAILABLE``; the others are Service Bus's states of geo-recovery and
+    throttling, which raybus has not."""
+
+    AVAILABLE = "Available"
+    LIMITED = "Limited"
+    RENAMING = "Renaming"
+    RESTORING = "Restoring"
+    UNKNOWN = "Unknown"

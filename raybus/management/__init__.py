@@ -19,13 +19,16 @@ from .._topic_models import (
     TopicProperties,
     TopicRuntimeProperties,
 )
-from ..enums import EntityStatus
+from ..auth import AccessRights
+from ..enums import EntityAvailabilityStatus, EntityStatus
 from ._client import ServiceBusAdministrationClient
 
 __all__ = [
     "MAX_DURATION",
+    "AccessRights",
     "ApiVersion",
     "CorrelationRuleFilter",
+    "EntityAvailabilityStatus",
     "EntityStatus",
     "FalseRuleFilter",
     "NamespaceProperties",

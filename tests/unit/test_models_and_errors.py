@@ -644,3 +644,25 @@ def test_a_forwarding_entity_is_never_deleted_for_idleness():
     assert dead_letters_only.auto_delete_on_idle == idle
     sub = SubscriptionProperties("t", "s", auto_delete_on_idle=idle, forward_to="dest")
     assert sub.auto_delete_on_idle == MAX_DURATION
+
+
+def test_the_sdks_management_names_availability_and_access_rights() -> None:
+    """``availability_status`` on the entity models and the enums the SDK's management module
+    exports: code written for it reads and imports them."""
+    import raybus.management as mgmt
+
+    for props in (
+        QueueProperties("q"),
+        TopicProperties("t"),
+        SubscriptionProperties("t", "s"),
+    ):
+        assert props.availability_status is mgmt.EntityAvailabilityStatus.AVAILABLE
+        assert props.availability_status == "Available"
+    assert {r.value for r in mgmt.AccessRights} == {"Manage", "Send", "Listen"}
+    assert [s.value for s in mgmt.EntityAvailabilityStatus] == [
+        "Available",
+        "Limited",
+        "Renaming",
+        "Restoring",
+        "Unknown",
+    ]
