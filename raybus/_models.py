@@ -151,8 +151,19 @@ def _duration(value: Any, what: str) -> timedelta:
     return timedelta(seconds=_seconds(value, what))
 
 
+class Available:
+    """The SDK's ``availability_status`` of an entity's settings: always ``AVAILABLE`` (as
+    the HTTP gateway reports; the others are Service Bus's geo-recovery and throttling)."""
+
+    __slots__ = ()
+
+    @property
+    def availability_status(self) -> EntityAvailabilityStatus:
+        return EntityAvailabilityStatus.AVAILABLE
+
+
 @dataclass
-class QueueProperties:
+class QueueProperties(Available):
     """A queue's settings (``azure.servicebus.management.QueueProperties`` names).
 
     Durations are ``timedelta`` (numbers are read as seconds); ``MAX_DURATION`` means never.
@@ -187,11 +198,6 @@ class QueueProperties:
     min_partitions: int = 1
     max_partitions: int | None = None
     target_backlog_per_partition: int = 10_000
-
-    @property
-    def availability_status(self) -> EntityAvailabilityStatus:
-        """The SDK's availability status: always ``AVAILABLE`` (as the HTTP gateway reports)."""
-        return EntityAvailabilityStatus.AVAILABLE
 
     def __post_init__(self) -> None:
         validate_entity_name(self.name)

@@ -14,12 +14,13 @@ from typing import Any
 
 from ._models import (
     MAX_DURATION,
+    Available,
     QueueProperties,
     _check_int,
     _duration,
     validate_entity_name,
 )
-from .enums import EntityAvailabilityStatus, EntityStatus
+from .enums import EntityStatus
 from .exceptions import InvalidArgumentError
 
 __all__ = [
@@ -75,7 +76,7 @@ _SUBSCRIPTION_STATUSES = (EntityStatus.ACTIVE, EntityStatus.DISABLED, EntityStat
 
 
 @dataclass
-class TopicProperties:
+class TopicProperties(Available):
     """A topic's settings. ``requires_duplicate_detection`` applies to every subscription's
     store: a repeated message is dropped by each, each rule's copy keyed on the rule and the
     published message's id (``raybus._core.slots.dedup_id``)."""
@@ -91,11 +92,6 @@ class TopicProperties:
     support_ordering: bool = False
     enable_batched_operations: bool = True
     user_metadata: str | None = None
-
-    @property
-    def availability_status(self) -> EntityAvailabilityStatus:
-        """The SDK's availability status: always ``AVAILABLE`` (as the HTTP gateway reports)."""
-        return EntityAvailabilityStatus.AVAILABLE
 
     def __post_init__(self) -> None:
         validate_entity_name(self.name, kind="topic")
@@ -139,7 +135,7 @@ class TopicProperties:
 
 
 @dataclass
-class SubscriptionProperties:
+class SubscriptionProperties(Available):
     """A subscription's settings."""
 
     topic_name: str
@@ -157,11 +153,6 @@ class SubscriptionProperties:
     forward_dead_lettered_messages_to: str | None = None
     user_metadata: str | None = None
     partition_count: int = 1
-
-    @property
-    def availability_status(self) -> EntityAvailabilityStatus:
-        """The SDK's availability status: always ``AVAILABLE`` (as the HTTP gateway reports)."""
-        return EntityAvailabilityStatus.AVAILABLE
 
     def __post_init__(self) -> None:
         validate_entity_name(self.topic_name, kind="topic")

@@ -7,15 +7,14 @@ map one to one onto the AMQP 1.0 message format.
 
 from __future__ import annotations
 
-import itertools
 import operator
 import os
-import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ._clock import from_timestamp, to_timestamp
 from ._core.record import MessageRecord, encoded_size
+from ._core.store import LockTokens
 from .enums import ServiceBusMessageState
 from .exceptions import InvalidArgumentError, MessageSizeExceededError
 
@@ -53,26 +52,11 @@ _fields_of = operator.attrgetter(*_FIELDS)
 _FIELD_SET = frozenset(_FIELDS)
 
 
-class _MessageIds:
-    """Message ids in UUID form, as the SDK gives a message without one (``uuid4()``): a
-    random prefix per process and a counter, about a fifth of ``uuid4``'s cost (a sender
-    builds one per message). A forked child draws a prefix of its own, so its ids never
-    repeat its parent's; ``next(itertools.count)`` is atomic, so threads share it safely."""
-
-    def __init__(self) -> None:
-        self.restart()
-        os.register_at_fork(after_in_child=self.restart)
-
-    def restart(self) -> None:
-        hexes = uuid.uuid4().hex
-        self._prefix = f"{hexes[:8]}-{hexes[8:12]}-4{hexes[13:16]}-{hexes[16:20]}-"
-        self._counter = itertools.count(int(hexes[20:], 16) >> 8)  # far from 48 bits' end
-
-    def next(self) -> str:
-        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFFFFFF:012x}"
-
-
-_message_ids = _MessageIds()
+# Message ids in UUID form, as the SDK gives a message without one (``uuid4()``), at about a
+# fifth of its cost (a sender builds one per message); a forked child draws a prefix of its
+# own, so its ids never repeat its parent's.
+_message_ids = LockTokens()
+os.register_at_fork(after_in_child=_message_ids.restart)
 _TTLS: dict[float, timedelta] = {}  # a queue's messages mostly share its default time to live
 
 

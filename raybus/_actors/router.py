@@ -75,6 +75,11 @@ def router_actor_name(namespace: str, topic: str, incarnation: int) -> str:
     return f"raybus/{namespace}/topic/{topic.lower()}/{incarnation}/router"
 
 
+def _later(rec: Any, now: float) -> bool:
+    """Whether ``rec`` is scheduled for after ``now`` (the topic holds it until then)."""
+    return (rec.scheduled_enqueue_time or 0.0) > now
+
+
 class RouterActor(Guarded):
     """Fan-out for one topic (see the module docstring)."""
 
@@ -276,7 +281,7 @@ class RouterActor(Guarded):
             except ServiceBusError as exc:
                 results.append(exc)
                 continue
-            if any((r.scheduled_enqueue_time or 0.0) > now for r in recs):
+            if any(_later(r, now) for r in recs):
                 holding.append((len(results), recs))
             else:
                 records.extend(recs)
@@ -287,8 +292,10 @@ class RouterActor(Guarded):
             except ServiceBusError as exc:
                 results = [exc if r is None else r for r in results]
                 holding = []
-        for index, recs in holding:
-            results[index] = await self._publish_holding(recs, now)
+        if holding:  # at once: their schedules and deliveries are batched by the log and combiner
+            held = await asyncio.gather(*(self._publish_holding(recs, now) for _i, recs in holding))
+            for (index, _recs), result in zip(holding, held, strict=True):
+                results[index] = result
         return results
 
     async def _publish_holding(self, recs: list[Any], now: float) -> ServiceBusError | None:
@@ -297,8 +304,8 @@ class RouterActor(Guarded):
         the topic: each subscription sees a message at its time, through its rules as they
         stand then, and neither its peek nor its counts show it before); the others are
         delivered now. All or none: a refused delivery cancels the group's schedule."""
-        later = [r for r in recs if (r.scheduled_enqueue_time or 0.0) > now]
-        at_once = [r for r in recs if (r.scheduled_enqueue_time or 0.0) <= now]
+        later = [r for r in recs if _later(r, now)]
+        at_once = [r for r in recs if not _later(r, now)]
         try:
             seqs = await self._scheduler.schedule(later)
         except ServiceBusError as exc:

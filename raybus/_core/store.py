@@ -8,7 +8,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain, count, islice
 from typing import Any
 
 from .record import ACTIVE, MessageRecord
@@ -47,22 +47,28 @@ class PartitionCounts:
 
 
 class LockTokens:
-    """Lock tokens in UUID form: a random prefix per partition instance and a counter.
+    """Tokens in UUID form: a random prefix per instance and a counter (lock tokens of a
+    partition instance; message ids of a process, ``raybus.message``).
 
     Unique for the life of the instance; a restarted partition draws a new prefix, so tokens
-    issued before the restart can never match. Several times cheaper than ``uuid.uuid4()``.
+    issued before the restart can never match (``restart`` draws one in place, as a forked
+    child does for its message ids). Several times cheaper than ``uuid.uuid4()``;
+    ``next`` of an ``itertools.count`` is atomic, so threads may share an instance.
     """
 
-    __slots__ = ("_count", "_prefix")
+    __slots__ = ("_counter", "_prefix")
 
     def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
         hexes = uuid.uuid4().hex
         self._prefix = f"{hexes[:8]}-{hexes[8:12]}-4{hexes[13:16]}-{hexes[16:20]}-"
-        self._count = int(hexes[20:], 16) >> 8  # random start, far from wrapping 48 bits
+        # a random start, far from wrapping 48 bits
+        self._counter = count(int(hexes[20:], 16) >> 8)
 
     def next(self) -> str:
-        self._count += 1
-        return f"{self._prefix}{self._count & 0xFFFFFFFFFFFF:012x}"
+        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFFFFFF:012x}"
 
 
 # How many removed numbers the index of a store may hold beyond twice its live ones.

@@ -58,6 +58,12 @@ class Share:
         return [op.lock_token for op in self.settles] + list(self.renews)
 
 
+def _is_use(p: Partition, settles: Sequence[Any], renews: Sequence[str]) -> bool:
+    """Whether a share is use of the entity (``auto_delete_on_idle``): its settlements and
+    renewals are, its sends unless the entity is a subscription (the topic's deliveries)."""
+    return bool(settles or renews) or p._sends_are_use
+
+
 def prepare(
     p: Partition,
     txn_id: str,
@@ -66,7 +72,7 @@ def prepare(
     renews: Sequence[str],
 ) -> None:
     """Validate and hold the share (raising, and changing nothing, when it cannot commit)."""
-    p._begin(use=bool(settles or renews) or p._sends_are_use)
+    p._begin(use=_is_use(p, settles, renews))
     if txn_id in p.prepared:
         return  # a repeated prepare (the coordinator retried)
     if txn_id in p.ended_transactions:
@@ -129,10 +135,10 @@ def _to_payload(p: Partition, share: Share) -> tuple[Any, ...]:
 def commit(p: Partition, txn_id: str) -> bool:
     """Apply a prepared share; False if the transaction is not prepared here (it ended)."""
     share = p.prepared.get(txn_id)
-    now = p._begin(use=share is None or bool(share.settles or share.renews) or p._sends_are_use)
-    share = p.prepared.pop(txn_id, None)
+    now = p._begin(use=share is None or _is_use(p, share.settles, share.renews))
     if share is None:
         return False
+    del p.prepared[txn_id]
     _release(p, txn_id, share)
     if share.sends:
         # Duplicate detection applies now; the quota was reserved at prepare.

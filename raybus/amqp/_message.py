@@ -267,14 +267,11 @@ def from_received(msg: ServiceBusReceivedMessage, *, locked: bool) -> bytes:
     """The AMQP encoding of a received (or peeked) message as the peer gets it."""
     ttl = msg.time_to_live
     ttl_ms = None if ttl is None else round(ttl.total_seconds() * 1000)
-    if ttl_ms is not None and ttl_ms >= 2**32:
-        # The header's ttl is a uint of milliseconds (up to 49.7 days): a longer one is left
-        # out, as the SDK leaves out an unset one (its expires_at_utc is enqueued time plus
-        # this ttl, so a capped one read as a wrong, earlier expiry). absolute-expiry-time
-        # still carries the expiry.
-        ttl_ms = None
-    ttl_field = None if ttl_ms is None else UInt(ttl_ms)
-    parts = [_section(_HEADER, [True, None, ttl_field, None, UInt(msg.delivery_count)])]
+    # The header's ttl is a uint of milliseconds (up to 49.7 days): a longer one is left out,
+    # as the SDK leaves out an unset one (its expires_at_utc is enqueued time plus this ttl,
+    # so a capped one read as a wrong, earlier expiry); absolute-expiry-time carries it.
+    header_ttl = UInt(ttl_ms) if ttl_ms is not None and ttl_ms < 2**32 else None
+    parts = [_section(_HEADER, [True, None, header_ttl, None, UInt(msg.delivery_count)])]
     enqueued = _dt(msg.enqueued_time_utc)
     ann: dict[Any, Any] = {
         _SEQ: msg.sequence_number,

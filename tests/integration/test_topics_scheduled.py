@@ -25,6 +25,7 @@ from raybus.exceptions import (
     MessagingEntityDisabledError,
     MessagingEntityNotFoundError,
     ServiceBusConnectionError,
+    ServiceBusQuotaExceededError,
 )
 from raybus.management import (
     CorrelationRuleFilter,
@@ -238,6 +239,29 @@ def test_a_send_mixing_now_and_later_delivers_now_and_holds_later_in_the_topic(
     assert admin.get_subscription_runtime_properties(t, "all").total_message_count == 0
     with client.get_subscription_receiver(t, "all") as peeker:
         assert peeker.peek_messages(10) == []
+
+
+def test_a_send_mixing_now_and_later_that_a_subscription_refuses_schedules_nothing(
+    client: raybus.ServiceBusClient, admin: ServiceBusAdministrationClient
+) -> None:
+    """All or none: the group's scheduled message is held first, and cancelled when the
+    delivery of the others is refused (a full subscription)."""
+    t = _name()
+    admin.create_topic(t, max_size_in_megabytes=1)
+    admin.create_subscription(t, "all")
+    body = b"x" * 200_000
+    with client.get_topic_sender(t) as sender:
+        with pytest.raises(ServiceBusQuotaExceededError):
+            for _ in range(10):
+                sender.send_messages(ServiceBusMessage(body))
+        with pytest.raises(ServiceBusQuotaExceededError):
+            sender.send_messages(
+                [
+                    ServiceBusMessage(body),
+                    ServiceBusMessage("later", scheduled_enqueue_time_utc=_soon(600)),
+                ]
+            )
+    assert _scheduled(admin, t) == 0
 
 
 def test_a_topic_that_refuses_sends_schedules_nothing(

@@ -202,6 +202,24 @@ def test_encoded_size_rejects_message_id_over_128_characters():
     assert info.value.argument == "message_id"
 
 
+def test_a_lone_message_id_is_checked_and_sized_as_when_other_fields_are_set():
+    """The one-step path for a message id alone (every message gets one) must agree with
+    the walk over every field: UTF-8 size, and the same refusals."""
+
+    def size(**fields: object) -> int:
+        return encoded_size(MessageRecord(body=b"", **fields))  # type: ignore[arg-type]
+
+    for mid in ("m", "e" * 64, "é" * 64, "m" * 128):
+        assert size(message_id=mid) - size() == size(message_id=mid, subject="s") - size(
+            subject="s"
+        )
+    assert size(message_id="é" * 64) - size(message_id="e" * 64) == 64  # UTF-8 bytes
+    for bad in ("", 42, "m" * 129):
+        with pytest.raises(InvalidArgumentError) as info:
+            size(message_id=bad)
+        assert info.value.argument == "message_id"
+
+
 @pytest.mark.parametrize("field", ["session_id", "partition_key"])
 def test_encoded_size_rejects_session_and_partition_key_over_128_characters(field):
     with pytest.raises(InvalidArgumentError) as info:
