@@ -2,6 +2,15 @@
 
 Every class here:
 
+* is an azure-core ``AzureError``, as azure-servicebus's errors are, so code written for the
+  SDK that catches ``AzureError`` catches raybus's; the errors the administration client
+  raises for a missing entity, an existing one and a refused token are also azure-core's
+  ``ResourceNotFoundError`` (404), ``ResourceExistsError`` (409) and
+  ``ClientAuthenticationError`` (401), which the SDK's administration client raises, with
+  their ``status_code`` and ``reason``;
+* can be built as the SDK builds its errors, by keywords (``MessageLockLostError()``,
+  ``MessageLockLostError(message="...", error=cause)``): the text defaults to the class's
+  own, and ``error`` is kept as ``inner_exception``, in this process only;
 * pickles, so it crosses from a partition actor to the client unchanged (constructor
   arguments are passed positionally to ``super().__init__`` and rebuilt from ``self.args``);
 * carries structured fields (entity path, lock token, sequence number) besides its text;
@@ -15,6 +24,13 @@ No Ray exception escapes a public raybus method: the one place that makes remote
 from __future__ import annotations
 
 from typing import Any
+
+from azure.core.exceptions import (
+    AzureError,
+    ClientAuthenticationError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+)
 
 __all__ = [
     "AutoLockRenewFailed",
@@ -48,20 +64,41 @@ __all__ = [
 ]
 
 
-class ServiceBusError(Exception):
-    """Base of every raybus error.
+class ServiceBusError(AzureError):
+    """Base of every raybus error (an azure-core ``AzureError``, as the SDK's).
 
-    ``message`` is the human text; ``entity`` names the queue (or other entity) involved when
-    there is one. Catch this to handle any broker failure; check ``retryable`` to decide
+    ``message`` is the human text (the class's own when not given; bytes are read as UTF-8);
+    ``entity`` names the queue (or other entity) involved when there is one; ``error``, a
+    keyword, is the exception that caused this one (``inner_exception``; not carried across
+    processes). Catch this to handle any broker failure; check ``retryable`` to decide
     whether to try again.
     """
 
     retryable: bool = False
+    #: The text of an error built without one (the SDK's errors have one each).
+    default_message = "Service Bus has encountered an error."
+    #: The HTTP status and reason of a class that is also an azure-core ``HttpResponseError``.
+    _http: tuple[int, str] | None = None
 
-    def __init__(self, message: str, entity: str | None = None, *args: Any) -> None:
-        super().__init__(message, entity, *args)
-        self.message = message
+    def __init__(
+        self,
+        message: str | bytes | None = None,
+        entity: str | None = None,
+        *args: Any,
+        error: BaseException | None = None,
+    ) -> None:
+        if isinstance(message, bytes):
+            message = message.decode("utf-8", "replace")
+        text = message or self.default_message
+        # AzureError's own, not the next class's: an HttpResponseError's takes a response.
+        AzureError.__init__(self, text, entity, *args, error=error)
+        self.message = text
         self.entity = entity
+        if self._http is not None:  # HttpResponseError's fields, as its __init__ sets them
+            status, reason = self._http
+            vars(self).update(
+                status_code=status, reason=reason, response=None, model=None, error=None
+            )
 
     def __str__(self) -> str:
         if self.entity:
@@ -80,8 +117,17 @@ class InvalidArgumentError(ServiceBusError, ValueError):
     Nothing was sent or stored. Fix the argument; retrying unchanged fails again.
     """
 
-    def __init__(self, message: str, entity: str | None = None, argument: str | None = None):
-        super().__init__(message, entity, argument)
+    default_message = "An argument is invalid."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        entity: str | None = None,
+        argument: str | None = None,
+        *,
+        error: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, entity, argument, error=error)
         self.argument = argument
 
 
@@ -92,24 +138,38 @@ class ServiceBusConnectionError(ServiceBusError):
     processing idempotent.
     """
 
+    default_message = "An error occurred in the connection."
+
     retryable = True
 
 
 class ServiceBusCommunicationError(ServiceBusConnectionError):
     """The client could not reach the cluster at all: Ray could not be joined or started
     (azure-servicebus raises it when the namespace's host cannot be reached). Nothing was
-    done. A ``ServiceBusConnectionError``, so code catching that catches this too."""
+    done. A ``ServiceBusConnectionError``, so code catching that catches this too (the SDK's
+    are siblings)."""
+
+    default_message = "The cluster could not be reached."
 
 
-class ServiceBusAuthenticationError(ServiceBusError):
+class ServiceBusAuthenticationError(ServiceBusError, ClientAuthenticationError):
     """The namespace has access control and the call carried no token, or a token that is
     malformed, expired, or not signed by any current key. Nothing was done. Get a fresh token
-    (or the right key) and call again."""
+    (or the right key) and call again. Also azure-core's ``ClientAuthenticationError`` (401),
+    which the SDK's administration client raises."""
+
+    default_message = "An error occurred when authenticating the connection."
+    _http = (401, "Unauthorized")
 
 
-class ServiceBusAuthorizationError(ServiceBusError):
+class ServiceBusAuthorizationError(ServiceBusError, ClientAuthenticationError):
     """The token is valid but its rule lacks the right this call needs (``Send``, ``Listen`` or
-    ``Manage``) or does not cover this entity. Nothing was done; retrying will not help."""
+    ``Manage``) or does not cover this entity. Nothing was done; retrying will not help. Also
+    azure-core's ``ClientAuthenticationError`` (401), which the SDK's administration client
+    raises."""
+
+    default_message = "An error occurred when authorizing the connection."
+    _http = (401, "Unauthorized")
 
 
 class ServiceBusServerBusyError(ServiceBusError):
@@ -119,6 +179,8 @@ class ServiceBusServerBusyError(ServiceBusError):
     Raised by a topic publish while one of its subscriptions' partitions has not taken an
     earlier publish (it is restarting, or its storage fails): the earlier one goes first.
     """
+
+    default_message = "The broker is busy: retry after a back-off."
 
     retryable = True
 
@@ -130,6 +192,8 @@ class OperationTimeoutError(ServiceBusError):
     on the lock token.
     """
 
+    default_message = "Operation timed out."
+
     retryable = True
 
 
@@ -140,10 +204,18 @@ class MessageSizeExceededError(ServiceBusError, ValueError):
     batch, or raise the entity's ``max_message_size_in_kilobytes``.
     """
 
+    default_message = "The message is larger than the entity allows."
+
     def __init__(
-        self, message: str, entity: str | None = None, size: int = 0, max_size: int = 0
+        self,
+        message: str | None = None,
+        entity: str | None = None,
+        size: int = 0,
+        max_size: int = 0,
+        *,
+        error: BaseException | None = None,
     ) -> None:
-        super().__init__(message, entity, size, max_size)
+        super().__init__(message, entity, size, max_size, error=error)
         self.size = size
         self.max_size = max_size
 
@@ -155,7 +227,15 @@ class MessageAlreadySettled(ValueError):
 
     retryable = False
 
-    def __init__(self, message: str = "The message has already been settled.", *args: Any):
+    def __init__(self, message: str | None = None, *args: Any, action: str | None = None):
+        # The SDK's takes only ``action`` (the settlement tried) and words its text by it.
+        if message is None:
+            message = (
+                f"Unable to {action} message; the message has either been deleted or"
+                " already settled."
+                if action
+                else "The message has already been settled."
+            )
         super().__init__(message, *args)
         self.message = message
 
@@ -168,14 +248,18 @@ class MessageLockLostError(ServiceBusError):
     or raise the entity's ``lock_duration``.
     """
 
+    default_message = "The lock on the message has expired: receive and process the message again."
+
     def __init__(
         self,
-        message: str,
+        message: str | None = None,
         entity: str | None = None,
         lock_token: str | None = None,
         sequence_number: int | None = None,
+        *,
+        error: BaseException | None = None,
     ) -> None:
-        super().__init__(message, entity, lock_token, sequence_number)
+        super().__init__(message, entity, lock_token, sequence_number, error=error)
         self.lock_token = lock_token
         self.sequence_number = sequence_number
 
@@ -190,15 +274,19 @@ class SettlementFailedError(MessageLockLostError):
     settled and will be delivered again.
     """
 
+    default_message = "A settlement sent without waiting was refused by the broker."
+
     def __init__(
         self,
-        message: str,
+        message: str | None = None,
         entity: str | None = None,
         failures: list[tuple[int | None, str | None, str]] | None = None,
+        *,
+        error: BaseException | None = None,
     ) -> None:
         first = failures[0] if failures else (None, None, "")
-        super().__init__(message, entity, first[1], first[0])
-        self.args = (message, entity, failures)
+        super().__init__(message, entity, first[1], first[0], error=error)
+        self.args = (self.message, entity, failures)
         self.failures = list(failures or [])
 
 
@@ -206,9 +294,13 @@ class SessionLockLostError(ServiceBusError):
     """The session lock expired or was lost; no message of the session can be settled any
     more through this receiver. Open a new session receiver."""
 
+    default_message = "The lock on the session has expired: request the session again."
+
 
 class SessionCannotBeLockedError(ServiceBusError):
     """Another receiver holds the session. Retry later or pick another session."""
+
+    default_message = "The requested session cannot be locked."
 
     retryable = True
 
@@ -221,8 +313,17 @@ class PartitionMovedError(ServiceBusError):
 
     retryable = True
 
-    def __init__(self, message: str, entity: str | None = None, version: int = 0) -> None:
-        super().__init__(message, entity, version)
+    default_message = "The partition no longer serves that partition key."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        entity: str | None = None,
+        version: int = 0,
+        *,
+        error: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, entity, version, error=error)
         self.version = version
 
 
@@ -232,13 +333,17 @@ class MessageNotFoundError(ServiceBusError):
     ``sequence_numbers`` lists the ones not found. Nothing was locked or received by the call.
     """
 
+    default_message = "The requested message was not found."
+
     def __init__(
         self,
-        message: str,
+        message: str | None = None,
         entity: str | None = None,
         sequence_numbers: list[int] | None = None,
+        *,
+        error: BaseException | None = None,
     ) -> None:
-        super().__init__(message, entity, sequence_numbers)
+        super().__init__(message, entity, sequence_numbers, error=error)
         self.sequence_numbers = list(sequence_numbers or [])
 
 
@@ -249,14 +354,18 @@ class MessagesMovedError(MessageNotFoundError):
     partition by themselves, so you see this only if the messages kept moving. It is a
     ``MessageNotFoundError``: nothing was locked, received or cancelled by the call."""
 
+    default_message = "A partition change moved the messages to other partitions."
+
     def __init__(
         self,
-        message: str,
+        message: str | None = None,
         entity: str | None = None,
         sequence_numbers: list[int] | None = None,
         moved: dict[int, int] | None = None,
+        *,
+        error: BaseException | None = None,
     ) -> None:
-        super().__init__(message, entity, sequence_numbers)
+        super().__init__(message, entity, sequence_numbers, error=error)
         self.moved = dict(moved or {})
         self.args = (*self.args, self.moved)
 
@@ -268,15 +377,19 @@ class TransactionAbortedError(ServiceBusError):
     ``cause`` is that refusal itself (a raybus exception, or None). Fix the cause and run the
     operations again in a new transaction."""
 
+    default_message = "The transaction was rolled back."
+
     def __init__(
         self,
-        message: str,
+        message: str | None = None,
         entity: str | None = None,
         transaction_id: str | None = None,
         reason: str | None = None,
         cause: BaseException | None = None,
+        *,
+        error: BaseException | None = None,
     ) -> None:
-        super().__init__(message, entity, transaction_id, reason, cause)
+        super().__init__(message, entity, transaction_id, reason, cause, error=error)
         self.transaction_id = transaction_id
         self.reason = reason
         self.cause = cause
@@ -286,14 +399,23 @@ class TransactionSizeExceededError(ServiceBusError):
     """A transaction may hold at most 100 messages (sent and settled together). The
     operation was not added; commit what the transaction holds, then start another."""
 
+    default_message = "A transaction may hold at most 100 messages."
+
 
 class TransactionTimeoutError(TransactionAbortedError):
     """The transaction was not committed within two minutes of its first operation and was
     rolled back. Start a new transaction and commit sooner."""
 
+    default_message = "The transaction was not committed in time and was rolled back."
 
-class MessagingEntityNotFoundError(ServiceBusError):
-    """The queue (or topic, subscription) does not exist, or was deleted. Create it first."""
+
+class MessagingEntityNotFoundError(ServiceBusError, ResourceNotFoundError):
+    """The queue (or topic, subscription) does not exist, or was deleted. Create it first.
+    Also azure-core's ``ResourceNotFoundError`` (404), which the SDK's administration client
+    raises."""
+
+    default_message = "The messaging entity was not found."
+    _http = (404, "Not Found")
 
 
 class MessagingEntityDisabledError(ServiceBusError):
@@ -304,24 +426,45 @@ class MessagingEntityDisabledError(ServiceBusError):
 
     retryable = True
 
-    def __init__(self, message: str, entity: str | None = None, status: str | None = None):
-        super().__init__(message, entity, status)
+    default_message = "The messaging entity is disabled."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        entity: str | None = None,
+        status: str | None = None,
+        *,
+        error: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, entity, status, error=error)
         self.status = status
 
 
-class MessagingEntityAlreadyExistsError(ServiceBusError):
+class MessagingEntityAlreadyExistsError(ServiceBusError, ResourceExistsError):
     """An entity with that name (names are case-insensitive) already exists. Use it, or
-    delete it first."""
+    delete it first. Also azure-core's ``ResourceExistsError`` (409), which the SDK's
+    administration client raises."""
+
+    default_message = "An entity with the same name exists under the same namespace."
+    _http = (409, "Conflict")
 
 
 class ServiceBusQuotaExceededError(ServiceBusError):
     """The entity is full (``max_size_in_megabytes``) or another quota was hit. Nothing was
     stored. Receive and settle messages to make room, or raise the quota."""
 
+    default_message = "The entity is full, or another quota was reached."
+
     def __init__(
-        self, message: str, entity: str | None = None, size: int = 0, max_size: int = 0
+        self,
+        message: str | None = None,
+        entity: str | None = None,
+        size: int = 0,
+        max_size: int = 0,
+        *,
+        error: BaseException | None = None,
     ) -> None:
-        super().__init__(message, entity, size, max_size)
+        super().__init__(message, entity, size, max_size, error=error)
         self.size = size
         self.max_size = max_size
 
@@ -329,9 +472,13 @@ class ServiceBusQuotaExceededError(ServiceBusError):
 class AutoLockRenewFailed(ServiceBusError):
     """Automatic lock renewal failed; the lock will expire. Stop processing the message."""
 
+    default_message = "Renewing the lock in the background failed."
+
 
 class AutoLockRenewTimeout(ServiceBusError):
     """Automatic lock renewal stopped because ``max_lock_renewal_duration`` elapsed."""
+
+    default_message = "The time allowed for renewing the lock has elapsed."
 
 
 class FilterSyntaxError(ServiceBusError):
@@ -343,14 +490,18 @@ class FilterSyntaxError(ServiceBusError):
     or changed. Fix the expression (or its parameters); retrying unchanged fails again.
     """
 
+    default_message = "The SQL expression is malformed."
+
     def __init__(
         self,
-        message: str,
+        message: str | None = None,
         entity: str | None = None,
         text: str | None = None,
         position: int | None = None,
+        *,
+        error: BaseException | None = None,
     ) -> None:
-        super().__init__(message, entity, text, position)
+        super().__init__(message, entity, text, position, error=error)
         self.text = text
         self.position = position
 
@@ -366,11 +517,15 @@ class FilterEvaluationError(ServiceBusError):
     message fails the same way again.
     """
 
+    default_message = "Evaluating a SQL rule against the message failed."
+
     def __init__(
         self,
-        message: str,
+        message: str | None = None,
         entity: str | None = None,
         type_name: str = "FilterEvaluationError",
+        *,
+        error: BaseException | None = None,
     ) -> None:
-        super().__init__(message, entity, type_name)
+        super().__init__(message, entity, type_name, error=error)
         self.type_name = type_name

@@ -10,6 +10,13 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from azure.core.exceptions import (
+    AzureError,
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+)
 
 import raybus.exceptions as exc_module
 from raybus._core.record import MessageRecord, encoded_size
@@ -451,6 +458,48 @@ def test_exception_hierarchy_matches_azure_servicebus():
     for name in ALL_EXCEPTIONS:
         if name != "MessageAlreadySettled":
             assert issubclass(getattr(exc_module, name), ServiceBusError), name
+
+
+@pytest.mark.parametrize("name", ALL_EXCEPTIONS)
+def test_every_error_is_built_as_the_sdk_builds_its_own_by_keywords_or_none(name):
+    """azure-servicebus's errors take keywords only (``message=``, ``error=``) and have a text
+    of their own; code written for it (and its tests' fakes) builds them so."""
+    cls = getattr(exc_module, name)
+    bare = cls()
+    assert str(bare) and bare.message == str(bare)
+    assert str(cls(message="custom")) == "custom"
+    if name == "MessageAlreadySettled":  # a ValueError, as the SDK's; worded by the action
+        assert "Unable to complete message" in str(cls(action="complete"))
+        return
+    cause = KeyError("k")
+    exc = cls(message="wrapped", error=cause)
+    assert exc.inner_exception is cause and isinstance(exc, AzureError)
+    assert str(roundtrip(exc)) == "wrapped"
+    assert str(cls(b"as bytes")) == "as bytes"
+    with pytest.raises(TypeError):
+        cls(message="x", condition="amqp:not-found")  # the SDK's private keywords: not taken
+
+
+def test_the_errors_are_azure_cores_as_the_sdks_are_and_the_admin_ones_its_http_errors():
+    import azure.servicebus.exceptions as sdk
+
+    for name in ALL_EXCEPTIONS:
+        ours, theirs = getattr(exc_module, name), getattr(sdk, name, None)
+        if theirs is not None:
+            assert issubclass(ours, AzureError) == issubclass(theirs, AzureError), name
+            assert issubclass(ours, ValueError) == issubclass(theirs, ValueError), name
+    http = {
+        "MessagingEntityNotFoundError": (ResourceNotFoundError, 404),
+        "MessagingEntityAlreadyExistsError": (ResourceExistsError, 409),
+        "ServiceBusAuthenticationError": (ClientAuthenticationError, 401),
+        "ServiceBusAuthorizationError": (ClientAuthenticationError, 401),
+    }
+    for name, (base, status) in http.items():
+        exc = roundtrip(getattr(exc_module, name)("no", "orders"))
+        assert isinstance(exc, base) and isinstance(exc, ServiceBusError), name
+        assert (exc.status_code, exc.response, exc.error) == (status, None, None), name
+        assert str(exc) == "no (entity: orders)"
+    assert not isinstance(exc_module.MessageLockLostError("x"), HttpResponseError)
 
 
 def test_service_bus_error_str_names_the_entity():
