@@ -32,6 +32,7 @@ from .._core.filters.rules import (
     RuleProperties,
     SqlRuleAction,
     SqlRuleFilter,
+    TrueRuleFilter,
 )
 from .._models import MAX_DURATION, QueueProperties
 from .._topic_models import SubscriptionProperties, TopicProperties
@@ -273,12 +274,13 @@ def subscriptions_table(topic: str, subs: list[SubscriptionProperties]) -> Table
 
 
 def filter_kind(f: RuleFilter) -> str:
-    """``sql``, ``correlation``, ``true`` or ``false``."""
-    if isinstance(f, SqlRuleFilter):
-        return "sql"
-    if isinstance(f, CorrelationRuleFilter):
-        return "correlation"
-    return "false" if isinstance(f, FalseRuleFilter) else "true"
+    """``sql``, ``correlation``, ``true`` or ``false`` (the last two are also SQL filters:
+    asked first)."""
+    if isinstance(f, TrueRuleFilter):
+        return "true"
+    if isinstance(f, FalseRuleFilter):
+        return "false"
+    return "sql" if isinstance(f, SqlRuleFilter) else "correlation"
 
 
 def _literal(value: Any) -> str:
@@ -302,19 +304,20 @@ def _params_text(parameters: dict[str, Any] | None) -> str:
 def filter_text(f: RuleFilter) -> str:
     """One readable line: ``SQL: amount > @min [@min=100]``, ``correlation: label='order',
     user.tier='vip'``, ``TRUE (matches every message)``, ``FALSE (matches no message)``."""
+    kind = filter_kind(f)
+    if kind == "true":
+        return "TRUE (matches every message)"
+    if kind == "false":
+        return "FALSE (matches no message)"
     if isinstance(f, SqlRuleFilter):
         return f"SQL: {f.sql_expression}{_params_text(f.parameters)}"
-    if isinstance(f, CorrelationRuleFilter):
-        parts = [
-            f"{name}={_literal(getattr(f, name))}"
-            for name in CORRELATION_FIELDS
-            if getattr(f, name) is not None
-        ]
-        parts += [f"user.{k}={_literal(v)}" for k, v in (f.properties or {}).items()]
-        return "correlation: " + ", ".join(parts)
-    if isinstance(f, FalseRuleFilter):
-        return "FALSE (matches no message)"
-    return "TRUE (matches every message)"
+    parts = [
+        f"{name}={_literal(getattr(f, name))}"
+        for name in CORRELATION_FIELDS
+        if getattr(f, name) is not None
+    ]
+    parts += [f"user.{k}={_literal(v)}" for k, v in (f.properties or {}).items()]
+    return "correlation: " + ", ".join(parts)
 
 
 def filter_json(f: RuleFilter) -> dict[str, Any]:
@@ -328,7 +331,7 @@ def filter_json(f: RuleFilter) -> dict[str, Any]:
         out["properties"] = to_jsonable(f.properties or {})
         return out
     out["sql_expression"] = f.sql_expression
-    if isinstance(f, SqlRuleFilter):
+    if kind == "sql":
         out["parameters"] = to_jsonable(f.parameters or {})
     return out
 

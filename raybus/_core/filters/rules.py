@@ -12,7 +12,7 @@ lazily, on first use after unpickling, so rules can be shipped to router actors.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeAlias
 
@@ -101,12 +101,14 @@ class SqlRuleFilter(_LazySql):
 
 
 @dataclass(frozen=True)
-class TrueRuleFilter:
-    """Matches every message (SQL ``1=1``); the filter of the ``$Default`` rule."""
+class TrueRuleFilter(SqlRuleFilter):
+    """Matches every message (SQL ``1=1``); the filter of the ``$Default`` rule. A
+    ``SqlRuleFilter``, as the SDK's is (built without arguments; it matches without
+    evaluating its text). Code telling filters apart asks for this class before
+    ``SqlRuleFilter``."""
 
-    @property
-    def sql_expression(self) -> str:
-        return "1=1"
+    sql_expression: str = field(default="1=1", init=False, repr=False)
+    parameters: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
     def evaluate(self, record: MessageRecord) -> bool | None:
         return True
@@ -116,12 +118,12 @@ class TrueRuleFilter:
 
 
 @dataclass(frozen=True)
-class FalseRuleFilter:
-    """Matches no message (SQL ``1=0``)."""
+class FalseRuleFilter(SqlRuleFilter):
+    """Matches no message (SQL ``1=0``); a ``SqlRuleFilter``, as the SDK's is (see
+    ``TrueRuleFilter``)."""
 
-    @property
-    def sql_expression(self) -> str:
-        return "1=0"
+    sql_expression: str = field(default="1=0", init=False, repr=False)
+    parameters: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
     def evaluate(self, record: MessageRecord) -> bool | None:
         return False
