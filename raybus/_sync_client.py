@@ -53,8 +53,9 @@ class ServiceBusSender(SenderFromConnectionString):
 
     def __init__(self, inner: aio.ServiceBusSender) -> None:
         self._aio = inner
-        self.entity_path = inner.entity_path
+        self.entity_path = self.entity_name = inner.entity_path
         self.client_identifier = inner.client_identifier
+        self.fully_qualified_namespace = inner.fully_qualified_namespace
 
     def send_messages(
         self,
@@ -114,6 +115,7 @@ class ServiceBusReceiver(ReceiverFromConnectionString):
         self._aio = inner
         self.entity_path = inner.entity_path
         self.client_identifier = inner.client_identifier
+        self.fully_qualified_namespace = inner.fully_qualified_namespace
         self.session = None if inner.session is None else ServiceBusSession(inner.session)
 
     def receive_messages(

@@ -140,7 +140,9 @@ class ServiceBusClient:
         ``client_identifier`` and ``socket_timeout``: see ``_handler_options``."""
         self._check_entity(validate_entity_name(queue_name), "queue")
         ident = _handler_options(client_identifier, socket_timeout, queue_name)
-        return ServiceBusSender(self._conn, queue_name, ident)
+        return ServiceBusSender(
+            self._conn, queue_name, ident, fully_qualified_namespace=self.fully_qualified_namespace
+        )
 
     def get_queue_receiver(
         self,
@@ -167,6 +169,7 @@ class ServiceBusClient:
             prefetch_count=prefetch_count,
             session_id=session_id,
             auto_lock_renewer=auto_lock_renewer,
+            fully_qualified_namespace=self.fully_qualified_namespace,
         )
 
     def get_topic_sender(
@@ -179,7 +182,9 @@ class ServiceBusClient:
         """A sender for ``topic_name`` (existence is checked on first use)."""
         self._check_entity(validate_entity_name(topic_name, kind="topic"), "topic")
         ident = _handler_options(client_identifier, socket_timeout, topic_name)
-        return ServiceBusSender(self._conn, topic_name, ident)
+        return ServiceBusSender(
+            self._conn, topic_name, ident, fully_qualified_namespace=self.fully_qualified_namespace
+        )
 
     def get_subscription_receiver(
         self,
@@ -211,6 +216,7 @@ class ServiceBusClient:
             prefetch_count=prefetch_count,
             session_id=session_id,
             auto_lock_renewer=auto_lock_renewer,
+            fully_qualified_namespace=self.fully_qualified_namespace,
         )
 
     def get_rule_manager(self, topic_name: str, subscription_name: str) -> ServiceBusRuleManager:

@@ -198,9 +198,12 @@ class ServiceBusReceiver(
         session_id: Any = None,
         auto_lock_renewer: Any = None,
         client_identifier: str | None = None,
+        fully_qualified_namespace: str | None = None,
     ) -> None:
         self._conn = connection
         self.entity_path = queue_name
+        # As the sender's: the client's namespace (or the host of its connection string).
+        self.fully_qualified_namespace = fully_qualified_namespace or connection.namespace
         # The SDK's identifier of a handler (it names it in its errors): for the caller's logs.
         self.client_identifier = client_identifier or f"SBReceiver-{uuid.uuid4()}"
         try:

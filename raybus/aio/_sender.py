@@ -117,10 +117,18 @@ class ServiceBusSender(SenderFromConnectionString):
     _SYNC = False  # what _from_connection_string makes it with: the asyncio client
 
     def __init__(
-        self, connection: Connection, queue_name: str, client_identifier: str | None = None
+        self,
+        connection: Connection,
+        queue_name: str,
+        client_identifier: str | None = None,
+        *,
+        fully_qualified_namespace: str | None = None,
     ) -> None:
         self._conn = connection
-        self.entity_path = queue_name
+        # The SDK's names: the queue or topic as entity_path and entity_name, and the client's
+        # namespace (raybus's namespace name, or the host of the connection string given).
+        self.entity_path = self.entity_name = queue_name
+        self.fully_qualified_namespace = fully_qualified_namespace or connection.namespace
         self.client_identifier = client_identifier or f"SBSender-{uuid.uuid4()}"
         self._closed = False
         self._turn = 0  # rotates the partition that unkeyed messages go to on ties

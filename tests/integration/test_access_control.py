@@ -693,3 +693,17 @@ def test_a_clients_fully_qualified_namespace_is_the_host_it_was_given() -> None:
             "shop.servicebus.windows.net",
         )
         assert make("shop").fully_qualified_namespace == "shop"
+        # ... and its senders' and receivers', as the SDK's handlers have it; a sender's
+        # entity_name is its queue or topic
+        handlers = (
+            client.get_queue_sender("q"),
+            client.get_topic_sender("t"),
+            client.get_queue_receiver("q"),
+            client.get_subscription_receiver("t", "s"),
+        )
+        for handler in handlers:
+            assert handler.fully_qualified_namespace == "orders.servicebus.windows.net"
+        assert [h.entity_name for h in handlers[:2]] == ["q", "t"]
+        assert (
+            given.get_queue_sender("q").fully_qualified_namespace == "shop.servicebus.windows.net"
+        )
