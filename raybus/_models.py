@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .enums import EntityAvailabilityStatus, EntityStatus
+from .enums import QUEUE_STATUSES, EntityAvailabilityStatus, EntityStatus
 from .exceptions import InvalidArgumentError
 
 __all__ = [
@@ -151,6 +151,25 @@ def _duration(value: Any, what: str) -> timedelta:
     return timedelta(seconds=_seconds(value, what))
 
 
+def check_status(obj: Any, allowed: tuple[EntityStatus, ...], kind: str) -> None:
+    """Check the status against those the entity kind can have: as in Service Bus, a queue is
+    Active, Disabled, SendDisabled or ReceiveDisabled, a topic not ReceiveDisabled (no one
+    receives from it), a subscription not SendDisabled (no one sends to it); Service Bus's
+    own states (Creating, Renaming, ...) are set by no one."""
+    try:
+        status = EntityStatus(obj.status)
+    except ValueError:
+        status = None
+    if status not in allowed:
+        raise InvalidArgumentError(
+            f"status {getattr(obj.status, 'value', obj.status)!r} is not one a {kind} can have: "
+            f"{', '.join(s.value for s in allowed)}",
+            obj.name,
+            "status",
+        )
+    object.__setattr__(obj, "status", status)
+
+
 class Available:
     """The SDK's ``availability_status`` of an entity's settings: always ``AVAILABLE`` (as
     the HTTP gateway reports; the others are Service Bus's geo-recovery and throttling)."""
@@ -208,14 +227,7 @@ class QueueProperties(Available):
             "auto_delete_on_idle",
         ):
             object.__setattr__(self, name, _duration(getattr(self, name), name))
-        try:
-            object.__setattr__(self, "status", EntityStatus(self.status))
-        except ValueError:
-            raise InvalidArgumentError(
-                f"status {self.status!r} is not one of {', '.join(s.value for s in EntityStatus)}",
-                self.name,
-                "status",
-            ) from None
+        check_status(self, QUEUE_STATUSES, "queue")
         lock = self.lock_duration.total_seconds()
         if not 0.1 <= lock <= 300:
             raise InvalidArgumentError(
@@ -380,6 +392,18 @@ class NamespaceProperties:
     messaging_units: int | None = None
     modified_at_utc: datetime | None = None
     namespace_type: str = "Messaging"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessageCountDetails:
+    """An entity's message counts by kind, as ``azure.servicebus.management`` has the model
+    (its runtime properties, raybus's too, carry the same counts as fields of their own)."""
+
+    active_message_count: int | None = None
+    dead_letter_message_count: int | None = None
+    scheduled_message_count: int | None = None
+    transfer_message_count: int | None = None
+    transfer_dead_letter_message_count: int | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from ._models import (
     QueueProperties,
     _check_int,
     _duration,
+    check_status,
     validate_entity_name,
 )
 from .enums import EntityStatus
@@ -50,25 +51,6 @@ def _check_bool(obj: Any, names: tuple[str, ...]) -> None:
     for flag in names:
         if not isinstance(getattr(obj, flag), bool):
             raise InvalidArgumentError(f"{flag} must be a bool", obj.name, flag)
-
-
-def _status(obj: Any, allowed: tuple[EntityStatus, ...]) -> None:
-    """Check the status against those the entity kind can have: as in Service Bus, a topic
-    is Active, Disabled or SendDisabled (no one receives from it), a subscription Active,
-    Disabled or ReceiveDisabled (no one sends to it)."""
-    try:
-        status = EntityStatus(obj.status)
-    except ValueError:
-        status = None
-    if status not in allowed:
-        kind = "topic" if isinstance(obj, TopicProperties) else "subscription"
-        raise InvalidArgumentError(
-            f"status {obj.status!r} is not one a {kind} can have: "
-            f"{', '.join(s.value for s in allowed)}",
-            obj.name,
-            "status",
-        )
-    object.__setattr__(obj, "status", status)
 
 
 _TOPIC_STATUSES = (EntityStatus.ACTIVE, EntityStatus.DISABLED, EntityStatus.SEND_DISABLED)
@@ -105,7 +87,7 @@ class TopicProperties(Available):
             "auto_delete_on_idle",
         ):
             object.__setattr__(self, name, _duration(getattr(self, name), name))
-        _status(self, _TOPIC_STATUSES)
+        check_status(self, _TOPIC_STATUSES, "topic")
         _check_int(self, "max_size_in_megabytes", 1, 80 * 1024)
         _check_int(self, "max_message_size_in_kilobytes", 1, 102_400)
         _check_bool(
@@ -163,7 +145,7 @@ class SubscriptionProperties(Available):
             )
         for name in ("lock_duration", "default_message_time_to_live", "auto_delete_on_idle"):
             object.__setattr__(self, name, _duration(getattr(self, name), name))
-        _status(self, _SUBSCRIPTION_STATUSES)
+        check_status(self, _SUBSCRIPTION_STATUSES, "subscription")
         _check_bool(
             self,
             (

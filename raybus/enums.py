@@ -66,12 +66,23 @@ NEXT_AVAILABLE_SESSION = ServiceBusSessionFilter.NEXT_AVAILABLE
 
 class EntityStatus(str, Enum):
     """An entity's status. Messages are kept in every status; operations the status forbids
-    raise ``MessagingEntityDisabledError``."""
+    raise ``MessagingEntityDisabledError``.
+
+    The first four are the ones an entity is given (a topic not ``RECEIVE_DISABLED``, a
+    subscription not ``SEND_DISABLED``); the rest are the SDK's names of Service Bus's own
+    passing states, which raybus entities are never in and which no one may set (an
+    ``InvalidArgumentError``, as Service Bus refuses them).
+    """
 
     ACTIVE = "Active"
     DISABLED = "Disabled"
     SEND_DISABLED = "SendDisabled"
     RECEIVE_DISABLED = "ReceiveDisabled"
+    CREATING = "Creating"
+    DELETING = "Deleting"
+    RENAMING = "Renaming"
+    RESTORING = "Restoring"
+    UNKNOWN = "Unknown"
 
     @property
     def can_send(self) -> bool:
@@ -80,6 +91,35 @@ class EntityStatus(str, Enum):
     @property
     def can_receive(self) -> bool:
         return self in (EntityStatus.ACTIVE, EntityStatus.SEND_DISABLED)
+
+
+#: The statuses a queue may be given (the others of ``EntityStatus`` are Service Bus's own).
+QUEUE_STATUSES = (
+    EntityStatus.ACTIVE,
+    EntityStatus.DISABLED,
+    EntityStatus.SEND_DISABLED,
+    EntityStatus.RECEIVE_DISABLED,
+)
+
+
+class MessagingSku(str, Enum):
+    """A namespace's tier (``azure.servicebus.management`` names); a raybus namespace reads
+    ``STANDARD``, the tier whose defaults it keeps (``NamespaceProperties``)."""
+
+    BASIC = "Basic"
+    STANDARD = "Standard"
+    PREMIUM = "Premium"
+
+
+class NamespaceType(str, Enum):
+    """A namespace's kind (``azure.servicebus.management`` names); raybus's are
+    ``MESSAGING``."""
+
+    MESSAGING = "Messaging"
+    NOTIFICATION_HUB = "NotificationHub"
+    MIXED = "Mixed"
+    EVENT_HUB = "EventHub"
+    RELAY = "Relay"
 
 
 class EntityAvailabilityStatus(str, Enum):

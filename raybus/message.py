@@ -612,14 +612,32 @@ def outgoing(message: Any) -> ServiceBusMessage | None:
     return None
 
 
+#: A batch's size when built without one (azure-servicebus's MAX_MESSAGE_LENGTH_BYTES).
+DEFAULT_BATCH_BYTES = 1024 * 1024
+
+
 class ServiceBusMessageBatch:
     """Messages that are sent together, all or nothing, within a size limit.
 
-    Create with ``sender.create_message_batch()``; ``add_message`` raises
+    Create with ``sender.create_message_batch()`` (limited to the entity's message size), or
+    as the SDK's, ``ServiceBusMessageBatch(max_size_in_bytes=None)`` (1 MiB when not given, the
+    SDK's default; as a list, a send limits it per message: Deviations). ``add_message`` raises
     ``MessageSizeExceededError`` when the message would not fit (the batch is unchanged).
     """
 
-    def __init__(self, max_size_in_bytes: int) -> None:
+    def __init__(self, max_size_in_bytes: int | None = None) -> None:
+        if max_size_in_bytes is None:
+            max_size_in_bytes = DEFAULT_BATCH_BYTES
+        if (
+            isinstance(max_size_in_bytes, bool)
+            or not isinstance(max_size_in_bytes, int)
+            or max_size_in_bytes <= 0
+        ):
+            raise InvalidArgumentError(
+                f"max_size_in_bytes must be a positive int, not {max_size_in_bytes!r}",
+                None,
+                "max_size_in_bytes",
+            )
         self.max_size_in_bytes = max_size_in_bytes
         self._records: list[MessageRecord] = []
         self._size = 0

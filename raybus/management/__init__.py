@@ -11,7 +11,13 @@ from .._core.filters import (
     SqlRuleFilter,
     TrueRuleFilter,
 )
-from .._models import MAX_DURATION, NamespaceProperties, QueueProperties, QueueRuntimeProperties
+from .._models import (
+    MAX_DURATION,
+    MessageCountDetails,
+    NamespaceProperties,
+    QueueProperties,
+    QueueRuntimeProperties,
+)
 from .._sdk_options import ApiVersion
 from .._topic_models import (
     SubscriptionProperties,
@@ -20,7 +26,7 @@ from .._topic_models import (
     TopicRuntimeProperties,
 )
 from ..auth import AccessRights
-from ..enums import EntityAvailabilityStatus, EntityStatus
+from ..enums import EntityAvailabilityStatus, EntityStatus, MessagingSku, NamespaceType
 from ._client import ServiceBusAdministrationClient
 
 __all__ = [
@@ -31,7 +37,10 @@ __all__ = [
     "EntityAvailabilityStatus",
     "EntityStatus",
     "FalseRuleFilter",
+    "MessageCountDetails",
+    "MessagingSku",
     "NamespaceProperties",
+    "NamespaceType",
     "QueueProperties",
     "QueueRuntimeProperties",
     "RuleProperties",

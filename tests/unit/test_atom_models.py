@@ -631,7 +631,8 @@ def test_the_sdk_raises_its_typed_errors(
     assert info.value.status_code == 400 and "lock_duration" in info.value.message
     with pytest.raises(HttpResponseError) as info:
         sdk.create_queue("bad", status="Creating")
-    assert "Status must be one of" in info.value.message
+    assert "status 'Creating' is not one a queue can have" in info.value.message
+    assert info.value.status_code == 400
 
 
 @pytest.mark.parametrize(

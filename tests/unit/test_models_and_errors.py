@@ -82,6 +82,52 @@ def test_topics_and_subscriptions_take_only_the_statuses_service_bus_gives_them(
         dataclasses.replace(SubscriptionProperties("t", "s"), status="Paused")
 
 
+@pytest.mark.parametrize("status", ["Creating", "Deleting", "Renaming", "Restoring", "Unknown"])
+def test_service_bus_own_statuses_are_the_sdks_names_and_no_entity_takes_them(status):
+    """EntityStatus has the SDK's members for Service Bus's passing states; Service Bus sets
+    those itself, so no queue, topic or subscription is created or updated with one."""
+    assert EntityStatus(status).value == status
+    assert not EntityStatus(status).can_send and not EntityStatus(status).can_receive
+    for make, kind in (
+        (lambda: QueueProperties("q", status=status), "queue"),
+        (lambda: TopicProperties("t", status=EntityStatus(status)), "topic"),
+        (lambda: SubscriptionProperties("t", "s", status=status), "subscription"),
+        (lambda: dataclasses.replace(QueueProperties("q"), status=status), "queue"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=f"'{status}' is not one a {kind}"):
+            make()
+
+
+def test_the_management_module_has_the_sdks_enums_and_count_model():
+    import azure.servicebus.management as sdk
+
+    import raybus.management as ours
+
+    for name in ("MessagingSku", "NamespaceType", "EntityStatus", "EntityAvailabilityStatus"):
+        theirs = {m.name: m.value for m in getattr(sdk, name)}
+        assert {m.name: m.value for m in getattr(ours, name)} == theirs, name
+    counts = ours.MessageCountDetails(active_message_count=3, dead_letter_message_count=1)
+    assert (counts.active_message_count, counts.scheduled_message_count) == (3, None)
+    assert ours.MessagingSku.STANDARD == "Standard"  # what NamespaceProperties reads
+
+
+def test_true_and_false_filters_are_sql_filters_as_the_sdks_and_match_without_sql():
+    from raybus.management import FalseRuleFilter, SqlRuleFilter, TrueRuleFilter
+
+    true, false = TrueRuleFilter(), FalseRuleFilter()
+    assert isinstance(true, SqlRuleFilter) and isinstance(false, SqlRuleFilter)
+    assert (true.sql_expression, false.sql_expression) == ("1=1", "1=0")
+    assert (true.parameters, repr(true), repr(false)) == (
+        None,
+        "TrueRuleFilter()",
+        "FalseRuleFilter()",
+    )
+    assert roundtrip(true) == true and true != SqlRuleFilter("1=1") and true != false
+    assert true.matches(None) and not false.matches(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        TrueRuleFilter("1=0")  # type: ignore[call-arg]
+
+
 def test_queue_properties_are_validated_again_on_replace():
     q = QueueProperties(name="orders")
     with pytest.raises(InvalidArgumentError):
@@ -733,3 +779,17 @@ def test_the_sdks_management_names_availability_and_access_rights() -> None:
         "Restoring",
         "Unknown",
     ]
+
+
+def test_a_batch_built_without_a_size_takes_the_sdks_one_mib_and_refuses_a_bad_size() -> None:
+    from raybus import ServiceBusMessage, ServiceBusMessageBatch
+
+    batch = ServiceBusMessageBatch()
+    assert batch.max_size_in_bytes == 1024 * 1024 == ServiceBusMessageBatch(None).max_size_in_bytes
+    batch.add_message(ServiceBusMessage(b"x" * 900_000))
+    with pytest.raises(MessageSizeExceededError):
+        batch.add_message(ServiceBusMessage(b"x" * 200_000))
+    assert len(batch) == 1
+    for bad in (0, -1, 1.5, True, "1024"):
+        with pytest.raises(InvalidArgumentError, match="max_size_in_bytes"):
+            ServiceBusMessageBatch(bad)
