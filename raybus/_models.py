@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from .auth import AuthorizationRule
 from .enums import QUEUE_STATUSES, EntityAvailabilityStatus, EntityStatus
 from .exceptions import InvalidArgumentError
 
@@ -217,6 +218,16 @@ class QueueProperties(Available):
     min_partitions: int = 1
     max_partitions: int | None = None
     target_backlog_per_partition: int = 10_000
+    # The SDK's: the queue's own shared-access rules (raybus.auth). The administration client
+    # fills it (get_*, list_*, create_* and update_* return the entity's rules, keys included,
+    # as the SDK's do) and applies it: a list given to create_*, or held by the properties
+    # passed to update_*, becomes the entity's whole set of rules (Service Bus replaces them
+    # with the entity's description; a rule whose name, rights and keys are unchanged is kept
+    # as it is); None leaves them. The namespace keeps rules in its access table, never with
+    # the settings, so senders and receivers, which are given the settings, never see keys.
+    authorization_rules: list[AuthorizationRule] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         validate_entity_name(self.name)

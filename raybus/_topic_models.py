@@ -8,7 +8,7 @@ subscription's settings (``subscription_queue_properties``), so every queue feat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,6 +21,7 @@ from ._models import (
     check_status,
     validate_entity_name,
 )
+from .auth import AuthorizationRule
 from .enums import EntityStatus
 from .exceptions import InvalidArgumentError
 
@@ -74,6 +75,10 @@ class TopicProperties(Available):
     support_ordering: bool = False
     enable_batched_operations: bool = True
     user_metadata: str | None = None
+    # As a queue's (QueueProperties.authorization_rules).
+    authorization_rules: list[AuthorizationRule] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         validate_entity_name(self.name, kind="topic")

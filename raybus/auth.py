@@ -32,6 +32,7 @@ import time
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from .exceptions import InvalidArgumentError, ServiceBusAuthenticationError
@@ -74,7 +75,9 @@ def normalise_rights(rights: Iterable[AccessRights | str]) -> frozenset[AccessRi
     out: set[AccessRights] = set()
     for r in rights:
         try:
-            out.add(r if isinstance(r, AccessRights) else AccessRights(str(r).capitalize()))
+            # The SDK's AccessRights (a str enum of the same values) by its value.
+            name = str(getattr(r, "value", r))
+            out.add(r if isinstance(r, AccessRights) else AccessRights(name.capitalize()))
         except ValueError:
             raise InvalidArgumentError(
                 f"unknown access right {r!r}: use Send, Listen or Manage", None, "rights"
@@ -93,13 +96,31 @@ def generate_key() -> str:
 
 @dataclass(frozen=True)
 class AuthorizationRule:
-    """A named key pair with rights; ``entity`` is None for a namespace-wide rule."""
+    """A named key pair with rights; ``entity`` is None for a namespace-wide rule.
+
+    Also the SDK's ``azure.servicebus.management.AuthorizationRule`` (exported from
+    ``raybus.management``): built by keywords (``AuthorizationRule(key_name="reader",
+    rights=[AccessRights.LISTEN])``; keys are generated unless given; rights may be the SDK's
+    enum or their names), passed in a queue's or topic's ``authorization_rules``, with the
+    SDK's ``claim_type``, ``claim_value``, ``created_at_utc`` and ``modified_at_utc`` (set by
+    the namespace when it stores the rule).
+    """
 
     key_name: str
     rights: frozenset[AccessRights]
     primary_key: str = field(default_factory=generate_key, repr=False)
     secondary_key: str = field(default_factory=generate_key, repr=False)
     entity: str | None = None
+    claim_type: str = "SharedAccessKey"
+    claim_value: str = "None"
+    created_at_utc: datetime | None = None
+    modified_at_utc: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rights, frozenset) or not all(
+            isinstance(r, AccessRights) for r in self.rights
+        ):
+            object.__setattr__(self, "rights", normalise_rights(self.rights))
 
     def keys(self) -> tuple[str, str]:
         return (self.primary_key, self.secondary_key)

@@ -23,12 +23,14 @@ rolled back in memory, and a concurrent change made meanwhile must not be rolled
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import ray
 
+from .._clock import from_timestamp
 from .._core.access import INTERNAL, Guard
 from .._topic_models import is_subscription
 from ..auth import AccessRights, AuthorizationRule
@@ -105,16 +107,69 @@ class AccessOps(Guarded):
     ) -> AuthorizationRule:
         """Add (or replace) rule ``key_name`` on the namespace or on ``entity``."""
         table = self._registry.access
-        rule = table.validate(
-            key_name, rights, self._rule_scope(entity), primary_key, secondary_key
-        )
-        await self._change(lambda: table.put(rule))
-        return rule
+        name = self._rule_scope(entity)
+        fresh = table.validate(key_name, rights, name, primary_key, secondary_key)
+
+        def put() -> AuthorizationRule:  # a replaced rule keeps its creation time
+            rule = self._rule_stamped(fresh, table.rules.get((table.scope_of(name), key_name)))
+            table.put(rule)
+            return rule
+
+        return await self._change(put)
+
+    def _rule_stamped(
+        self, rule: AuthorizationRule, replaces: AuthorizationRule | None
+    ) -> AuthorizationRule:
+        """``rule`` with the SDK's times: created now (or when the rule it replaces was),
+        modified now."""
+        now = from_timestamp(self._registry.now())
+        created = replaces.created_at_utc if replaces is not None else None
+        return dataclasses.replace(rule, created_at_utc=created or now, modified_at_utc=now)
+
+    @guarded(_MANAGE, lambda entity, rules: entity)
+    async def set_entity_rules(
+        self, entity: str, rules: list[AuthorizationRule]
+    ) -> list[AuthorizationRule]:
+        """Make the rules of queue or topic ``entity`` exactly ``rules``: its description's
+        ``authorization_rules``, which Service Bus replaces with the description. One change,
+        logged once, and none at all when they are the rules it has (a rule whose name,
+        rights and keys are the same is kept as it is, times included). Every rule is
+        checked before anything changes."""
+        table = self._registry.access
+        name = self._rule_scope(entity)
+        if name is None:
+            raise InvalidArgumentError("set_entity_rules needs an entity", None, "entity")
+        fresh = table.validate_all(rules, name)
+
+        def replace_all() -> list[AuthorizationRule]:
+            scope = table.scope_of(name)
+            old = {k: r for (s, k), r in table.rules.items() if s == scope}
+            for key_name in old.keys() - {r.key_name for r in fresh}:
+                table.remove(key_name, name)
+            out = []
+            for rule in fresh:
+                prev = old.get(rule.key_name)
+                if prev is not None and (prev.rights, prev.keys()) == (rule.rights, rule.keys()):
+                    out.append(prev)
+                    continue
+                rule = self._rule_stamped(rule, prev)
+                table.put(rule)
+                out.append(rule)
+            return out
+
+        return await self._change(replace_all)
 
     @guarded(_MANAGE, lambda entity=None: entity)
     async def list_authorization_rules(self, entity: str | None = None) -> list[AuthorizationRule]:
         scope = self._registry.access.scope_of(self._entity_name(entity))
         return [r for (s, _k), r in sorted(self._registry.access.rules.items()) if s == scope]
+
+    @guarded(_MANAGE, lambda: None)
+    async def list_entity_rules(self) -> list[AuthorizationRule]:
+        """Every queue's and topic's rules (``rule.entity`` names the entity): what the
+        listings of queues and topics show as their ``authorization_rules``."""
+        rules = sorted(self._registry.access.rules.items())
+        return [r for (s, _k), r in rules if s != "/"]
 
     @guarded(_MANAGE, lambda key_name, entity=None, *_rest: entity)
     async def regenerate_authorization_key(
@@ -130,6 +185,8 @@ class AccessOps(Guarded):
 
         def regenerate() -> AuthorizationRule:  # from the rule as it is when its turn comes
             rule = table.regenerated(key_name, name, which, key)
+            now = from_timestamp(self._registry.now())
+            rule = dataclasses.replace(rule, modified_at_utc=now)
             table.put(rule)
             return rule
 

@@ -134,6 +134,25 @@ class AccessTable:
             entity,
         )
 
+    def validate_all(
+        self, rules: Iterable[AuthorizationRule], entity: str | None
+    ) -> list[AuthorizationRule]:
+        """An entity's whole set of rules from user input: each checked as ``validate`` checks
+        it, no name given twice."""
+        fresh = [
+            self.validate(r.key_name, r.rights, entity, r.primary_key, r.secondary_key)
+            for r in rules
+        ]
+        names = [r.key_name for r in fresh]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise InvalidArgumentError(
+                f"authorization rule name(s) given twice: {', '.join(twice)}",
+                entity,
+                "authorization_rules",
+            )
+        return fresh
+
     def put(self, rule: AuthorizationRule) -> None:
         self.rules[(self.scope_of(rule.entity), rule.key_name)] = rule
         self.version += 1

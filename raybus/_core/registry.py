@@ -89,6 +89,13 @@ class EntityEntry:
     # A subscription's (SubscriptionProperties, rules tuple); None otherwise.
     extra: Any = None
 
+    def __post_init__(self) -> None:
+        # Settings travel to senders and receivers; an entity's access rules (their keys) never
+        # do: the namespace keeps them in its access table (QueueProperties.authorization_rules).
+        if getattr(self.properties, "authorization_rules", None) is not None:
+            bare = dataclasses.replace(self.properties, authorization_rules=None)
+            object.__setattr__(self, "properties", bare)
+
     @property
     def has_partitions(self) -> bool:
         return self.kind != "topic"

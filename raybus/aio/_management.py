@@ -27,6 +27,7 @@ from ..auth import (
     parse_connection_string,
 )
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
+from ._entity_rules import apply_rules, given_rules, with_all_rules, with_rules
 from ._paged import listing
 from ._topic_management import TopicManagement
 
@@ -97,6 +98,8 @@ class ServiceBusAdministrationClient(TopicManagement):
             "list_subscriptions",
             "list_rules",
             "namespace_created",
+            "list_authorization_rules",
+            "list_entity_rules",
         )
         retries = _rpc.READ_RETRIES if method in reads else 0
         return await _rpc.call(
@@ -105,9 +108,11 @@ class ServiceBusAdministrationClient(TopicManagement):
 
     async def create_queue(self, queue_name: str, **options: Any) -> QueueProperties:
         """Create a queue; ``options`` are ``QueueProperties`` fields (durations as
-        ``timedelta``; the SDK's ``enable_partitioning`` too: ``sdk_queue_options``). Raises
+        ``timedelta``; the SDK's ``enable_partitioning`` too: ``sdk_queue_options``;
+        ``authorization_rules``: ``QueueProperties.authorization_rules``). Raises
         ``MessagingEntityAlreadyExistsError`` if the name is taken."""
         options = sdk_queue_options(given_options(options, update=False), None, queue_name)
+        rules = given_rules(options.pop("authorization_rules", None), queue_name)
         unknown = set(options) - QueueProperties.option_names()
         if unknown:
             raise InvalidArgumentError(
@@ -118,8 +123,7 @@ class ServiceBusAdministrationClient(TopicManagement):
         props = QueueProperties(validate_entity_name(queue_name), **options)
         route = await self._call(queue_name, "create_queue", props)
         self._conn.forget(queue_name)
-        result: QueueProperties = dataclasses.replace(route.properties)
-        return result
+        return await apply_rules(self._call, route.properties, rules, created=True)
 
     async def get_queue(self, queue_name: str) -> QueueProperties:
         route = await self._call(queue_name, "route", validate_entity_name(queue_name))
@@ -127,8 +131,7 @@ class ServiceBusAdministrationClient(TopicManagement):
             route.properties.name
         ):
             raise MessagingEntityNotFoundError(f"no queue named {queue_name!r}", queue_name)
-        result: QueueProperties = dataclasses.replace(route.properties)
-        return result
+        return await with_rules(self._call, route.properties)
 
     async def update_queue(self, queue: QueueProperties, **options: Any) -> QueueProperties:
         """Apply changed settings (``queue`` as returned by ``get_queue``, edited; ``options``
@@ -138,6 +141,9 @@ class ServiceBusAdministrationClient(TopicManagement):
                 "update_queue takes the QueueProperties that get_queue returned", None, "queue"
             )
         options = sdk_queue_options(given_options(options, update=True), queue, queue.name)
+        rules = given_rules(
+            options.pop("authorization_rules", queue.authorization_rules), queue.name
+        )
         unknown = set(options) - QueueProperties.option_names()
         if unknown:
             raise InvalidArgumentError(
@@ -148,8 +154,7 @@ class ServiceBusAdministrationClient(TopicManagement):
         props = dataclasses.replace(queue, **options)  # validates again
         route = await self._call(queue.name, "update_queue", props)
         self._conn.forget(queue.name)
-        result: QueueProperties = dataclasses.replace(route.properties)
-        return result
+        return await apply_rules(self._call, route.properties, rules, created=False)
 
     async def delete_queue(self, queue_name: str) -> None:
         """Delete a queue and every message in it."""
@@ -159,7 +164,7 @@ class ServiceBusAdministrationClient(TopicManagement):
     @listing
     async def list_queues(self) -> list[QueueProperties]:
         routes = await self._call(None, "list_queues")
-        return [dataclasses.replace(r.properties) for r in routes]
+        return await with_all_rules(self._call, [r.properties for r in routes])
 
     async def get_queue_runtime_properties(self, queue_name: str) -> QueueRuntimeProperties:
         route, counts = await self._call(queue_name, "counts", validate_entity_name(queue_name))
@@ -240,8 +245,8 @@ class ServiceBusAdministrationClient(TopicManagement):
     async def list_queues_runtime_properties(self) -> list[QueueRuntimeProperties]:
         """Every queue's counts, asked in one call to the registry (``queue_counts``); a queue
         deleted between the listing and its counts is left out."""
-        queues = await self.list_queues()
-        found = await self._call(None, "queue_counts", [q.name for q in queues])
+        routes = await self._call(None, "list_queues")  # no rules needed
+        found = await self._call(None, "queue_counts", [r.properties.name for r in routes])
         return [_queue_runtime(*pair) for pair in found if pair is not None]
 
     async def close(self) -> None:

@@ -17,6 +17,7 @@ from .._topic_models import (
     subscription_path,
 )
 from ..exceptions import InvalidArgumentError, MessagingEntityNotFoundError
+from ._entity_rules import apply_rules, given_rules, with_all_rules, with_rules
 from ._paged import listing
 
 if TYPE_CHECKING:
@@ -47,20 +48,21 @@ class TopicManagement:
         """Create a topic; ``options`` are ``TopicProperties`` fields (and the SDK's options
         raybus ignores: ``sdk_topic_options``)."""
         options = sdk_topic_options(given_options(options, update=False), topic_name)
+        rules = given_rules(options.pop("authorization_rules", None), topic_name)
         _check_options(options, TopicProperties.option_names(), topic_name)
         props = TopicProperties(validate_entity_name(topic_name, kind="topic"), **options)
         entry, _router = await self._call(topic_name, "create_topic", props)
         self._conn.forget(topic_name)
-        return dataclasses.replace(entry.properties)  # type: ignore[no-any-return]
+        return await apply_rules(self._call, entry.properties, rules, created=True)
 
     async def get_topic(self, topic_name: str) -> TopicProperties:
         entry, _router = await self._call(topic_name, "get_topic", topic_name)
-        return dataclasses.replace(entry.properties)  # type: ignore[no-any-return]
+        return await with_rules(self._call, entry.properties)
 
     @listing
     async def list_topics(self) -> list[TopicProperties]:
         entries = await self._call(None, "list_topics")
-        return [dataclasses.replace(e.properties) for e in entries]
+        return await with_all_rules(self._call, [e.properties for e in entries])
 
     async def update_topic(self, topic: TopicProperties, **options: Any) -> TopicProperties:
         if not isinstance(topic, TopicProperties):
@@ -68,12 +70,15 @@ class TopicManagement:
                 "update_topic takes the TopicProperties that get_topic returned", None, "topic"
             )
         options = sdk_topic_options(given_options(options, update=True), topic.name)
+        rules = given_rules(
+            options.pop("authorization_rules", topic.authorization_rules), topic.name
+        )
         _check_options(options, TopicProperties.option_names(), topic.name)
         entry, _router = await self._call(
             topic.name, "update_topic", dataclasses.replace(topic, **options)
         )
         self._conn.forget(topic.name)
-        return dataclasses.replace(entry.properties)  # type: ignore[no-any-return]
+        return await apply_rules(self._call, entry.properties, rules, created=False)
 
     async def delete_topic(self, topic_name: str) -> None:
         """Delete a topic, its subscriptions and every message in them."""
@@ -204,8 +209,8 @@ class TopicManagement:
     async def list_topics_runtime_properties(self) -> list[TopicRuntimeProperties]:
         """Every topic's counts, asked in one call to the registry (``topics_counts``); a
         topic deleted since the listing is left out."""
-        topics = await self.list_topics()
-        found = await self._call(None, "topics_counts", [t.name for t in topics])
+        entries = await self._call(None, "list_topics")  # no rules needed
+        found = await self._call(None, "topics_counts", [e.properties.name for e in entries])
         return [_topic_runtime(*answer) for answer in found if answer is not None]
 
     @listing

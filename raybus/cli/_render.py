@@ -137,8 +137,9 @@ def json_line(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-# Not settings: identity fields and internals.
-_NOT_SHOWN = frozenset({"name", "topic_name", "extra"})
+# Not settings: identity fields and internals, and an entity's access rules (their keys are
+# shown by ``raybus authorization-rule list`` only).
+_NOT_SHOWN = frozenset({"name", "topic_name", "extra", "authorization_rules"})
 
 
 def properties_json(
@@ -148,7 +149,9 @@ def properties_json(
     with ``runtime``, its counters under ``"runtime"``; with ``rules``, those under
     ``"rules"`` (``rule_json``)."""
     out: dict[str, Any] = {
-        f.name: to_jsonable(getattr(props, f.name)) for f in dataclasses.fields(props)
+        f.name: to_jsonable(getattr(props, f.name))
+        for f in dataclasses.fields(props)
+        if f.name != "authorization_rules"
     }
     if runtime is not None:
         rt = {

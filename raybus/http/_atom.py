@@ -42,6 +42,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
+from ..auth import AuthorizationRule, generate_key
 from ..exceptions import (
     FilterSyntaxError,
     InvalidArgumentError,
@@ -292,49 +293,41 @@ async def _missing_is_none(make: Awaitable[str]) -> str | None:
 
 
 async def _queue_entry(request: _Request, props: Any) -> str:
-    runtime, rules = await asyncio.gather(
-        request.admin.get_queue_runtime_properties(props.name),
-        request.admin.list_authorization_rules(entity=props.name),
-    )
-    content = models.queue_description(props, runtime, request.host, rules)
+    """A queue's entry (``props`` from the admin client: with its access rules)."""
+    runtime = await request.admin.get_queue_runtime_properties(props.name)
+    content = models.queue_description(props, runtime, request.host, props.authorization_rules)
     return request.entry(props.name, props.name, content, runtime.updated_at_utc)
 
 
 async def _topic_entry(request: _Request, props: Any) -> str:
-    runtime, rules = await asyncio.gather(
-        request.admin.get_topic_runtime_properties(props.name),
-        request.admin.list_authorization_rules(entity=props.name),
-    )
-    content = models.topic_description(props, runtime, rules)
+    runtime = await request.admin.get_topic_runtime_properties(props.name)
+    content = models.topic_description(props, runtime, props.authorization_rules)
     return request.entry(props.name, props.name, content, runtime.updated_at_utc)
 
 
-async def _set_access_rules(
-    admin: ServiceBusAdministrationClient, entity: str, wanted: list[models.WantedRule] | None
-) -> None:
-    """Make the entity's access rules the ``wanted`` set (None: leave them). A rule whose
-    rights and keys are unchanged is not rewritten (the SDK's update sends every rule back)."""
+def _access_rules(
+    wanted: list[models.WantedRule] | None, current: Any = None
+) -> dict[str, list[AuthorizationRule]]:
+    """The ``authorization_rules`` option of a description's ``AuthorizationRules`` (none:
+    the rules are left as they are): a key a rule leaves out keeps the rule's current key, or
+    is generated for a new rule. The admin client replaces the entity's rules with them,
+    leaving a rule whose rights and keys are unchanged as it is (the SDK's update sends every
+    rule back)."""
     if wanted is None:
-        return
-    current = {r.key_name: r for r in await admin.list_authorization_rules(entity=entity)}
+        return {}
+    have = {r.key_name: r for r in (current.authorization_rules or [])} if current else {}
+    rules = []
     for rule in wanted:
-        have = current.pop(rule.key_name, None)
-        primary = rule.primary_key or (have.primary_key if have else None)
-        secondary = rule.secondary_key or (have.secondary_key if have else None)
-        if have is None or (have.rights, have.primary_key, have.secondary_key) != (
-            rule.rights,
-            primary,
-            secondary,
-        ):
-            await admin.create_authorization_rule(
+        old = have.get(rule.key_name)
+        rules.append(
+            AuthorizationRule(
                 rule.key_name,
                 rule.rights,
-                entity=entity,
-                primary_key=primary,
-                secondary_key=secondary,
+                rule.primary_key or (old.primary_key if old else generate_key()),
+                rule.secondary_key or (old.secondary_key if old else generate_key()),
             )
-    for stale in current:
-        await admin.delete_authorization_rule(stale, entity=entity)
+        )
+    return {"authorization_rules": rules}
 
 
 async def _get_entity(request: _Request) -> Response:
@@ -351,25 +344,25 @@ async def _put_entity(request: _Request) -> Response:
     description = request.description()
     kind = local_name(description)
     admin = request.admin
-    # Checked before anything changes; applied after the entity exists.
-    access_rules = models.authorization_rules(description)
+    # Checked before anything changes; applied with the entity's settings.
+    rules = models.authorization_rules(description)
     if kind == "QueueDescription":
         if request.is_update:
             current = await admin.get_queue(name)
-            props = await admin.update_queue(current, **models.entity_options(description, current))
+            options = models.entity_options(description, current)
+            props = await admin.update_queue(current, **options, **_access_rules(rules, current))
         else:
-            props = await admin.create_queue(name, **models.entity_options(description))
-        await _set_access_rules(admin, props.name, access_rules)
+            options = models.entity_options(description)
+            props = await admin.create_queue(name, **options, **_access_rules(rules))
         entry = await _queue_entry(request, props)
     elif kind == "TopicDescription":
         if request.is_update:
-            current_topic = await admin.get_topic(name)
-            topic = await admin.update_topic(
-                current_topic, **models.entity_options(description, current_topic)
-            )
+            now = await admin.get_topic(name)
+            options = models.entity_options(description, now)
+            topic = await admin.update_topic(now, **options, **_access_rules(rules, now))
         else:
-            topic = await admin.create_topic(name, **models.entity_options(description))
-        await _set_access_rules(admin, topic.name, access_rules)
+            options = models.entity_options(description)
+            topic = await admin.create_topic(name, **options, **_access_rules(rules))
         entry = await _topic_entry(request, topic)
     else:
         raise InvalidArgumentError(

@@ -10,8 +10,8 @@ Fields raybus does not have are answered with Service Bus's default and otherwis
 except ``IsAnonymousAccessible=true``, refused with a 400: silently ignoring it would leave a
 caller believing an entity is open when it is not (or the reverse). ``AuthorizationRules``
 are raybus's entity-level access rules (``raybus.auth``): the list in a request is the
-entity's whole set (``authorization_rules``), keys omitted are generated; rules carry no
-created/modified times.
+entity's whole set (``authorization_rules``), keys omitted are kept (or generated for a new
+rule); their times are the namespace's.
 
 A queue's ``EnablePartitioning=true`` creates ``PARTITIONED_QUEUE_PARTITIONS`` partitions
 (raybus's ``partition_count`` may later be changed through raybus's own client); it reads
@@ -269,6 +269,14 @@ def _rules_element(rules: Sequence[AuthorizationRule]) -> str:
                 el(
                     "Rights",
                     *(el("AccessRights", text=r.value) for r in _RIGHTS_ORDER if r in rule.rights),
+                ),
+                *(
+                    el(tag, text=format_datetime(when))
+                    for tag, when in (
+                        ("CreatedTime", rule.created_at_utc),
+                        ("ModifiedTime", rule.modified_at_utc),
+                    )
+                    if when is not None
                 ),
                 el("KeyName", text=rule.key_name),
                 el("PrimaryKey", text=rule.primary_key),

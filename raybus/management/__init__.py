@@ -25,7 +25,7 @@ from .._topic_models import (
     TopicProperties,
     TopicRuntimeProperties,
 )
-from ..auth import AccessRights
+from ..auth import AccessRights, AuthorizationRule
 from ..enums import EntityAvailabilityStatus, EntityStatus, MessagingSku, NamespaceType
 from ._client import ServiceBusAdministrationClient
 
@@ -33,6 +33,7 @@ __all__ = [
     "MAX_DURATION",
     "AccessRights",
     "ApiVersion",
+    "AuthorizationRule",
     "CorrelationRuleFilter",
     "EntityAvailabilityStatus",
     "EntityStatus",

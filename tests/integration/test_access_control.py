@@ -176,6 +176,72 @@ def test_an_entity_rule_reaches_only_its_entity(
     assert closed.list_authorization_rules(entity="q") == []
 
 
+def test_an_entitys_authorization_rules_are_set_and_read_with_its_properties_as_the_sdks(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    """``authorization_rules`` of the SDK's queue and topic models: given at creation (the
+    SDK's own AuthorizationRule objects too), read back with keys and times by get and list,
+    replaced as a whole by an update, left by an update without them; never among the
+    settings senders and receivers are given; a bad one creates nothing."""
+    from azure.servicebus.management import AccessRights as SdkRights
+    from azure.servicebus.management import AuthorizationRule as SdkRule
+
+    from raybus.management import AccessRights, AuthorizationRule
+
+    props = closed.create_queue(
+        "ruled",
+        authorization_rules=[
+            AuthorizationRule(key_name="reader", rights=[AccessRights.LISTEN]),
+            SdkRule(key_name="writer", rights=[SdkRights.SEND], primary_key="W" * 44),
+        ],
+    )
+    rules = {r.key_name: r for r in props.authorization_rules}
+    assert rules["writer"].rights == frozenset({AccessRights.SEND})
+    assert (
+        rules["writer"].primary_key == "W" * 44 and rules["writer"].claim_type == "SharedAccessKey"
+    )
+    assert rules["reader"].created_at_utc is not None
+    with client_with(namespace, "writer", "W" * 44) as client:
+        client.get_queue_sender("ruled").send_messages(ServiceBusMessage("by the entity's rule"))
+        route = client._aio._conn.cached_route("ruled")
+        assert route is not None and route.properties.authorization_rules is None  # no keys
+    assert active(closed, "ruled") == 1
+    fetched = closed.get_queue("ruled")
+    assert {r.key_name for r in fetched.authorization_rules} == {"reader", "writer"}
+    assert [q.authorization_rules for q in closed.list_queues() if q.name == "q"] == [[]]
+    listed = {q.name: q for q in closed.list_queues()}["ruled"]
+    assert {r.key_name for r in listed.authorization_rules} == {"reader", "writer"}
+    reader_before = {r.key_name: r for r in fetched.authorization_rules}["reader"]
+    fetched.max_delivery_count = 3
+    kept = closed.update_queue(fetched)  # the rules sent back as they are: kept as they are
+    assert {r.key_name: r for r in kept.authorization_rules}["reader"] == reader_before
+    fetched.authorization_rules = [r for r in fetched.authorization_rules if r.key_name == "reader"]
+    assert [r.key_name for r in closed.update_queue(fetched).authorization_rules] == ["reader"]
+    assert [r.key_name for r in closed.list_authorization_rules(entity="ruled")] == ["reader"]
+    refused = pytest.raises((ServiceBusAuthenticationError, ServiceBusAuthorizationError))
+    with client_with(namespace, "writer", "W" * 44) as client, refused:
+        client.get_queue_sender("ruled").send_messages(ServiceBusMessage("rule gone"))
+    assert closed.get_queue("ruled").max_delivery_count == 3
+
+    topic = closed.create_topic(
+        "ruled-topic", authorization_rules=[AuthorizationRule("t-send", [AccessRights.SEND])]
+    )
+    assert [r.key_name for r in topic.authorization_rules] == ["t-send"]
+    assert [r.key_name for r in closed.get_topic("ruled-topic").authorization_rules] == ["t-send"]
+    topic.authorization_rules = []
+    assert closed.update_topic(topic).authorization_rules == []
+
+    for bad in (
+        [AuthorizationRule("twice", ["Send"]), AuthorizationRule("twice", ["Listen"])],
+        [SdkRule(key_name="bad name!", rights=[SdkRights.SEND])],
+        [SdkRule(key_name="short", rights=[SdkRights.SEND], primary_key="too short")],
+        "reader",
+    ):
+        with pytest.raises(InvalidArgumentError):
+            closed.create_queue("never", authorization_rules=bad)
+    assert "never" not in {q.name for q in closed.list_queues()}
+
+
 def test_a_rule_on_a_subscription_is_refused_and_its_topics_rule_covers_it(
     namespace: str, closed: ServiceBusAdministrationClient
 ) -> None:

@@ -85,29 +85,59 @@ class _StubAdmin:
             raise MessagingEntityNotFoundError(f"no {kind.__name__} {name!r}", name)
         return found
 
-    def _new(self, props: Any) -> Any:
+    def _new(self, props: Any, rules: Any) -> Any:
         if props.name in self.entities:
             raise MessagingEntityAlreadyExistsError("exists", props.name)
         self.entities[props.name] = props
-        return props
+        self._set_rules(props.name, rules)
+        return self._with_rules(props)
+
+    def _with_rules(self, props: Any) -> Any:
+        """As the admin client answers: the entity's access rules attached."""
+        rules = [r for r in self.access.values() if r.entity == props.name]
+        return dataclasses.replace(props, authorization_rules=rules)
+
+    def _set_rules(self, entity: str, rules: list[AuthorizationRule] | None) -> None:
+        """As the admin client applies ``authorization_rules``: the entity's whole set, an
+        unchanged rule left as it is (calls recorded for the changes only)."""
+        if rules is None:
+            return
+        old = {k: r for (e, k), r in self.access.items() if e == entity}
+        for key_name in sorted(set(old) - {r.key_name for r in rules}):
+            self.calls.append(("delete_authorization_rule", key_name))
+            del self.access[entity, key_name]
+        for rule in rules:
+            prev = old.get(rule.key_name)
+            if prev is None or (prev.rights, prev.keys()) != (rule.rights, rule.keys()):
+                self.calls.append(("create_authorization_rule", rule.key_name))
+                self.access[entity, rule.key_name] = dataclasses.replace(
+                    rule, entity=entity, created_at_utc=CREATED, modified_at_utc=CREATED
+                )
+
+    def _update(self, props: Any, options: dict[str, Any]) -> Any:
+        rules = options.pop("authorization_rules", props.authorization_rules)
+        self.entities[props.name] = dataclasses.replace(props, **options, authorization_rules=None)
+        self._set_rules(props.name, rules)
+        return self._with_rules(self.entities[props.name])
 
     async def create_queue(self, name: str, **options: Any) -> QueueProperties:
+        rules = options.pop("authorization_rules", None)
         self.calls.append(("create_queue", options))
-        return self._new(QueueProperties(name, **options))  # type: ignore[no-any-return]
+        return self._new(QueueProperties(name, **options), rules)  # type: ignore[no-any-return]
 
     async def get_queue(self, name: str) -> QueueProperties:
-        return self._get(name, QueueProperties)  # type: ignore[no-any-return]
+        return self._with_rules(self._get(name, QueueProperties))  # type: ignore[no-any-return]
 
     async def update_queue(self, queue: QueueProperties, **options: Any) -> QueueProperties:
         self.calls.append(("update_queue", options))
-        self.entities[queue.name] = dataclasses.replace(queue, **options)
-        return self.entities[queue.name]  # type: ignore[no-any-return]
+        return self._update(queue, options)  # type: ignore[no-any-return]
 
     async def delete_queue(self, name: str) -> None:
         del self.entities[self._get(name, QueueProperties).name]
 
     async def list_queues(self) -> list[QueueProperties]:
-        return [e for e in self.entities.values() if isinstance(e, QueueProperties)]
+        queues = [e for e in self.entities.values() if isinstance(e, QueueProperties)]
+        return [self._with_rules(q) for q in queues]
 
     async def get_queue_runtime_properties(self, name: str) -> QueueRuntimeProperties:
         self._get(name, QueueProperties)
@@ -116,15 +146,15 @@ class _StubAdmin:
         )
 
     async def create_topic(self, name: str, **options: Any) -> TopicProperties:
+        rules = options.pop("authorization_rules", None)
         self.calls.append(("create_topic", options))
-        return self._new(TopicProperties(name, **options))  # type: ignore[no-any-return]
+        return self._new(TopicProperties(name, **options), rules)  # type: ignore[no-any-return]
 
     async def get_topic(self, name: str) -> TopicProperties:
-        return self._get(name, TopicProperties)  # type: ignore[no-any-return]
+        return self._with_rules(self._get(name, TopicProperties))  # type: ignore[no-any-return]
 
     async def update_topic(self, topic: TopicProperties, **options: Any) -> TopicProperties:
-        self.entities[topic.name] = dataclasses.replace(topic, **options)
-        return self.entities[topic.name]  # type: ignore[no-any-return]
+        return self._update(topic, options)  # type: ignore[no-any-return]
 
     async def get_topic_runtime_properties(self, name: str) -> TopicRuntimeProperties:
         self._get(name, TopicProperties)
@@ -773,6 +803,7 @@ def test_entity_access_rules_cross_both_ways_and_an_update_rewrites_only_changes
     assert got["admin"].rights == ["Listen", "Send", "Manage"]
     assert got["admin"].primary_key == stub.access["q", "admin"].primary_key  # generated
     assert got["reader"].claim_type == "SharedAccessKey"
+    assert got["reader"].created_at_utc == got["reader"].modified_at_utc == CREATED
 
     fetched = sdk.get_queue("q")
     stub.calls.clear()
