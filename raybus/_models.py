@@ -171,11 +171,62 @@ def check_status(obj: Any, allowed: tuple[EntityStatus, ...], kind: str) -> None
     object.__setattr__(obj, "status", status)
 
 
-class Available:
+class SdkDict:
+    """The dict protocol of the SDK's administration models (its ``DictMixin``): a model's
+    fields by name, ``props["lock_duration"]``, ``props.get(...)``, ``keys()``, ``items()``,
+    ``update(...)``, for code written for ``azure.servicebus.management``. A name that is not
+    a field is a ``KeyError`` (the SDK's models store anything given); setting goes through
+    the attribute, so a frozen model refuses it."""
+
+    __slots__ = ()
+    #: Names read as fields besides the dataclass's own (properties the SDK's models have).
+    _sdk_keys: tuple[str, ...] = ()
+
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self)] + list(self._sdk_keys)  # type: ignore[arg-type]
+
+    def values(self) -> list[Any]:
+        return [getattr(self, k) for k in self.keys()]
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, getattr(self, k)) for k in self.keys()]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self.keys() else default
+
+    def has_key(self, key: str) -> bool:
+        return key in self.keys()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self.keys():
+            raise KeyError(key)
+        setattr(self, key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self[key] = None  # as the SDK's: the field is unset
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+
+class Available(SdkDict):
     """The SDK's ``availability_status`` of an entity's settings: always ``AVAILABLE`` (as
     the HTTP gateway reports; the others are Service Bus's geo-recovery and throttling)."""
 
     __slots__ = ()
+    _sdk_keys = ("availability_status",)
 
     @property
     def availability_status(self) -> EntityAvailabilityStatus:
@@ -386,7 +437,7 @@ def _check_int(props: Any, name: str, low: int, high: int) -> None:
 
 
 @dataclass(frozen=True)
-class NamespaceProperties:
+class NamespaceProperties(SdkDict):
     """The namespace as ``get_namespace_properties`` shows it (azure-servicebus's fields).
 
     ``created_at_utc`` is when the namespace's registry first started: kept across restarts

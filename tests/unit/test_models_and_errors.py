@@ -793,3 +793,32 @@ def test_a_batch_built_without_a_size_takes_the_sdks_one_mib_and_refuses_a_bad_s
     for bad in (0, -1, 1.5, True, "1024"):
         with pytest.raises(InvalidArgumentError, match="max_size_in_bytes"):
             ServiceBusMessageBatch(bad)
+
+
+def test_the_admin_models_have_the_sdks_dict_protocol() -> None:
+    """``azure.servicebus.management``'s models are also dictionaries of their fields (its
+    ``DictMixin``); code written for them reads and sets them so."""
+    from raybus.management import NamespaceProperties, RuleProperties, TrueRuleFilter
+
+    q = QueueProperties("orders")
+    assert q["lock_duration"] == q.get("lock_duration") == timedelta(seconds=60)
+    assert "max_delivery_count" in q and q.has_key("status") and "nope" not in q
+    assert q["availability_status"] == "Available" and q.get("nope", 7) == 7
+    assert dict(q.items())["name"] == "orders" and len(q) == len(q.keys()) == len(q.values())
+    q["max_delivery_count"] = 3
+    q.update({"user_metadata": "m"}, lock_duration=timedelta(seconds=5))
+    assert (q.max_delivery_count, q.user_metadata, q.lock_duration.total_seconds()) == (3, "m", 5)
+    del q["user_metadata"]
+    assert q.user_metadata is None
+    with pytest.raises(KeyError):
+        q["nope"]
+    with pytest.raises(KeyError):
+        q["nope"] = 1
+    sub = SubscriptionProperties("t", "s")
+    assert sub["topic_name"] == "t" and TopicProperties("t")["status"] == "Active"
+    rule = RuleProperties("r", TrueRuleFilter())
+    assert rule["filter"] == TrueRuleFilter() and rule.keys()[:2] == ["name", "filter"]
+    ns = NamespaceProperties("shop")
+    assert ns["messaging_sku"] == "Standard"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ns["name"] = "other"  # read-only, as the namespace's fields are

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeAlias
 
+from ..._models import SdkDict
 from ...exceptions import FilterEvaluationError, InvalidArgumentError
 from ..record import MessageRecord
 from .actions import CompiledAction, compile_action
@@ -252,7 +253,7 @@ class SqlRuleAction(_LazySql):
 
 
 @dataclass(eq=True)
-class RuleProperties:
+class RuleProperties(SdkDict):
     """A named rule of a subscription: a filter and an optional action.
 
     ``name`` is 1 to 50 characters and not blank; names are unique per subscription (checked
