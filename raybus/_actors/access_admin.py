@@ -18,6 +18,9 @@ a queue or a topic; a subscription has none of its own (its topic's cover it).
 
 Changes are made one at a time (read, change, log, answer): a change whose log write fails is
 rolled back in memory, and a concurrent change made meanwhile must not be rolled back with it.
+A change to an entity's rules checks again, in its turn, that the entity exists: one that
+waited behind the entity's deletion (which drops its rules) must not leave rules behind for a
+new entity of the same name.
 """
 
 from __future__ import annotations
@@ -111,6 +114,7 @@ class AccessOps(Guarded):
         fresh = table.validate(key_name, rights, name, primary_key, secondary_key)
 
         def put() -> AuthorizationRule:  # a replaced rule keeps its creation time
+            self._entity_name(entity)  # not deleted while this change waited its turn
             rule = self._rule_stamped(fresh, table.rules.get((table.scope_of(name), key_name)))
             table.put(rule)
             return rule
@@ -142,6 +146,7 @@ class AccessOps(Guarded):
         fresh = table.validate_all(rules, name)
 
         def replace_all() -> list[AuthorizationRule]:
+            self._entity_name(entity)  # not deleted while this change waited its turn
             scope = table.scope_of(name)
             old = {k: r for (s, k), r in table.rules.items() if s == scope}
             for key_name in old.keys() - {r.key_name for r in fresh}:

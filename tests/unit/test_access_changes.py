@@ -8,13 +8,30 @@ from typing import Any
 
 from raybus._actors.access_admin import AccessOps
 from raybus._core.access import AccessTable, Guard
-from raybus.auth import AccessRights
+from raybus.auth import AccessRights, AuthorizationRule
+from raybus.exceptions import InvalidArgumentError, MessagingEntityNotFoundError
 from raybus.testing import FakeClock
 
 
 class _Registry:
     def __init__(self) -> None:
         self.access = AccessTable()
+        self.entities = {"q": _Entry("q")}
+        self.clock = FakeClock()
+
+    def get(self, name: str) -> Any:
+        try:
+            return self.entities[name.lower()]
+        except KeyError:
+            raise MessagingEntityNotFoundError(f"no entity {name!r}", name) from None
+
+    def now(self) -> float:
+        return self.clock.now()
+
+
+class _Entry:
+    def __init__(self, name: str) -> None:
+        self.properties = type("Props", (), {"name": name})()
 
 
 class _Namespace(AccessOps):
@@ -25,12 +42,16 @@ class _Namespace(AccessOps):
         self._guard = Guard("internal-token", FakeClock())
         self.logged: list[Any] = []
         self.fail_next: asyncio.Event | None = None  # the next write waits for it, then fails
+        self.hold_next: asyncio.Event | None = None  # the next write waits for it
 
     async def _persist(self, change: tuple[str, Any]) -> None:
         gate, self.fail_next = self.fail_next, None
         if gate is not None:
             await gate.wait()
             raise OSError(5, "Input/output error (injected)")
+        hold, self.hold_next = self.hold_next, None
+        if hold is not None:
+            await hold.wait()
         self.logged.append(change)
 
     def _durable_guard(self) -> Guard:
@@ -83,3 +104,66 @@ def test_a_change_that_raises_changes_nothing_and_frees_the_next() -> None:
 
     ns = asyncio.run(main())
     assert {key for _scope, key in ns._registry.access.rules} == {"after"}
+
+
+def _set(ns: _Namespace, entity: str, rules: list[AuthorizationRule]) -> Any:
+    """``set_entity_rules`` as the actor runs it (with the broker's own token: the first
+    rule closes the namespace)."""
+    return ns.set_entity_rules(entity, rules, _auth="internal-token")
+
+
+def test_an_entitys_rules_are_replaced_as_one_logged_change_and_unchanged_ones_kept() -> None:
+    async def main() -> None:
+        ns = _Namespace()
+        reader = AuthorizationRule("reader", frozenset({AccessRights.LISTEN}), "R" * 44, "S" * 44)
+        first = await _set(ns, "q", [reader, AuthorizationRule("writer", [AccessRights.SEND])])
+        assert len(ns.logged) == 1 and {r.key_name for r in first} == {"reader", "writer"}
+        stamped = {r.key_name: r for r in first}["reader"]
+        assert stamped.entity == "q" and stamped.created_at_utc == stamped.modified_at_utc
+        ns._registry.clock.advance(60)
+        again = await _set(ns, "q", [reader])  # writer dropped, reader as it was
+        assert len(ns.logged) == 2 and again == [stamped]  # kept, times included
+        assert await _set(ns, "q", [reader]) == [stamped] and len(ns.logged) == 2  # no change
+        changed = AuthorizationRule("reader", [AccessRights.LISTEN, AccessRights.SEND], "R" * 44)
+        (renewed,) = await _set(ns, "q", [changed])
+        assert renewed.created_at_utc == stamped.created_at_utc
+        assert renewed.modified_at_utc > stamped.modified_at_utc
+        for bad in ([reader, reader], [AuthorizationRule("bad name!", ["Send"])]):
+            try:
+                await _set(ns, "q", bad)
+            except InvalidArgumentError:
+                pass
+            else:
+                raise AssertionError(f"{bad} was taken")
+        assert len(ns.logged) == 3  # the refused sets changed nothing
+
+    asyncio.run(main())
+
+
+def test_rules_set_while_their_entity_is_deleted_are_not_left_behind() -> None:
+    """A change waiting behind another finds its entity gone: nothing is stored (a new queue
+    of that name must not inherit the old one's keys)."""
+
+    async def main() -> None:
+        ns = _Namespace()
+        hold = ns.hold_next = asyncio.Event()
+        first = asyncio.ensure_future(ns._change(_put(ns, "root")))
+        await asyncio.sleep(0)  # "root" is being logged, holding the turn
+        waiting = asyncio.ensure_future(_set(ns, "q", [AuthorizationRule("r", ["Send"])]))
+        created = asyncio.ensure_future(
+            ns.create_authorization_rule("c", ["Send"], "q", _auth="internal-token")
+        )
+        await asyncio.sleep(0.01)
+        del ns._registry.entities["q"]  # deleted meanwhile
+        hold.set()
+        await first
+        for change in (waiting, created):
+            try:
+                await change
+            except MessagingEntityNotFoundError:
+                pass
+            else:
+                raise AssertionError("rules were stored for a deleted entity")
+        assert {key for _scope, key in ns._registry.access.rules} == {"root"}
+
+    asyncio.run(main())
