@@ -27,13 +27,14 @@ import base64
 import enum
 import hashlib
 import hmac
+import inspect
 import secrets
 import time
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from .exceptions import InvalidArgumentError, ServiceBusAuthenticationError
 
@@ -46,6 +47,7 @@ __all__ = [
     "NamedKeyCredential",
     "SasToken",
     "SasTokenCredential",
+    "SasTokenSourceCredential",
     "SharedAccessKeyCredential",
     "SignatureCredential",
     "as_credential",
@@ -280,19 +282,82 @@ class SignatureCredential:
         return self._source.signature
 
 
+# The ``token_type`` of a ``get_token`` credential whose tokens are SAS tokens (azure-servicebus's
+# ``TOKEN_TYPE_SASTOKEN``); any other (``b"jwt"``, or none) is an Azure AD credential.
+SAS_TOKEN_TYPE = "servicebus.windows.net:sastoken"
+
+
+class _TokenSource(Protocol):
+    """A ``get_token`` credential (azure-core's ``TokenCredential`` shape)."""
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> Any: ...
+
+
+def is_sas_token_source(value: object) -> bool:
+    """Whether ``value`` is a ``get_token`` credential that hands out SAS tokens."""
+    kind = getattr(value, "token_type", None)
+    if isinstance(kind, bytes):
+        kind = kind.decode("utf-8", "replace")
+    return hasattr(value, "get_token") and kind == SAS_TOKEN_TYPE
+
+
+class SasTokenSourceCredential:
+    """A ``get_token`` credential whose ``token_type`` is the SAS one, as the SDK takes it (its
+    sample ``CustomizedSASCredential``): raybus asks it for a token per entity (the scope
+    ``sb://raybus/<path>``; hosts are not compared) and presents that token until a quarter of
+    its life is left (``expires_on`` of the azure-core ``AccessToken`` it returns), then asks
+    again. A token that is not a SAS token is refused as a malformed token is."""
+
+    def __init__(self, source: _TokenSource) -> None:
+        if inspect.iscoroutinefunction(source.get_token):
+            raise InvalidArgumentError(
+                "an asynchronous get_token credential is not supported: give raybus one whose "
+                "get_token is synchronous (or an AzureSasCredential)",
+                None,
+                "credential",
+            )
+        self._source = source
+        self._tokens: dict[str, tuple[float, float, str]] = {}  # path -> (got, expires, token)
+
+    def token_for(self, path: str) -> str:
+        now = time.time()
+        cached = self._tokens.get(path)
+        if cached is not None:
+            got, expires, token = cached
+            if expires - now > (expires - got) / 4:
+                return token
+        answer = self._source.get_token(f"sb://raybus{path}")
+        token, expires = str(answer.token), float(answer.expires_on)
+        parse_sas_token(token)  # a malformed one: ServiceBusAuthenticationError
+        self._tokens[path] = (now, expires, token)
+        return token
+
+
 Credential = (
-    SasTokenCredential | SharedAccessKeyCredential | NamedKeyCredential | SignatureCredential
+    SasTokenCredential
+    | SharedAccessKeyCredential
+    | NamedKeyCredential
+    | SignatureCredential
+    | SasTokenSourceCredential
 )
-_OURS = (SasTokenCredential, SharedAccessKeyCredential, NamedKeyCredential, SignatureCredential)
+_OURS = (
+    SasTokenCredential,
+    SharedAccessKeyCredential,
+    NamedKeyCredential,
+    SignatureCredential,
+    SasTokenSourceCredential,
+)
 # What the clients' ``credential=`` takes: raybus's credentials or azure-core's key and SAS ones.
-CredentialLike = Credential | _NamedKey | _Signature
+CredentialLike = Credential | _NamedKey | _Signature | _TokenSource
 
 
 def as_credential(value: object) -> Credential | None:
     """The raybus credential for a client's ``credential=``: raybus's own as they are,
-    azure-core's ``AzureNamedKeyCredential`` and ``AzureSasCredential`` wrapped. Anything
-    else is an ``InvalidArgumentError``; an Azure AD ``TokenCredential`` (``get_token``)
-    says that raybus authorizes with shared-access keys and SAS tokens only."""
+    azure-core's ``AzureNamedKeyCredential`` and ``AzureSasCredential`` wrapped, and a
+    ``get_token`` credential whose ``token_type`` is the SAS one (``SasTokenSourceCredential``).
+    Anything else is an ``InvalidArgumentError``; an Azure AD ``TokenCredential``
+    (``get_token`` of JWTs) says that raybus authorizes with shared-access keys and SAS tokens
+    only."""
     if value is None or isinstance(value, _OURS):
         return value
     if isinstance(value, type):  # ``credential=AzureNamedKeyCredential``: the class itself
@@ -306,11 +371,14 @@ def as_credential(value: object) -> Credential | None:
         return NamedKeyCredential(value)
     if hasattr(value, "signature"):
         return SignatureCredential(value)
+    if is_sas_token_source(value):
+        return SasTokenSourceCredential(value)  # type: ignore[arg-type]
     if hasattr(value, "get_token"):
         raise InvalidArgumentError(
             "Azure AD credentials (get_token) are not supported: raybus authorizes with "
             "shared-access keys and SAS tokens (AzureNamedKeyCredential, AzureSasCredential, "
-            "or raybus.auth's SharedAccessKeyCredential and SasTokenCredential)",
+            f"a get_token credential whose token_type is {SAS_TOKEN_TYPE!r}, or raybus.auth's "
+            "SharedAccessKeyCredential and SasTokenCredential)",
             None,
             "credential",
         )

@@ -716,6 +716,32 @@ def test_azure_cores_named_key_credential_opens_a_closed_namespace_and_rotates(
         raybus.ServiceBusClient(namespace, credential=type("Ad", (), {"get_token": print})())
 
 
+def test_a_get_token_credential_of_sas_tokens_opens_a_closed_namespace_as_the_sdks_sample(
+    namespace: str, closed: ServiceBusAdministrationClient
+) -> None:
+    """The SDK's ``generate_sas_token_and_authenticate_client`` sample: a credential whose
+    ``get_token`` returns a SAS token (``token_type`` the SAS one) signs every call."""
+    from azure.core.credentials import AccessToken
+
+    rule = closed.create_authorization_rule("app", ["Send", "Listen"], entity="q")
+
+    class CustomizedSasCredential:
+        token_type = b"servicebus.windows.net:sastoken"
+
+        def get_token(self, *scopes: str, **kwargs: object) -> AccessToken:
+            expiry = int(time.time()) + 3600
+            token = generate_sas_token(scopes[0], "app", rule.primary_key, expiry)
+            return AccessToken(token, expiry)
+
+    with raybus.ServiceBusClient(namespace, credential=CustomizedSasCredential()) as client:
+        with client.get_queue_sender("q") as sender:
+            sender.send_messages(ServiceBusMessage("by a token source"))
+        with client.get_queue_receiver("q", max_wait_time=5) as receiver:
+            (msg,) = receiver.receive_messages()
+            receiver.complete_message(msg)
+    assert str(msg) == "by a token source"
+
+
 def test_the_sdks_constructor_form_a_host_name_and_a_credential(
     namespace: str, closed: ServiceBusAdministrationClient
 ) -> None:

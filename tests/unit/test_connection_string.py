@@ -174,3 +174,61 @@ def test_every_client_refuses_a_credential_beside_its_connection_string() -> Non
         with pytest.raises(InvalidArgumentError) as err:
             make("Endpoint=sb://ns/;SharedAccessKeyName=a;SharedAccessKey=b", credential=key)
         assert err.value.argument == "credential"
+
+
+def test_a_get_token_credential_of_sas_tokens_is_taken_as_the_sdk_takes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK's sample ``CustomizedSASCredential``: ``get_token`` hands out SAS tokens and
+    ``token_type`` says so. raybus asks it per entity, keeps a token until a quarter of its
+    life is left, and refuses one that is not a SAS token; a JWT source stays refused."""
+    import time as clock
+
+    from azure.core.credentials import AccessToken
+
+    import raybus.auth as auth
+
+    now = [1_000_000.0]
+    monkeypatch.setattr(auth.time, "time", lambda: now[0])
+    asked: list[str] = []
+
+    class SasSource:
+        token_type = b"servicebus.windows.net:sastoken"
+
+        def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+            asked.append(scopes[0])
+            expiry = int(now[0]) + 400
+            return AccessToken(generate_sas_token(scopes[0], "send", "k", expiry), expiry)
+
+    wrapped = as_credential(SasSource())
+    assert isinstance(wrapped, auth.SasTokenSourceCredential)
+    first = wrapped.token_for("/q")
+    assert asked == ["sb://raybus/q"] and parse_sas_token(first).path == "/q"
+    now[0] += 250  # 150 s of 400 left: still more than a quarter
+    assert wrapped.token_for("/q") == first and len(asked) == 1
+    now[0] += 60  # 90 s left: asked again
+    assert wrapped.token_for("/q") != first and len(asked) == 2
+    wrapped.token_for("/t")
+    assert asked[-1] == "sb://raybus/t"
+
+    class NotSas(SasSource):
+        def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+            return AccessToken("eyJ-a-jwt", int(clock.time()) + 3600)
+
+    with pytest.raises(ServiceBusAuthenticationError):
+        as_credential(NotSas()).token_for("/q")  # type: ignore[union-attr]
+
+    class AsyncSource:
+        token_type = "servicebus.windows.net:sastoken"
+
+        async def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+            raise AssertionError("never asked")
+
+    with pytest.raises(InvalidArgumentError, match="asynchronous"):
+        as_credential(AsyncSource())
+
+    class Jwt(SasSource):
+        token_type = b"jwt"
+
+    with pytest.raises(InvalidArgumentError, match="Azure AD"):
+        as_credential(Jwt())
