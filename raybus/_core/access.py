@@ -23,6 +23,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .._clock import Clock
 from ..auth import (
@@ -134,15 +135,20 @@ class AccessTable:
             entity,
         )
 
-    def validate_all(
-        self, rules: Iterable[AuthorizationRule], entity: str | None
-    ) -> list[AuthorizationRule]:
-        """An entity's whole set of rules from user input: each checked as ``validate`` checks
-        it, no name given twice."""
-        fresh = [
-            self.validate(r.key_name, r.rights, entity, r.primary_key, r.secondary_key)
-            for r in rules
-        ]
+    def validate_all(self, rules: Iterable[Any], entity: str | None) -> list[AuthorizationRule]:
+        """An entity's whole set of rules from user input: raybus's ``AuthorizationRule``s or
+        anything with ``key_name`` and ``rights`` (the SDK's; keys left None are generated),
+        each checked as ``validate`` checks it, no name given twice."""
+        fresh = []
+        for r in rules:
+            if not (hasattr(r, "key_name") and hasattr(r, "rights")):
+                raise InvalidArgumentError(
+                    f"authorization_rules holds a {type(r).__name__}, not an AuthorizationRule",
+                    entity,
+                    "authorization_rules",
+                )
+            keys = (getattr(r, "primary_key", None), getattr(r, "secondary_key", None))
+            fresh.append(self.validate(r.key_name, r.rights or (), entity, *keys))
         names = [r.key_name for r in fresh]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:

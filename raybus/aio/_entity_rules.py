@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from .._core.access import AccessTable
-from ..auth import AuthorizationRule, generate_key, normalise_rights, resource_path
+from ..auth import AuthorizationRule, resource_path
 from ..exceptions import InvalidArgumentError
 
 __all__ = ["apply_rules", "given_rules", "with_all_rules", "with_rules"]
@@ -24,9 +24,9 @@ P = TypeVar("P")
 
 def given_rules(value: Any, entity: str) -> list[AuthorizationRule] | None:
     """``authorization_rules`` as given to ``create_*`` or held by an update's properties:
-    None (leave the rules), or a list of raybus's ``AuthorizationRule`` or the SDK's (anything
-    with ``key_name`` and ``rights``; keys it leaves None are generated), each checked as the
-    namespace checks it, so a bad one is refused before anything is created."""
+    None (leave the rules), or a list of rules checked and completed as the namespace checks
+    them (``AccessTable.validate_all``), so a bad one is refused before anything is
+    created."""
     if value is None:
         return None
     if isinstance(value, str | bytes | dict) or not isinstance(value, Iterable):
@@ -35,26 +35,7 @@ def given_rules(value: Any, entity: str) -> list[AuthorizationRule] | None:
             entity,
             "authorization_rules",
         )
-    rules = []
-    for item in value:
-        if isinstance(item, AuthorizationRule):
-            rules.append(item)
-        elif hasattr(item, "key_name") and hasattr(item, "rights"):
-            rules.append(
-                AuthorizationRule(
-                    item.key_name,
-                    normalise_rights(item.rights or ()),
-                    getattr(item, "primary_key", None) or generate_key(),
-                    getattr(item, "secondary_key", None) or generate_key(),
-                )
-            )
-        else:
-            raise InvalidArgumentError(
-                f"authorization_rules holds a {type(item).__name__}, not an AuthorizationRule",
-                entity,
-                "authorization_rules",
-            )
-    return AccessTable().validate_all(rules, entity)
+    return AccessTable().validate_all(value, entity)
 
 
 async def apply_rules(

@@ -424,19 +424,15 @@ class ServiceBusSender(SenderFromConnectionString):
         max message size)."""
         route = await self._conn.route(self.entity_path)
         limit = route.properties.max_message_size
-        if max_size_in_bytes is None:
-            max_size_in_bytes = limit
-        if (
-            isinstance(max_size_in_bytes, bool)
-            or not isinstance(max_size_in_bytes, int)
-            or not 0 < max_size_in_bytes <= limit
-        ):
+        # The batch checks the size is a positive int; the entity's limit is checked here.
+        batch = ServiceBusMessageBatch(limit if max_size_in_bytes is None else max_size_in_bytes)
+        if batch.max_size_in_bytes > limit:
             raise InvalidArgumentError(
                 f"max_size_in_bytes must be from 1 to {limit}, not {max_size_in_bytes!r}",
                 self.entity_path,
                 "max_size_in_bytes",
             )
-        return ServiceBusMessageBatch(max_size_in_bytes)
+        return batch
 
     async def close(self) -> None:
         self._closed = True

@@ -167,3 +167,27 @@ def test_rules_set_while_their_entity_is_deleted_are_not_left_behind() -> None:
         assert {key for _scope, key in ns._registry.access.rules} == {"root"}
 
     asyncio.run(main())
+
+
+def test_an_entitys_rules_as_given_are_checked_and_completed_before_anything_changes() -> None:
+    """``authorization_rules`` as a caller gives them (raybus's rules, the SDK's objects with
+    keys left None, or something else) are checked and completed client-side, in one place:
+    ``AccessTable.validate_all``."""
+    from raybus.aio._entity_rules import given_rules
+
+    class SdkRule:  # the SDK's AuthorizationRule: attributes, keys None unless given
+        def __init__(self, key_name: str, rights: list[str]) -> None:
+            self.key_name, self.rights = key_name, rights
+            self.primary_key = self.secondary_key = None
+
+    (rule,) = given_rules([SdkRule("reader", ["Listen"])], "q")  # type: ignore[misc]
+    assert rule.rights == frozenset({AccessRights.LISTEN}) and rule.entity == "q"
+    assert len(rule.primary_key) == len(rule.secondary_key) == 44  # generated
+    assert given_rules(None, "q") is None
+    for bad in ([{"key_name": "x"}], [object()], "reader", 3, [SdkRule("x", [])]):
+        try:
+            given_rules(bad, "q")
+        except InvalidArgumentError as exc:
+            assert exc.argument in ("authorization_rules", "rights"), exc.argument
+        else:
+            raise AssertionError(f"{bad!r} was taken")

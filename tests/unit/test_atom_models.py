@@ -48,6 +48,7 @@ from raybus._topic_models import (
     TopicProperties,
     TopicRuntimeProperties,
 )
+from raybus.aio._entity_rules import given_rules
 from raybus.auth import AccessRights, AuthorizationRule, normalise_rights
 from raybus.exceptions import (
     FilterSyntaxError,
@@ -102,6 +103,7 @@ class _StubAdmin:
         unchanged rule left as it is (calls recorded for the changes only)."""
         if rules is None:
             return
+        rules = given_rules(rules, entity)  # checked and completed as the admin client does
         old = {k: r for (e, k), r in self.access.items() if e == entity}
         for key_name in sorted(set(old) - {r.key_name for r in rules}):
             self.calls.append(("delete_authorization_rule", key_name))
